@@ -1,0 +1,51 @@
+"""`k4d` entry point: builds the parser from the runtime's own commands plus every
+installed service's `register(subparsers)` (entry-point group `k4d.cli`), runs the
+chosen handler and maps domain errors to one clear line and an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from importlib.metadata import entry_points
+
+from k4d.errors import K4DError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors as one line and exit code 2."""
+
+    def error(self, message: str):  # noqa: D401 - argparse hook
+        sys.stderr.write(f"k4d: error: {message}\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="k4d", description="Kinema4D: action-conditioned 4D robot simulation")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    from k4d.cli import builtin
+
+    builtin.register(sub)
+    for ep in sorted(entry_points(group="k4d.cli"), key=lambda e: e.name):
+        ep.load()(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code = args.handler(args)
+    except K4DError as exc:
+        sys.stderr.write(f"k4d {args.command}: error: {exc}\n")
+        return exc.cli_exit_code
+    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+        sys.stderr.write(f"k4d {args.command}: error: {exc}\n")
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return int(code or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
