@@ -1,0 +1,63 @@
+# Kinema4D platform: setup, test, lint, demo. `make help` lists targets.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+K4D := $(VENV)/bin/k4d
+PACKAGES := -e libs/runtime[local,dev] -e services/kinematics[bench] -e services/projection[bench] \
+            -e services/generator[onnx] -e services/trainer -e services/simulator
+STAMP := $(VENV)/.setup-stamp
+PYTEST_ARGS ?=
+
+.PHONY: help setup test test-all lint demo protos proto-baseline constraints bench clean
+
+help:
+	@echo "make setup   create $(VENV) and install every package (pinned by constraints.txt)"
+	@echo "make test    setup, then the default test suite (real broker + S3 server started by the tests)"
+	@echo "make test-all  the default suite plus slow tests"
+	@echo "make lint    ruff + buf lint"
+	@echo "make demo    the main job: k4d simulate on the shipped Panda example"
+	@echo "make protos  regenerate the committed gRPC/protobuf stubs"
+	@echo "make bench   run every benchmark under benchmarks/"
+
+setup: $(STAMP)
+
+# Idempotent: re-runs only when the pins or a package's pyproject change.
+$(STAMP): constraints.txt libs/runtime/pyproject.toml services/*/pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	# CPU torch first, pinned: an unpinned torch pulls a multi-GB CUDA build.
+	$(PIP) install -q -c constraints.txt torch==2.13.0
+	$(PIP) install -q -c constraints.txt $(PACKAGES)
+	bash infra/tools/install-kubectl.sh $(VENV)/bin
+	touch $(STAMP)
+
+test: setup
+	$(PY) -m pytest -m "not slow and not gpu" $(PYTEST_ARGS)
+
+test-all: setup
+	$(PY) -m pytest -m "not gpu" $(PYTEST_ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check libs services tests tools benchmarks
+	cd proto && ../$(VENV)/bin/buf lint
+
+demo: setup
+	bash examples/demo.sh $(K4D)
+
+protos: setup
+	$(PY) tools/gen_protos.py
+
+proto-baseline: setup
+	cd proto && ../$(VENV)/bin/buf build -o baseline/kinema4d-v1.binpb
+
+# Re-pin every third-party package from the current venv (review the diff).
+constraints:
+	$(PIP) freeze --exclude-editable | grep -v -E '^(-e|k4d-)' | sed -E 's/\+cpu$$//' > constraints.txt
+
+bench: setup
+	for b in benchmarks/*/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache
