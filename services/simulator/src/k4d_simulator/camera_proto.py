@@ -1,0 +1,63 @@
+"""CameraModel proto <-> k4d_projection Camera, with violations named by proto paths."""
+
+from __future__ import annotations
+
+import numpy as np
+from kinema4d.v1 import common_pb2
+
+from k4d.errors import FieldViolation, InvalidArgument
+
+# Camera constructor field -> proto path below CameraModel.
+_PROTO_PATH = {"width": "intrinsics.width", "height": "intrinsics.height",
+               "fx": "intrinsics.fx", "fy": "intrinsics.fy", "cx": "intrinsics.cx",
+               "cy": "intrinsics.cy", "distortion": "intrinsics.distortion",
+               "T_cam_from_world": "t_cam_from_world", "T_world_from_base": "t_world_from_base"}
+
+
+def _matrix(msg: common_pb2.Matrix4, field: str) -> np.ndarray:
+    if len(msg.values) != 16:
+        raise InvalidArgument.for_field(field, f"expected 16 values (row-major 4x4), "
+                                               f"got {len(msg.values)}")
+    return np.asarray(msg.values, np.float64).reshape(4, 4)
+
+
+def camera_from_proto(msg: common_pb2.CameraModel, field: str = "camera"):
+    """A validated k4d_projection Camera; InvalidArgument with proto field paths."""
+    from k4d_projection.camera import Camera
+
+    i = msg.intrinsics
+    if not msg.HasField("t_cam_from_world"):
+        raise InvalidArgument.for_field(f"{field}.t_cam_from_world", "required")
+    kwargs = dict(width=int(i.width), height=int(i.height), fx=i.fx, fy=i.fy, cx=i.cx, cy=i.cy,
+                  T_cam_from_world=_matrix(msg.t_cam_from_world, f"{field}.t_cam_from_world"))
+    if msg.HasField("t_world_from_base"):
+        kwargs["T_world_from_base"] = _matrix(msg.t_world_from_base, f"{field}.t_world_from_base")
+    if len(i.distortion):
+        kwargs["distortion"] = tuple(i.distortion)
+    try:
+        return Camera(**kwargs)
+    except InvalidArgument as exc:
+        violations = [FieldViolation(f"{field}.{_PROTO_PATH.get(v.field, v.field)}", v.description)
+                      for v in exc.violations]
+        raise InvalidArgument("invalid camera: " + "; ".join(
+            f"{v.field}: {v.description}" for v in violations), violations) from None
+
+
+def camera_violations(msg: common_pb2.CameraModel, field: str = "camera") -> list[FieldViolation]:
+    try:
+        camera_from_proto(msg, field)
+    except InvalidArgument as exc:
+        return list(exc.violations)
+    return []
+
+
+def camera_to_proto(camera) -> common_pb2.CameraModel:
+    """k4d_projection Camera -> CameraModel."""
+    msg = common_pb2.CameraModel(intrinsics=common_pb2.CameraIntrinsics(
+        width=camera.width, height=camera.height, fx=camera.fx, fy=camera.fy,
+        cx=camera.cx, cy=camera.cy, distortion=list(camera.distortion or ())))
+    msg.t_cam_from_world.values.extend(np.asarray(camera.T_cam_from_world, float).reshape(-1))
+    if camera.T_world_from_base is not None:
+        msg.t_world_from_base.values.extend(
+            np.asarray(camera.T_world_from_base, float).reshape(-1))
+    return msg

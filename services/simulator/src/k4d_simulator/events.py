@@ -1,0 +1,61 @@
+"""The `k4d.sim.*` topics, their payload types and event construction helpers.
+
+Every event is a protobuf message keyed by job id with a `traceparent` header and a
+`k4d-attempt` header (events.proto). The submit path adds `k4d-idempotency-key` so a
+restarted simulator rebuilds its idempotency index by replaying `k4d.sim.requested`.
+"""
+
+from __future__ import annotations
+
+import time
+
+from google.protobuf import timestamp_pb2
+from kinema4d.v1 import events_pb2
+
+TOPIC_REQUESTED = "k4d.sim.requested"
+TOPIC_KINEMATICS = "k4d.sim.kinematics"
+TOPIC_PROJECTED = "k4d.sim.projected"
+TOPIC_COMPLETED = "k4d.sim.completed"
+TOPIC_FAILED = "k4d.sim.failed"
+TOPIC_PROGRESS = "k4d.sim.progress"
+
+PAYLOAD_TYPES = {
+    TOPIC_REQUESTED: events_pb2.SimulationRequested,
+    TOPIC_KINEMATICS: events_pb2.KinematicsCompleted,
+    TOPIC_PROJECTED: events_pb2.ProjectionCompleted,
+    TOPIC_COMPLETED: events_pb2.SimulationCompleted,
+    TOPIC_FAILED: events_pb2.SimulationFailed,
+    TOPIC_PROGRESS: events_pb2.SimulationProgress,
+}
+SIM_TOPICS = tuple(PAYLOAD_TYPES)
+
+HEADER_IDEMPOTENCY_KEY = "k4d-idempotency-key"
+HEADER_ATTEMPT = "k4d-attempt"
+HEADER_TRACEPARENT = "traceparent"
+
+# Pipeline order of the stages; progress never moves backwards through it.
+STAGE_ORDER = {"submit": 0, "kinematics": 1, "projection": 2, "generation": 3}
+
+
+def decode(topic: str, payload: bytes):
+    """Parse an event payload of `topic`; KeyError for a topic that is not a k4d.sim one."""
+    message = PAYLOAD_TYPES[topic]()
+    message.ParseFromString(payload)
+    return message
+
+
+def timestamp_now(now_s: float | None = None) -> timestamp_pb2.Timestamp:
+    ts = timestamp_pb2.Timestamp()
+    ts.FromNanoseconds(int((time.time() if now_s is None else now_s) * 1e9))
+    return ts
+
+
+def header(job_id: str, stage: str, attempt: int = 1, traceparent: str = "",
+           now_s: float | None = None) -> events_pb2.EventHeader:
+    return events_pb2.EventHeader(job_id=job_id, stage=stage, attempt=attempt,
+                                  created_at=timestamp_now(now_s), traceparent=traceparent)
+
+
+def cancel_marker_key(job_id: str) -> str:
+    """Object-store key whose presence tells every stage worker to stop the job (ADR 000)."""
+    return f"jobs/{job_id}/cancel"
