@@ -65,3 +65,10 @@ class Unavailable(K4DError):
 class Cancelled(K4DError):
     grpc_code_name = "CANCELLED"
     cli_exit_code = 1
+
+
+class IntegrityError(K4DError):
+    """Stored bytes do not match their recorded sha256 (corruption or tampering)."""
+
+    grpc_code_name = "DATA_LOSS"
+    cli_exit_code = 1

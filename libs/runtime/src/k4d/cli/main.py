@@ -27,7 +27,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     builtin.register(sub)
     for ep in sorted(entry_points(group="k4d.cli"), key=lambda e: e.name):
-        ep.load()(sub)
+        try:
+            register = ep.load()
+        except ImportError as exc:
+            # One broken or half-installed service must not take every other command down.
+            sys.stderr.write(f"k4d: warning: commands of {ep.name!r} unavailable: {exc}\n")
+            continue
+        register(sub)
     return parser
 
 

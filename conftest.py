@@ -1,0 +1,1 @@
+pytest_plugins = ["k4d.testing.pytest_plugin"]

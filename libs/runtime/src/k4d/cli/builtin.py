@@ -1,0 +1,81 @@
+"""The runtime's own subcommands: `k4d serve <service>` and `k4d up`."""
+
+from __future__ import annotations
+
+import argparse
+from importlib.metadata import entry_points
+
+from k4d.errors import InvalidArgument
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "serve", help="run one service's gRPC server (and optionally its stage worker)",
+        description="Run an installed service (entry point group k4d.services) until SIGTERM. "
+                    "Settings come from K4D_* env vars (docs/configuration.md); flags override them.")
+    p.add_argument("service", help="service name, e.g. kinematics")
+    p.add_argument("--port", type=int, help="gRPC port (default: the service's port, 0 = any free port)")
+    p.add_argument("--host", help="bind address (default 0.0.0.0)")
+    p.add_argument("--metrics-port", type=int, help="Prometheus /metrics port (0 = disabled)")
+    p.add_argument("--worker", action="store_true",
+                   help="also run the service's Kafka stage worker (entry point group k4d.workers)")
+    p.set_defaults(handler=run_serve)
+
+    p = subparsers.add_parser(
+        "up", help="start broker, S3 server and every installed service on loopback",
+        description="Local cluster without Docker/Kubernetes: a Kafka-protocol broker (tansu), "
+                    "an S3 server (moto) and every installed service as subprocesses. "
+                    "Waits until all are healthy, prints their addresses, stops them on Ctrl-C.")
+    p.add_argument("--check", action="store_true",
+                   help="start, check health, print the table, stop; exit 0 only if all were healthy")
+    p.add_argument("--base-port", type=int, default=None,
+                   help="broker=N, S3=N+1, services N+10.., metrics N+30..; 0 = free ports "
+                        "(default: the standard ports of docs/configuration.md)")
+    p.add_argument("--services", help="comma-separated subset of services to start (default: all)")
+    p.add_argument("--no-workers", action="store_true", help="start services without their stage workers")
+    p.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for health (default 90)")
+    p.add_argument("--log-dir", help="where each process writes its log (default: a new temp dir)")
+    p.set_defaults(handler=run_up)
+
+
+def installed(group: str) -> dict[str, object]:
+    return {ep.name: ep for ep in entry_points(group=group)}
+
+
+def _pick(group: str, name: str, field: str):
+    available = installed(group)
+    if name not in available:
+        raise InvalidArgument.for_field(
+            field, f"unknown service {name!r}; installed: {', '.join(sorted(available)) or 'none'}")
+    return available[name].load()
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from k4d.config import load_config
+    from k4d.grpc_server import serve
+
+    config = load_config(service=args.service, grpc_port=args.port, grpc_host=args.host,
+                         metrics_port=args.metrics_port)
+    register = _pick("k4d.services", args.service, "service")
+    workers, closers = [], []
+    if args.worker:
+        from k4d.bus import open_bus
+        from k4d.store import open_store
+
+        build_worker = _pick("k4d.workers", args.service, "--worker")
+        bus, store = open_bus(config), open_store(config=config)
+        closers += [bus.close, store.close]
+        workers.append(build_worker(config, bus, store))
+    try:
+        return serve(config, [register], workers)
+    finally:
+        for close in closers:
+            close()
+
+
+def run_up(args: argparse.Namespace) -> int:
+    from k4d.cli.up import UpOptions, up
+
+    names = [n.strip() for n in args.services.split(",")] if args.services else None
+    return up(UpOptions(check=args.check, base_port=args.base_port, services=names,
+                        workers=not args.no_workers, timeout_s=args.timeout, log_dir=args.log_dir))

@@ -1,0 +1,163 @@
+"""`k4d up`: broker + S3 server + every installed service as loopback subprocesses."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from k4d import local_servers
+from k4d.config import SERVICE_PORTS
+from k4d.errors import FailedPrecondition, InvalidArgument
+
+LOCAL_BUCKET = "k4d"
+STANDARD_BROKER_PORT = 9092
+STANDARD_S3_PORT = 9000
+CHILD_GRACE_S = 10.0
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    check: bool = False
+    base_port: int | None = None
+    services: list[str] | None = None
+    workers: bool = True
+    timeout_s: float = 90.0
+    log_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class PortPlan:
+    broker: int
+    s3: int
+    services: dict[str, tuple[int, int]]  # name -> (grpc, metrics)
+
+
+def plan_ports(base_port: int | None, services: list[str]) -> PortPlan:
+    """Standard ports by default; a block from `base_port`; any free ports for 0."""
+    if base_port is None:
+        extra = {n: (0, 0) for n in services if n not in SERVICE_PORTS}
+        plan = PortPlan(STANDARD_BROKER_PORT, STANDARD_S3_PORT,
+                        {n: SERVICE_PORTS.get(n, (0, 0)) for n in services})
+        if extra:  # a service without a standard port gets free ones
+            plan.services.update({n: (local_servers.free_port(), local_servers.free_port()) for n in extra})
+        return plan
+    if base_port == 0:
+        free = local_servers.free_port
+        return PortPlan(free(), free(), {n: (free(), free()) for n in services})
+    if not 1024 <= base_port <= 65535 - 40:
+        raise InvalidArgument.for_field("--base-port", f"must be 0 or in 1024..65495, got {base_port}")
+    return PortPlan(base_port, base_port + 1,
+                    {n: (base_port + 10 + i, base_port + 30 + i) for i, n in enumerate(services)})
+
+
+def _check_free(plan: PortPlan) -> None:
+    ports = [plan.broker, plan.s3] + [p for pair in plan.services.values() for p in pair]
+    busy = [p for p in ports if p and local_servers.port_open(local_servers.LOOPBACK, p)]
+    if busy:
+        raise FailedPrecondition(f"ports already in use: {busy}; pass --base-port N "
+                                 "(or --base-port 0 for free ports)")
+
+
+def _service_env(name: str, grpc_port: int, metrics_port: int, broker, s3) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({
+        "K4D_GRPC_HOST": local_servers.LOOPBACK, "K4D_GRPC_PORT": str(grpc_port),
+        "K4D_METRICS_PORT": str(metrics_port), "K4D_KAFKA_BOOTSTRAP": broker.address,
+        "K4D_STORE_URI": f"s3://{LOCAL_BUCKET}", "K4D_S3_ENDPOINT": s3.address,
+        "K4D_S3_ACCESS_KEY": s3.info["access_key"], "K4D_S3_SECRET_KEY": s3.info["secret_key"],
+        "K4D_S3_REGION": s3.info["region"], "K4D_S3_SECURE": "0", "OTEL_SERVICE_NAME": name,
+    })
+    return env
+
+
+def _prepare_broker_and_bucket(broker, s3) -> None:
+    """Create every topic (+ DLQs) and the bucket, so services start against a ready cluster."""
+    from k4d.bus import ALL_TOPICS, dlq
+    from k4d.bus.kafka import KafkaBus
+    from k4d.store.s3 import S3Store
+
+    with KafkaBus(broker.address, client_id="k4d-up") as bus:
+        bus.ensure_topics([*ALL_TOPICS, *(dlq(t) for t in ALL_TOPICS)])
+    S3Store(s3.address, LOCAL_BUCKET, access_key=s3.info["access_key"],
+            secret_key=s3.info["secret_key"], region=s3.info["region"]).close()
+
+
+def _print_table(rows: list[tuple[str, str, str, str]]) -> None:
+    header = ("NAME", "KIND", "ADDRESS", "STATUS")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
+    for row in [header, *rows]:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    sys.stdout.flush()
+
+
+def up(options: UpOptions) -> int:
+    from k4d.cli.builtin import installed
+    from k4d.grpc_client import wait_healthy
+
+    available = installed("k4d.services")
+    names = sorted(available) if options.services is None else options.services
+    unknown = [n for n in names if n not in available]
+    if unknown:
+        raise InvalidArgument.for_field(
+            "--services", f"unknown {unknown}; installed: {', '.join(sorted(available)) or 'none'}")
+    with_worker = installed("k4d.workers") if options.workers else {}
+    plan = plan_ports(options.base_port, names)
+    _check_free(plan)
+    log_dir = Path(options.log_dir or tempfile.mkdtemp(prefix="k4d-up-"))
+    print(f"k4d up: logs in {log_dir}", flush=True)
+
+    processes: list[local_servers.ManagedProcess] = []
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        broker = local_servers.start_broker(plan.broker, log_dir=log_dir)
+        processes.append(broker)
+        s3 = local_servers.start_s3_server(plan.s3, log_dir=log_dir)
+        processes.append(s3)
+        _prepare_broker_and_bucket(broker, s3)
+        rows = [("broker", "kafka", broker.address, "healthy"),
+                ("s3", "s3", f"http://{s3.address}", "healthy")]
+
+        services = []
+        for name in names:
+            grpc_port, metrics_port = plan.services[name]
+            argv = [sys.executable, "-m", "k4d.cli.main", "serve", name]
+            if name in with_worker:
+                argv.append("--worker")
+            env = _service_env(name, grpc_port, metrics_port, broker, s3)
+            services.append(local_servers.spawn(name, argv, f"{local_servers.LOOPBACK}:{grpc_port}",
+                                                log_dir, env=env, metrics_port=metrics_port))
+        processes.extend(services)
+        all_healthy = True
+        for service in services:
+            healthy = wait_healthy(service.address, "", options.timeout_s,
+                                   should_abort=lambda s=service: not s.alive() or stop.is_set())
+            all_healthy &= healthy
+            metrics = service.info["metrics_port"]
+            status = "healthy" if healthy else ("exited" if not service.alive() else "unhealthy")
+            rows.append((service.name, "grpc", service.address
+                         + (f"  metrics :{metrics}" if metrics else ""), status))
+            if not healthy:
+                print(f"--- {service.name} log ({service.log_path}) ---\n{service.log_tail()}",
+                      file=sys.stderr)
+        _print_table(rows)
+        if options.check:
+            return 0 if all_healthy else 1
+        print("k4d up: running; Ctrl-C to stop", flush=True)
+        while not stop.wait(0.5):
+            for process in processes:
+                if not process.alive() and not process.info.get("reported"):
+                    process.info["reported"] = True
+                    print(f"k4d up: {process.name} exited with code {process.popen.returncode} "
+                          f"(log: {process.log_path})", file=sys.stderr, flush=True)
+        return 0
+    finally:
+        print("k4d up: stopping", flush=True)
+        local_servers.stop_all(processes, CHILD_GRACE_S)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

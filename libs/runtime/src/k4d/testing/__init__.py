@@ -1,0 +1,1 @@
+"""Test helpers: the pytest plugin with real-server fixtures (k4d.testing.pytest_plugin)."""
