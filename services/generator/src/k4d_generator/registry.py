@@ -1,0 +1,130 @@
+"""Versioned model registry in the object store.
+
+Layout: `models/<name>/<version>/<file>` for every file of a k4d-layout model directory,
+plus `models/<name>/<version>/manifest.json` listing each file's path, size and sha256.
+A version is immutable: publishing over an existing version is refused. Fetching
+verifies every file against the manifest and caches the directory locally.
+
+References: `registry:<name>/<version>` (or `registry:<name>` for the newest version).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from pathlib import Path
+
+from k4d.errors import FailedPrecondition, InvalidArgument, NotFound
+from k4d_generator.checkpoints import K4D_MODEL_FILE
+
+PREFIX = "models"
+MANIFEST = "manifest.json"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _check_name(field: str, value: str) -> str:
+    if not _NAME.match(value or ""):
+        raise InvalidArgument.for_field(field, f"{value!r} must match {_NAME.pattern}")
+    return value
+
+
+def build_manifest(model_dir: Path, name: str, version: str) -> dict:
+    files = []
+    for path in sorted(p for p in model_dir.rglob("*") if p.is_file()):
+        rel = path.relative_to(model_dir).as_posix()
+        files.append({"path": rel, "size_bytes": path.stat().st_size, "sha256": _sha256(path)})
+    return {"name": name, "version": version, "format": "k4d-generator-model",
+            "created_unix": time.time(), "files": files}
+
+
+def publish(store, model_dir: str | Path, name: str, version: str) -> dict:
+    """Upload a k4d-layout model directory as `models/<name>/<version>/`; returns the manifest."""
+    model_dir = Path(model_dir)
+    _check_name("name", name)
+    _check_name("version", version)
+    if not (model_dir / K4D_MODEL_FILE).exists():
+        raise InvalidArgument.for_field("model_dir", f"{model_dir} is not a k4d model directory")
+    prefix = f"{PREFIX}/{name}/{version}"
+    if store.exists(f"{prefix}/{MANIFEST}"):
+        raise FailedPrecondition(f"model {name} version {version} already exists; versions are "
+                                 "immutable")
+    manifest = build_manifest(model_dir, name, version)
+    for entry in manifest["files"]:
+        store.put_file(f"{prefix}/{entry['path']}", model_dir / entry["path"])
+    # The manifest goes last: a version is visible only once all its files are stored.
+    store.put_bytes(f"{prefix}/{MANIFEST}", json.dumps(manifest, indent=2).encode(),
+                    content_type="application/json")
+    return manifest
+
+
+def list_models(store) -> dict[str, list[str]]:
+    """{name: [versions, oldest first]} of published (manifest present) models."""
+    models: dict[str, list[tuple[float, str]]] = {}
+    for key in store.list(f"{PREFIX}/"):
+        parts = key.split("/")
+        if len(parts) == 4 and parts[3] == MANIFEST:
+            manifest = read_manifest(store, parts[1], parts[2])
+            models.setdefault(parts[1], []).append((manifest["created_unix"], parts[2]))
+    return {name: [v for _, v in sorted(vs)] for name, vs in sorted(models.items())}
+
+
+def read_manifest(store, name: str, version: str) -> dict:
+    key = f"{PREFIX}/{name}/{version}/{MANIFEST}"
+    if not store.exists(key):
+        raise NotFound(f"model {name} version {version} not found in the registry")
+    return json.loads(store.get_bytes(key))
+
+
+def fetch(store, name: str, version: str | None, cache_dir: str | Path) -> Path:
+    """Download (or reuse a verified cached copy of) a model version; returns its local dir."""
+    if version is None:
+        versions = list_models(store).get(name)
+        if not versions:
+            raise NotFound(f"model {name} not found in the registry")
+        version = versions[-1]
+    manifest = read_manifest(store, name, version)
+    local = Path(cache_dir) / "registry" / name / version
+    for entry in manifest["files"]:
+        target = local / entry["path"]
+        if target.exists() and target.stat().st_size == entry["size_bytes"] and \
+                _sha256(target) == entry["sha256"]:
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        store.get_file(f"{PREFIX}/{name}/{version}/{entry['path']}", target,
+                       expected_sha256=entry["sha256"])
+    meta_path = local / K4D_MODEL_FILE
+    meta = json.loads(meta_path.read_text())
+    meta.update(name=name, version=version)
+    meta_path.write_text(json.dumps(meta, indent=2))
+    return local
+
+
+def is_registry_ref(ref: str) -> bool:
+    return ref.startswith("registry:")
+
+
+def parse_registry_ref(ref: str) -> tuple[str, str | None]:
+    body = ref[len("registry:"):]
+    name, _, version = body.partition("/")
+    return _check_name("model", name), (_check_name("version", version) if version else None)
+
+
+def resolve_registry_ref(ref: str, store=None, cache_dir: str | Path | None = None) -> Path:
+    """`registry:name[/version]` -> local model directory (store default: K4D_STORE_URI)."""
+    if store is None:
+        from k4d.store import open_store
+
+        store = open_store()
+    name, version = parse_registry_ref(ref)
+    cache = Path(cache_dir) if cache_dir else Path.home() / ".cache" / "k4d" / "generator"
+    return fetch(store, name, version, cache)
