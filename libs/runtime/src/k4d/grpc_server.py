@@ -67,7 +67,8 @@ def create_server(config: Config, register_fns: Iterable[RegisterFn], *,
         futures.ThreadPoolExecutor(max_workers=config.grpc_max_workers, thread_name_prefix="grpc"),
         interceptors=[TracingInterceptor(), MetricsInterceptor(), ErrorMappingInterceptor(),
                       *interceptors],
-        options=server_options(config.grpc_max_message_bytes))
+        # No SO_REUSEPORT: a second server on a busy port must fail, not share it silently.
+        options=[*server_options(config.grpc_max_message_bytes), ("grpc.so_reuseport", 0)])
     state = _Health()
     _HEALTH[server] = state
     health_pb2_grpc.add_HealthServicer_to_server(state.servicer, server)

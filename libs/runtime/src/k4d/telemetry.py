@@ -15,7 +15,8 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from k4d.logs import configure_logging, current_job_id, get_logger, log_context
 
-__all__ = ["configure_logging", "current_job_id", "extract_trace_context", "get_logger",
+__all__ = ["configure_logging", "current_job_id", "exporter_from_config", "extract_trace_context",
+           "get_logger",
            "inject_trace_headers", "log_context", "setup_tracing", "start_metrics_server",
            "tracer"]
 
@@ -41,6 +42,20 @@ def _sdk_provider(service_name: str):
     return provider
 
 
+def exporter_from_config(config):
+    """The span exporter the standard OTEL_* settings ask for, or None (no export)."""
+    choice = (config.otel_traces_exporter or "").lower()
+    if choice == "otlp" or (not choice and config.otel_exporter_otlp_endpoint):
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+        return OTLPSpanExporter(endpoint=config.otel_exporter_otlp_endpoint or None)
+    if choice == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        return ConsoleSpanExporter()
+    return None
+
+
 def setup_tracing(config, span_exporter=None):
     """Install the SDK tracer provider (trace ids in logs even without export) and the
     exporter the config asks for; `span_exporter` (tests) is added with a synchronous
@@ -50,16 +65,9 @@ def setup_tracing(config, span_exporter=None):
     provider = _sdk_provider(config.service_name)
     if span_exporter is not None:
         provider.add_span_processor(SimpleSpanProcessor(span_exporter))
-    choice = (config.otel_traces_exporter or "").lower()
-    if choice == "otlp" or (not choice and config.otel_exporter_otlp_endpoint):
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-
-        endpoint = config.otel_exporter_otlp_endpoint or None
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
-    elif choice == "console":
-        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
-
-        provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
+    configured = exporter_from_config(config)
+    if configured is not None:
+        provider.add_span_processor(BatchSpanProcessor(configured))
     return provider
 
 

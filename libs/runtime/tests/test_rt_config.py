@@ -1,0 +1,50 @@
+import dataclasses
+
+import pytest
+
+from k4d.config import SERVICE_PORTS, Config, load_config
+from k4d.errors import InvalidArgument
+
+
+def test_defaults_without_env():
+    config = load_config(env={})
+    assert config.grpc_port == 0
+    assert config.grpc_max_message_bytes == 64 << 20
+    assert config.kafka_bootstrap == ""  # in-process bus
+    assert config.store_uri.startswith("file://") and config.store_uri.endswith(".k4d/store")
+    assert config.shutdown_grace_s == 20.0
+
+
+def test_service_defaults_then_env_then_overrides():
+    assert load_config("projection", env={}).grpc_port == SERVICE_PORTS["projection"][0]
+    env = {"K4D_GRPC_PORT": "6000", "K4D_METRICS_PORT": "0", "K4D_S3_SECURE": "1",
+           "K4D_KAFKA_BOOTSTRAP": "127.0.0.1:9092", "K4D_STORE_URI": "s3://bucket-a",
+           "K4D_SHUTDOWN_GRACE_S": "2.5", "OTEL_SERVICE_NAME": "kin-a"}
+    config = load_config("kinematics", env=env)
+    assert (config.grpc_port, config.metrics_port, config.s3_secure) == (6000, 0, True)
+    assert config.kafka_bootstrap == "127.0.0.1:9092" and config.store_uri == "s3://bucket-a"
+    assert config.shutdown_grace_s == 2.5 and config.service_name == "kin-a"
+    assert load_config("kinematics", env=env, grpc_port=7000, metrics_port=None).grpc_port == 7000
+
+
+def test_config_is_frozen_and_replace_ignores_none():
+    config = load_config(env={})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.grpc_port = 1
+    assert config.replace(grpc_port=5, log_level=None).grpc_port == 5
+    assert isinstance(config, Config)
+
+
+@pytest.mark.parametrize("var,value,needle", [
+    ("K4D_GRPC_PORT", "abc", "expected an integer"),
+    ("K4D_GRPC_PORT", "-1", "must be >= 0"),
+    ("K4D_S3_SECURE", "maybe", "expected 0 or 1"),
+    ("K4D_STORE_URI", "/tmp/x", "file:///path or s3://bucket"),
+    ("K4D_LOG_LEVEL", "LOUD", "DEBUG/INFO"),
+    ("K4D_WORKER_MAX_ATTEMPTS", "0", "must be >= 1"),
+])
+def test_bad_env_values_name_the_variable(var, value, needle):
+    with pytest.raises(InvalidArgument) as info:
+        load_config(env={var: value})
+    assert info.value.violations[0].field == var
+    assert needle in str(info.value)
