@@ -182,18 +182,23 @@ def _kinematic_tree(robot: UrdfRobot, order: list[str], joint_of: dict[str, Urdf
 
 def _guess_ee_link(robot: UrdfRobot, order: list[str], joint_of: dict[str, UrdfJoint]) -> str:
     """Follow the chain from the root while it does not branch into several moving
-    subtrees; stop at the branch (a hand with two fingers) or at the last moving link."""
+    subtrees; stop at such a branch (a hand with two fingers). Past the last moving
+    joint, follow a single chain of fixed children (a tool frame) to its end."""
     def moves(link: str) -> bool:
         return any(j.type != "fixed" or moves(j.child) for j in robot.children[link])
 
-    link, last_moving = robot.root, robot.root
+    link = robot.root
     while True:
-        moving_children = [j for j in robot.children[link] if j.type != "fixed" or moves(j.child)]
-        if len(moving_children) != 1:
-            return link if moving_children else last_moving
-        link = moving_children[0].child
-        if joint_of[link].type != "fixed":
-            last_moving = link
+        children = robot.children[link]
+        moving_children = [j for j in children if j.type != "fixed" or moves(j.child)]
+        if len(moving_children) > 1:
+            return link
+        if len(moving_children) == 1:
+            link = moving_children[0].child
+        elif len(children) == 1:
+            link = children[0].child
+        else:
+            return link
 
 
 def _chain_joints(link: str, joint_of: dict[str, UrdfJoint], actuated: set[str]) -> list[str]:

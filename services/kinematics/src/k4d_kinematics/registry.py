@@ -1,0 +1,154 @@
+"""User robot bundles in the object store.
+
+`k4d robots register BUNDLE` (or gRPC RegisterRobot) validates a zip/tar of URDF + meshes
+by extracting it safely and building the model, then stores it:
+
+    robots/<name>/bundle         the archive bytes as uploaded
+    robots/<name>/manifest.json  {"name", "urdf", "ee_link", "gripper_joints", "bundle_sha256"}
+
+Loading extracts the bundle once into a local cache directory keyed by its sha256.
+A bundle may carry `robot.json` at its root ({"urdf": "path/in/bundle.urdf", "name":
+..., "ee_link": ..., "gripper_joints": [...]}); without it, the bundle must contain
+exactly one `.urdf` file. Bundles hold plain URDF only: xacro evaluates Python
+expressions and is not run on uploaded files.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+import tempfile
+import uuid
+from pathlib import Path
+
+from k4d.errors import InvalidArgument, NotFound
+
+from .bundles import BundleLimits, remove_tree, safe_extract
+from .model import RobotModel
+from .robots import BUILTIN_ROBOTS, load_robot_file
+
+ROBOT_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+PREFIX = "robots/"
+
+
+def default_cache_dir() -> Path:
+    return Path(tempfile.gettempdir()) / f"k4d-robot-bundles-{os.getuid()}"
+
+
+class RobotRegistry:
+    def __init__(self, store, cache_dir: str | os.PathLike | None = None,
+                 limits: BundleLimits = BundleLimits()):
+        self.store = store
+        self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
+        self.limits = limits
+
+    def names(self) -> list[str]:
+        keys = self.store.list(PREFIX)
+        return sorted({k[len(PREFIX):].split("/")[0] for k in keys if k.endswith("/manifest.json")})
+
+    def register(self, bundle: str | os.PathLike, name: str | None = None) -> RobotModel:
+        """Validate and store a bundle; returns the model. Re-registering a name replaces it."""
+        bundle = Path(bundle)
+        if not bundle.is_file():
+            raise InvalidArgument.for_field("bundle", f"no such file: {bundle}")
+        data = bundle.read_bytes()
+        sha = hashlib.sha256(data).hexdigest()
+        staging = self.cache_dir / f"staging-{uuid.uuid4().hex}"
+        try:
+            safe_extract(bundle, staging, self.limits)
+            meta = _bundle_manifest(staging)
+            robot_name = name or meta.get("name")
+            model = self._build(staging, meta, robot_name or "")
+            robot_name = robot_name or model.name
+            _check_name(robot_name)
+            manifest = {"name": robot_name, "urdf": meta["urdf"], "ee_link": model.ee_link,
+                        "gripper_joints": model.gripper_joints, "bundle_sha256": sha}
+            self.store.put_bytes(f"{PREFIX}{robot_name}/bundle", data)
+            self.store.put_bytes(f"{PREFIX}{robot_name}/manifest.json",
+                                 json.dumps(manifest, indent=2).encode(), "application/json")
+            self._install(staging, sha)
+        finally:
+            remove_tree(staging)
+        return self.load(robot_name)
+
+    def load(self, name: str) -> RobotModel:
+        _check_name(name)
+        key = f"{PREFIX}{name}/manifest.json"
+        if not self.store.exists(key):
+            raise NotFound(f"unknown robot {name!r}; builtin robots: {', '.join(BUILTIN_ROBOTS)}; "
+                           f"registered: {', '.join(self.names()) or 'none'}")
+        manifest = json.loads(self.store.get_bytes(key))
+        sha = manifest["bundle_sha256"]
+        tree = self.cache_dir / sha
+        if not tree.is_dir():
+            self._fetch(name, sha)
+        return _load_cached(str(tree), manifest["urdf"], name, manifest["ee_link"],
+                            tuple(manifest["gripper_joints"]))
+
+    # -------------------------------------------------------------- helpers
+
+    def _build(self, tree: Path, meta: dict, name: str) -> RobotModel:
+        return load_robot_file(tree / meta["urdf"], tree_root=tree, name=name or None,
+                               source=f"store:{name}", ee_link=meta.get("ee_link"),
+                               gripper_joints=meta.get("gripper_joints"), allow_xacro=False)
+
+    def _fetch(self, name: str, sha: str) -> None:
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=self.cache_dir, suffix=".bundle") as handle:
+            self.store.get_file(f"{PREFIX}{name}/bundle", handle.name, expected_sha256=sha)
+            staging = self.cache_dir / f"staging-{uuid.uuid4().hex}"
+            try:
+                safe_extract(handle.name, staging, self.limits)
+                self._install(staging, sha)
+            finally:
+                remove_tree(staging)
+
+    def _install(self, staging: Path, sha: str) -> None:
+        target = self.cache_dir / sha
+        if target.is_dir():
+            return
+        try:
+            staging.rename(target)  # atomic: concurrent loaders see all or nothing
+        except OSError:
+            if not target.is_dir():
+                raise
+
+
+@functools.lru_cache(maxsize=32)
+def _load_cached(tree: str, urdf: str, name: str, ee_link: str, gripper_joints: tuple) -> RobotModel:
+    root = Path(tree)
+    return load_robot_file(root / urdf, tree_root=root, name=name, source=f"store:{name}",
+                           ee_link=ee_link, gripper_joints=list(gripper_joints), allow_xacro=False)
+
+
+def _bundle_manifest(tree: Path) -> dict:
+    manifest_path = tree / "robot.json"
+    if manifest_path.is_file():
+        try:
+            meta = json.loads(manifest_path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise InvalidArgument.for_field("bundle.robot.json", f"invalid JSON: {exc}") from None
+        if not isinstance(meta, dict) or not isinstance(meta.get("urdf"), str):
+            raise InvalidArgument.for_field("bundle.robot.json", 'needs {"urdf": "path.urdf"}')
+        if meta["urdf"].endswith(".xacro"):
+            raise InvalidArgument.for_field("bundle.robot.json.urdf",
+                                            "bundles must hold plain URDF (expand xacro first)")
+        if not (tree / meta["urdf"]).resolve().is_relative_to(tree.resolve()):
+            raise InvalidArgument.for_field("bundle.robot.json.urdf", "path escapes the bundle")
+        return meta
+    urdfs = sorted(str(p.relative_to(tree)) for p in tree.rglob("*.urdf"))
+    if len(urdfs) != 1:
+        raise InvalidArgument.for_field(
+            "bundle", f"expected exactly one .urdf file (or a robot.json naming it), found "
+                      f"{len(urdfs)}: {urdfs[:5]}")
+    return {"urdf": urdfs[0]}
+
+
+def _check_name(name: str) -> None:
+    if not isinstance(name, str) or not ROBOT_NAME.match(name):
+        raise InvalidArgument.for_field("name", f"robot name {name!r} must match {ROBOT_NAME.pattern}")
+    if name in BUILTIN_ROBOTS:
+        raise InvalidArgument.for_field("name", f"{name!r} is a builtin robot name")
