@@ -147,6 +147,10 @@ function toggle(){playing=!playing; document.getElementById("play").textContent=
 document.getElementById("play").addEventListener("click",toggle);
 addEventListener("keydown",e=>{if(e.code==="Space"){e.preventDefault();toggle();}});
 setInterval(()=>{if(playing&&T>1){frame=(frame+1)%T; slider.value=frame; draw();}}, 1000/D.fps);
+// A URL hash such as #yaw=0.6&pitch=0.3&frame=10 opens a given view (handy for links).
+for(const [k,v] of new URLSearchParams(location.hash.slice(1))){
+  if(k==="yaw")yaw=+v; if(k==="pitch")pitch=+v; if(k==="zoom")dist*=+v;
+  if(k==="frame"){frame=Math.max(0,Math.min(T-1,+v)); slider.value=frame;}}
 addEventListener("resize",resize); resize();
 </script></body></html>
 """

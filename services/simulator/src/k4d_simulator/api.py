@@ -1,0 +1,147 @@
+"""SimulatorService: the gRPC front door (thin: validate, publish, read the JobTable).
+
+Submit stores the initial image in the object store (events stay small), publishes
+SimulationRequested on `k4d.sim.requested` (the bus adds the caller's `traceparent`) and
+folds the event into the local table at once, so Get right after Submit finds the job.
+Job state comes only from events (`JobFeed`); nothing here writes a state directly.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+from kinema4d.v1 import common_pb2, events_pb2, simulator_pb2, simulator_pb2_grpc
+
+from k4d.bus import event_headers
+from k4d.errors import InvalidArgument
+from k4d.store import job_key, put_array
+from k4d.tensor_io import from_tensor_data
+from k4d.telemetry import inject_trace_headers
+from k4d_simulator import events as ev
+from k4d_simulator.jobs import JobTable, is_terminal
+from k4d_simulator.validation import validate_spec
+
+S = simulator_pb2.JobState
+WATCH_POLL_S = 1.0
+PRESIGN_EXPIRES_S = 3600
+# SimulationResult TensorRef fields that get a presigned download URL.
+RESULT_REFS = ("rgb", "pointmap", "robot_pointmap", "robot_mask", "robot_rgb", "joints", "poses")
+
+
+def new_job_id() -> str:
+    """URL-safe, sortable by creation second, unique: sim-<unix s hex>-<random>."""
+    return f"sim-{int(time.time()):x}-{uuid.uuid4().hex[:12]}"
+
+
+def current_traceparent() -> str:
+    headers: dict[str, bytes] = {}
+    inject_trace_headers(headers)
+    return headers.get("traceparent", b"").decode()
+
+
+class SimulatorServicer(simulator_pb2_grpc.SimulatorServiceServicer):
+    def __init__(self, bus, store, table: JobTable, *, watch_poll_s: float = WATCH_POLL_S):
+        self.bus, self.store, self.table = bus, store, table
+        self.watch_poll_s = watch_poll_s
+        self._submit_lock = threading.Lock()  # idempotency check + publish is atomic
+
+    # --- Submit --------------------------------------------------------------------
+
+    def Submit(self, request, context):
+        validate_spec(request.spec)
+        key = request.idempotency_key
+        if len(key) > 256:
+            raise InvalidArgument.for_field("idempotency_key", "at most 256 characters")
+        with self._submit_lock:
+            if key:
+                existing = self.table.find_idempotent(key, time.time_ns())
+                if existing is not None:
+                    return simulator_pb2.SubmitResponse(job_id=existing, deduplicated=True)
+            job_id = new_job_id()
+            spec = self._with_stored_image(job_id, request.spec)
+            event = events_pb2.SimulationRequested(
+                header=ev.header(job_id, "submit", traceparent=current_traceparent()), spec=spec)
+            extra = {ev.HEADER_IDEMPOTENCY_KEY: key} if key else {}
+            headers = event_headers(job_id, 1, **extra)
+            self.bus.publish(ev.TOPIC_REQUESTED, job_id, event.SerializeToString(), headers)
+            self.table.apply(ev.TOPIC_REQUESTED, event, extra)
+        return simulator_pb2.SubmitResponse(job_id=job_id, deduplicated=False)
+
+    def _with_stored_image(self, job_id: str, spec):
+        """The spec with its initial image by reference (stored under jobs/<id>/submit/)."""
+        if spec.initial_image.WhichOneof("kind") != "inline":
+            return spec
+        image = from_tensor_data(spec.initial_image, None, "spec.initial_image")
+        ref = put_array(self.store, job_key(job_id, "submit", "initial_image"), image)
+        stored = simulator_pb2.SimulationSpec()
+        stored.CopyFrom(spec)
+        stored.initial_image.ref.CopyFrom(ref.to_proto())
+        return stored
+
+    # --- reading -------------------------------------------------------------------
+
+    def _view(self, job: simulator_pb2.Job) -> simulator_pb2.Job:
+        """The job as clients see it: result refs with presigned URLs."""
+        if job.state == S.JOB_STATE_SUCCEEDED:
+            for name in RESULT_REFS:
+                ref = getattr(job.result, name)
+                if ref.uri and name not in job.result.presigned_urls:
+                    try:
+                        key = self.store.key_for_uri(ref.uri)
+                        job.result.presigned_urls[name] = self.store.presign_get(
+                            key, PRESIGN_EXPIRES_S)
+                    except InvalidArgument:
+                        pass  # a ref into another store: the URI is all we can give
+        return job
+
+    def Get(self, request, context):
+        _require_id(request.job_id)
+        return simulator_pb2.GetResponse(job=self._view(self.table.get(request.job_id)))
+
+    def Watch(self, request, context):
+        _require_id(request.job_id)
+        job, version = self.table.get(request.job_id), self.table.version(request.job_id)
+        yield simulator_pb2.WatchResponse(job=self._view(job))
+        while not is_terminal(job.state) and context.is_active():
+            job, new_version = self.table.wait_for_change(request.job_id, version,
+                                                          self.watch_poll_s)
+            if new_version != version:
+                version = new_version
+                yield simulator_pb2.WatchResponse(job=self._view(job))
+
+    def ListJobs(self, request, context):
+        jobs, token = self.table.list(request.page_size, request.page_token, request.state)
+        return simulator_pb2.ListJobsResponse(jobs=[self._view(j) for j in jobs],
+                                              next_page_token=token)
+
+    # --- Cancel --------------------------------------------------------------------
+
+    def Cancel(self, request, context):
+        """Durable request first (the store marker every stage checks), then: a job no
+        stage has started is cancelled at once by a SimulationFailed{CANCELLED}; a running
+        one is cancelled by the stage that sees the marker. Cancelling a finished job
+        changes nothing."""
+        _require_id(request.job_id)
+        job = self.table.get(request.job_id)
+        if is_terminal(job.state):
+            return simulator_pb2.CancelResponse(job=self._view(job))
+        self.store.put_bytes(ev.cancel_marker_key(request.job_id),
+                             f"cancel requested at {time.time():.3f}\n".encode(), "text/plain")
+        if job.state == S.JOB_STATE_QUEUED:
+            failed = events_pb2.SimulationFailed(
+                header=ev.header(request.job_id, "submit", traceparent=current_traceparent()),
+                error=common_pb2.ErrorInfo(code="CANCELLED", stage="submit",
+                                           message="cancelled before any stage started"))
+            self.bus.publish(ev.TOPIC_FAILED, request.job_id, failed.SerializeToString(),
+                             event_headers(request.job_id, 1))
+            self.table.apply(ev.TOPIC_FAILED, failed)
+        else:
+            self.table.mark_cancel_requested(request.job_id)
+        return simulator_pb2.CancelResponse(job=self._view(self.table.get(request.job_id)))
+
+
+def _require_id(job_id: str) -> None:
+    if not job_id:
+        raise InvalidArgument.for_field("job_id", "required")

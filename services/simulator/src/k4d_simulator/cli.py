@@ -1,0 +1,112 @@
+"""CLI: `k4d simulate` (embedded), `k4d view`, and the cluster commands `k4d submit`,
+`k4d jobs` (against a SimulatorService address)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+DEFAULT_ADDRESS = "127.0.0.1:50054"
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "simulate", help="run a rollout in this process (kinematics -> projection -> generation)",
+        description="Embedded mode: the stage cores run in-process, no servers. Without --model "
+                    "the static-world backend composites the robot onto the unchanged scene "
+                    "(labelled as such everywhere).")
+    _add_spec_arguments(p)
+    p.add_argument("--out", required=True, type=Path, help="output directory")
+    p.add_argument("--fps", type=float, default=24.0, help="video frame rate (default 24)")
+    p.add_argument("--viewer-points", type=int, default=6000,
+                   help="points per frame in viewer.html (default 6000)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(handler=_run_simulate)
+
+    p = subparsers.add_parser("view", help="print (or serve) the 4D viewer of a rollout directory")
+    p.add_argument("dir", type=Path, help="a `k4d simulate` output directory")
+    p.add_argument("--serve", action="store_true",
+                   help="serve the directory on a loopback HTTP server until Ctrl-C")
+    p.add_argument("--port", type=int, default=0, help="port for --serve (default: any free)")
+    p.add_argument("--open", action="store_true", help="also open it in the default browser")
+    p.set_defaults(handler=_run_view)
+
+    p = subparsers.add_parser("submit", help="submit a simulation job to a SimulatorService",
+                              description="Cluster mode: sends the same spec `k4d simulate` runs "
+                                          "to the simulator's gRPC API and prints the job id.")
+    _add_spec_arguments(p)
+    p.add_argument("--address", default=DEFAULT_ADDRESS, help=f"simulator (default {DEFAULT_ADDRESS})")
+    p.add_argument("--idempotency-key", default="", help="resubmitting with it returns the same job")
+    p.add_argument("--wait", action="store_true", help="watch the job until it is terminal")
+    p.set_defaults(handler=_run_submit)
+
+    p = subparsers.add_parser("jobs", help="list simulation jobs, or show / watch one")
+    p.add_argument("job_id", nargs="?", help="show this job (default: list jobs)")
+    p.add_argument("--address", default=DEFAULT_ADDRESS, help=f"simulator (default {DEFAULT_ADDRESS})")
+    p.add_argument("--watch", action="store_true", help="stream updates until terminal")
+    p.add_argument("--state", default="", help="list only jobs in this state (queued, running, "
+                                               "succeeded, failed, cancelled)")
+    p.add_argument("--limit", type=int, default=50, help="jobs to list (default 50)")
+    p.add_argument("--cancel", action="store_true", help="cancel the given job")
+    p.add_argument("--json", action="store_true", help="print jobs as JSON lines")
+    p.set_defaults(handler=_run_jobs)
+
+
+def _add_spec_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--robot", required=True, help="builtin robot name (panda, ur5, ...) or URDF path")
+    p.add_argument("--actions", required=True, type=Path, help="actions JSON (docs/kinematics.md)")
+    p.add_argument("--image", required=True, type=Path, help="initial scene image (PNG/JPEG)")
+    p.add_argument("--camera", required=True, type=Path, help="camera JSON (DESIGN.md form)")
+    p.add_argument("--model", default="", help="model: registry name[/version] or directory; "
+                                               "omitted = static-world")
+    p.add_argument("--steps", type=int, default=0, help="sampler steps (default: the model's)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 42)")
+    p.add_argument("--guidance", type=float, default=0.0, help="guidance scale (default: model's)")
+    p.add_argument("--backend", default="", help="torch (default), onnx, tensorrt, static-world")
+    p.add_argument("--frames", type=int, default=0, help="clip length (default 49)")
+    p.add_argument("--downscale", type=int, default=1,
+                   help="divide image and camera resolution by this integer (quick previews)")
+    p.add_argument("--clip", action="store_true", help="clip out-of-limit joints instead of failing")
+
+
+def _inputs(args):
+    from k4d_simulator.inputs import SimulationInputs
+
+    return SimulationInputs(robot=args.robot, actions=args.actions, image=args.image,
+                            camera=args.camera, model=args.model, steps=args.steps,
+                            seed=args.seed, guidance=args.guidance, backend=args.backend,
+                            frames=args.frames, downscale=args.downscale,
+                            clip_to_limits=args.clip)
+
+
+def _run_simulate(args) -> int:
+    from k4d_simulator.embedded import simulate_to_directory
+
+    paths = simulate_to_directory(_inputs(args), args.out, fps=args.fps,
+                                  viewer_points=args.viewer_points,
+                                  show_progress=not args.no_progress)
+    print(f"outputs in {args.out}:")
+    for name, path in paths.items():
+        print(f"  {name:24s} {path}")
+    return 0
+
+
+def _run_view(args) -> int:
+    from k4d_simulator.view import view_directory
+
+    return view_directory(args.dir, serve=args.serve, port=args.port, open_browser=args.open,
+                          out=sys.stdout)
+
+
+def _run_submit(args) -> int:
+    from k4d_simulator.client import submit_command
+
+    return submit_command(_inputs(args), args.address, args.idempotency_key, args.wait, sys.stdout)
+
+
+def _run_jobs(args) -> int:
+    from k4d_simulator.client import jobs_command
+
+    return jobs_command(args.address, job_id=args.job_id, watch=args.watch, state=args.state,
+                        limit=args.limit, cancel=args.cancel, as_json=args.json, out=sys.stdout)

@@ -1,0 +1,121 @@
+"""Build a SimulationSpec from the files a user has: robot name, actions JSON, initial
+image (PNG/JPEG), camera JSON, optional model and sampling settings.
+
+Used by `k4d simulate` (embedded) and `k4d submit` (cluster): both send the same spec.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from kinema4d.v1 import common_pb2, generator_pb2, simulator_pb2
+
+from k4d.errors import FailedPrecondition, InvalidArgument
+from k4d.tensor_io import to_tensor
+from k4d_simulator.camera_proto import camera_to_proto
+
+
+@dataclass
+class SimulationInputs:
+    robot: str
+    actions: Path
+    image: Path
+    camera: Path
+    model: str = ""           # registry name[/version] or a model directory / URI
+    steps: int = 0
+    seed: int = 0
+    guidance: float = 0.0
+    backend: str = ""
+    frames: int = 0
+    downscale: int = 1        # divide image and camera by this (quick previews, tests)
+    clip_to_limits: bool = False
+
+
+def load_image(path: Path, field: str = "--image") -> np.ndarray:
+    """(H, W, 3) uint8 RGB of an image file (alpha dropped, grey expanded)."""
+    from PIL import Image, UnidentifiedImageError
+
+    if not path.is_file():
+        raise InvalidArgument.for_field(field, f"no such file: {path}")
+    try:
+        with Image.open(path) as img:
+            return np.asarray(img.convert("RGB"), dtype=np.uint8)
+    except (UnidentifiedImageError, OSError) as exc:
+        raise InvalidArgument.for_field(field, f"not a readable image: {exc}") from None
+
+
+def load_camera(path: Path, field: str = "--camera"):
+    from k4d_projection.camera import Camera
+
+    if not path.is_file():
+        raise InvalidArgument.for_field(field, f"no such file: {path}")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidArgument.for_field(field, f"not valid JSON: {exc}") from None
+    return Camera.from_dict(data, field_prefix="camera")
+
+
+def downscale(image: np.ndarray, camera, factor: int):
+    """Shrink image and camera together by an integer factor (pixel centres kept:
+    c' = (c + 0.5) / k - 0.5)."""
+    if factor == 1:
+        return image, camera
+    if factor < 1:
+        raise InvalidArgument.for_field("--downscale", "must be >= 1")
+    from PIL import Image
+
+    from k4d_projection.camera import Camera
+
+    h, w = image.shape[0] // factor, image.shape[1] // factor
+    small = np.asarray(Image.fromarray(image).resize((w, h), Image.Resampling.BOX), np.uint8)
+    scaled = Camera(width=w, height=h, fx=camera.fx / factor, fy=camera.fy / factor,
+                    cx=(camera.cx + 0.5) / factor - 0.5, cy=(camera.cy + 0.5) / factor - 0.5,
+                    T_cam_from_world=camera.T_cam_from_world, distortion=camera.distortion,
+                    T_world_from_base=camera.T_world_from_base)
+    return small, scaled
+
+
+def load_actions(path: Path, field: str = "--actions"):
+    """The actions JSON file -> ActionSequence proto, through the kinematics package's
+    own reader (the format is documented in docs/kinematics.md)."""
+    if not path.is_file():
+        raise InvalidArgument.for_field(field, f"no such file: {path}")
+    try:
+        from k4d_kinematics import actions as kin_actions
+    except ImportError as exc:
+        raise FailedPrecondition(
+            f"reading {path} needs `k4d_kinematics.actions` (the actions JSON reader), which "
+            f"is not importable: {exc}") from None
+    return kin_actions.load_actions_proto(path)
+
+
+def model_ref(text: str) -> common_pb2.ModelRef:
+    """`name`, `name/version`, a directory path, or a URI (s3://, file://)."""
+    if not text:
+        return common_pb2.ModelRef()
+    if "://" in text:
+        return common_pb2.ModelRef(uri=text)
+    if Path(text).exists():
+        return common_pb2.ModelRef(uri=str(Path(text).resolve()))
+    name, _, version = text.partition("/")
+    return common_pb2.ModelRef(name=name, version=version)
+
+
+def build_spec(inputs: SimulationInputs) -> simulator_pb2.SimulationSpec:
+    image = load_image(inputs.image)
+    camera = load_camera(inputs.camera)
+    image, camera = downscale(image, camera, inputs.downscale)
+    return simulator_pb2.SimulationSpec(
+        robot=common_pb2.RobotRef(name=inputs.robot),
+        actions=load_actions(inputs.actions),
+        camera=camera_to_proto(camera),
+        initial_image=common_pb2.TensorData(inline=to_tensor(image)),
+        model=model_ref(inputs.model),
+        sampling=generator_pb2.SamplingParams(num_steps=inputs.steps, seed=inputs.seed,
+                                              guidance_scale=inputs.guidance,
+                                              backend=inputs.backend),
+        num_frames=inputs.frames, clip_to_limits=inputs.clip_to_limits)

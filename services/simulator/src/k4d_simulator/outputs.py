@@ -1,0 +1,134 @@
+"""Files of a finished rollout in an output directory (what `k4d simulate` writes).
+
+    rgb.mp4                 generated RGB video
+    pointmap.npz            pointmap (T, H, W, 3) float32 first-frame camera frame,
+                            mask (T, H, W) bool (valid points), rgb (T, H, W, 3) uint8
+    robot.npz               the robot condition: link_names, joint_names, joints, poses,
+                            depth, pointmap, mask, link_id, rgb
+    pointmap_k4d.mp4/.json  the Kinema4D 8-bit pointmap video + per-frame centre/scale
+    summary.json            inputs, model, seed, per-stage timings
+    viewer.html             self-contained 4D point-cloud player
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from k4d.errors import FailedPrecondition
+from k4d.tensor_io import save_npz
+
+RGB_VIDEO = "rgb.mp4"
+POINTMAP_NPZ = "pointmap.npz"
+ROBOT_NPZ = "robot.npz"
+POINTMAP_VIDEO = "pointmap_k4d.mp4"
+POINTMAP_VIDEO_META = "pointmap_k4d.json"
+SUMMARY_JSON = "summary.json"
+VIEWER_HTML = "viewer.html"
+ROBOT_NPZ_KEYS = ("link_names", "joint_names", "joints", "poses", "depth", "pointmap", "mask",
+                  "link_id", "rgb")
+
+
+def write_video(path: str | os.PathLike, frames: np.ndarray, fps: float = 24.0) -> Path:
+    """(T, H, W, 3) uint8 -> H.264 mp4 (yuv420p, plays everywhere). Written to a temp name
+    and renamed, so a reader never sees half a file."""
+    import imageio.v3 as iio
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.mp4")
+    frames = np.ascontiguousarray(frames, dtype=np.uint8)
+    # yuv420p needs even sizes; pad by one edge pixel instead of resampling.
+    pad_h, pad_w = frames.shape[1] % 2, frames.shape[2] % 2
+    if pad_h or pad_w:
+        frames = np.pad(frames, ((0, 0), (0, pad_h), (0, pad_w), (0, 0)), mode="edge")
+    iio.imwrite(tmp, frames, extension=".mp4", fps=fps, codec="libx264", macro_block_size=1,
+                pixelformat="yuv420p", output_params=["-crf", "18", "-preset", "veryfast"])
+    os.replace(tmp, path)
+    return path
+
+
+def read_video(path: str | os.PathLike) -> np.ndarray:
+    """(T, H, W, 3) uint8 frames of a video file."""
+    import imageio.v3 as iio
+
+    return np.asarray(iio.imread(Path(path), index=None))
+
+
+def write_json(path: str | os.PathLike, data: dict) -> Path:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=_json_default) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def _json_default(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def write_pointmap_npz(path, pointmap: np.ndarray, mask: np.ndarray, rgb: np.ndarray) -> Path:
+    return save_npz(path, {"pointmap": pointmap.astype(np.float32), "mask": mask.astype(bool),
+                           "rgb": rgb.astype(np.uint8)})
+
+
+def write_robot_npz(path, arrays: dict[str, np.ndarray]) -> Path:
+    missing = [k for k in ROBOT_NPZ_KEYS if k not in arrays]
+    if missing:
+        raise ValueError(f"robot condition lacks {missing}")
+    return save_npz(path, {k: arrays[k] for k in ROBOT_NPZ_KEYS})
+
+
+def world_point_mask(pointmap: np.ndarray) -> np.ndarray:
+    """(T, H, W) bool: pixels with a point (finite, in front of the camera)."""
+    return np.all(np.isfinite(pointmap), axis=-1) & (pointmap[..., 2] > 0)
+
+
+def write_pointmap_video(out_dir: Path, pointmap: np.ndarray, mask: np.ndarray,
+                         fps: float) -> tuple[Path, Path]:
+    """The Kinema4D 8-bit pointmap video + its per-frame centre/scale metadata, through
+    the projection package's codec (the one format definition in the repo)."""
+    try:
+        from k4d_projection import codecs
+    except ImportError as exc:
+        raise FailedPrecondition(
+            "writing the 8-bit pointmap video needs `k4d_projection.codecs`, which is not "
+            f"importable: {exc}") from None
+    frames, metadata = codecs.encode_kinema4d_8bit(pointmap, mask)
+    video = write_video(out_dir / POINTMAP_VIDEO, frames, fps)
+    meta = write_json(out_dir / POINTMAP_VIDEO_META, metadata)
+    return video, meta
+
+
+def write_rollout(out_dir: str | os.PathLike, result, summary: dict, *, fps: float = 24.0,
+                  viewer_points: int = 6000, focal_px: float | None = None) -> dict[str, Path]:
+    """Write every output file of an EmbeddedResult; returns name -> path."""
+    from k4d_simulator.viewer import write_viewer
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    gen = result.generation
+    mask = world_point_mask(gen.pointmap)
+    paths = {
+        "rgb_video": write_video(out / RGB_VIDEO, gen.rgb, fps),
+        "pointmap": write_pointmap_npz(out / POINTMAP_NPZ, gen.pointmap, mask, gen.rgb),
+        "robot": write_robot_npz(out / ROBOT_NPZ, result.robot_arrays()),
+    }
+    paths["pointmap_video"], paths["pointmap_video_metadata"] = write_pointmap_video(
+        out, gen.pointmap, mask, fps)
+    title = "Kinema4D rollout" + (" (STATIC-WORLD, not generated)" if gen.static_world else "")
+    info = {"model": summary["model"]["id"], "robot": summary["inputs"]["robot"],
+            "frames": gen.rgb.shape[0], "seed": summary["seed"]}
+    paths["viewer"] = write_viewer(out / VIEWER_HTML, gen.rgb, gen.pointmap, mask, title=title,
+                                   static_world=gen.static_world, info=info, fps=fps / 2,
+                                   max_points=viewer_points, focal_px=focal_px)
+    summary = dict(summary, outputs={k: p.name for k, p in paths.items()})
+    paths["summary"] = write_json(out / SUMMARY_JSON, summary)
+    return paths

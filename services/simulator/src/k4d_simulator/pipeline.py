@@ -1,0 +1,249 @@
+"""The embedded pipeline: kinematics -> projection -> generation in one process.
+
+`run_embedded(spec, store, progress)` calls the stage cores directly (no servers, no
+bus), in the order the cluster runs them, with the timing of every stage and
+cancellation checked between stages (and between sampler steps inside generation).
+`StageCores` holds what is expensive to build and reusable across jobs: loaded
+robots' renderers and loaded generator pipelines.
+
+Without a model the generator's static-world backend composites the robot onto the
+unchanged scene; results say so (`static_world=True`, model "static-world").
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from kinema4d.v1 import common_pb2, simulator_pb2
+
+from k4d.errors import Cancelled, FailedPrecondition
+from k4d.tensor_io import from_tensor_data
+from k4d_simulator.camera_proto import camera_from_proto
+from k4d_simulator.validation import DEFAULT_NUM_FRAMES, validate_spec
+
+ProgressFn = Callable[[common_pb2.Progress], None]
+CancelFn = Callable[[], bool]
+STATIC_WORLD = "static-world"
+STAGES = ("kinematics", "projection", "generation")
+
+
+@dataclass
+class KinematicsOutput:
+    """joints (T, J) float64; poses (T, L, 4, 4) float64 T_base_from_link."""
+
+    joint_names: list[str]
+    link_names: list[str]
+    joints: np.ndarray
+    poses: np.ndarray
+    failed_frames: int = 0
+
+
+@dataclass
+class ProjectionOutput:
+    """The robot condition, pixel-aligned with the image: depth (T, H, W) float32,
+    pointmap (T, H, W, 3) float32 camera frame, mask (T, H, W) bool, link_id (T, H, W)
+    int16 (-1 background), rgb (T, H, W, 3) uint8 shaded robot on black."""
+
+    depth: np.ndarray
+    pointmap: np.ndarray
+    mask: np.ndarray
+    link_id: np.ndarray
+    rgb: np.ndarray
+
+
+@dataclass
+class GenerationOutput:
+    """rgb (T, H, W, 3) uint8; pointmap (T, H, W, 3) float32 in the first frame's camera,
+    metres when `metric`; model: name/version/variant/...; static_world flags the
+    composite backend."""
+
+    rgb: np.ndarray
+    pointmap: np.ndarray
+    metric: bool
+    model: dict[str, Any]
+    seed: int
+    static_world: bool
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class EmbeddedResult:
+    kinematics: KinematicsOutput
+    projection: ProjectionOutput
+    generation: GenerationOutput
+    image: np.ndarray  # (H, W, 3) uint8 initial image
+    stage_seconds: dict[str, float]
+
+    def robot_arrays(self) -> dict[str, np.ndarray]:
+        """robot.npz content (DESIGN.md keys)."""
+        k, p = self.kinematics, self.projection
+        return {"link_names": np.array(k.link_names), "joint_names": np.array(k.joint_names),
+                "joints": k.joints, "poses": k.poses, "depth": p.depth, "pointmap": p.pointmap,
+                "mask": p.mask, "link_id": p.link_id, "rgb": p.rgb}
+
+
+class StageCores:
+    """Caches of the stage cores shared by many jobs of one process (not thread-safe
+    across concurrent builds of the same entry; the embedded mode runs jobs in order)."""
+
+    def __init__(self, render_engine: str = "open3d", device: str = "cpu",
+                 cache_dir: str | None = None):
+        self.render_engine, self.device, self.cache_dir = render_engine, device, cache_dir
+        self._renderers: dict[str, Any] = {}
+        self._pipelines: dict[tuple, Any] = {}
+
+    def robot(self, name: str, store=None):
+        from k4d_kinematics.robots import load_robot
+
+        return load_robot(name, store) if store is not None else load_robot(name)
+
+    def renderer(self, model):
+        from k4d_projection.renderer import RobotRenderer
+
+        key = model.name
+        if key not in self._renderers:
+            self._renderers[key] = RobotRenderer.from_robot(model, engine=self.render_engine)
+        return self._renderers[key]
+
+    def generator(self, model_ref: common_pb2.ModelRef, sampling, store=None,
+                  clip: tuple[int, int, int] | None = None):
+        """A loaded Kinema4DPipeline for the model (cached per model and backend)."""
+        from k4d_generator.pipeline import Kinema4DPipeline
+
+        ref = model_ref.uri or (f"registry:{model_ref.name}/{model_ref.version}"
+                                if model_ref.version else f"registry:{model_ref.name}")
+        backend = sampling.backend or "torch"
+        key = (ref, backend, sampling.precision, clip)
+        if key not in self._pipelines:
+            kwargs = {}
+            if clip is not None:
+                kwargs.update(num_frames=clip[0], height=clip[1], width=clip[2])
+            self._pipelines[key] = Kinema4DPipeline.from_pretrained(
+                ref, backend=backend, precision=sampling.precision or None, device=self.device,
+                cache_dir=self.cache_dir, store=store, **kwargs)
+        return self._pipelines[key]
+
+
+def _robot_name(spec: simulator_pb2.SimulationSpec) -> str:
+    source = spec.robot.WhichOneof("source")
+    return getattr(spec.robot, source)
+
+
+def run_kinematics(spec: simulator_pb2.SimulationSpec, cores: StageCores,
+                   store=None) -> KinematicsOutput:
+    """Actions -> joint trajectory (IK for end-effector actions) -> full-tree FK."""
+    try:
+        from k4d_kinematics import actions as kin_actions
+    except ImportError as exc:
+        raise FailedPrecondition(
+            "the kinematics stage core `k4d_kinematics.actions` (actions -> joint trajectory) "
+            f"is not installed or not importable: {exc}") from None
+    from k4d_kinematics.fk import forward_kinematics
+
+    model = cores.robot(_robot_name(spec), store)
+    num_frames = spec.num_frames or DEFAULT_NUM_FRAMES
+    trajectory = kin_actions.solve_action_proto(model, spec.actions, num_frames=num_frames,
+                                                clip_to_limits=spec.clip_to_limits, store=store)
+    joints = np.asarray(trajectory.joints, np.float64)
+    poses = getattr(trajectory, "poses", None)
+    if poses is None:
+        poses = forward_kinematics(model, joints)
+    success = np.asarray(getattr(trajectory, "success", np.ones(len(joints), bool)))
+    return KinematicsOutput(list(model.joint_names), list(model.link_names), joints,
+                            np.asarray(poses, np.float64), int((~success).sum()))
+
+
+def run_projection(spec: simulator_pb2.SimulationSpec, kin: KinematicsOutput,
+                   cores: StageCores, store=None) -> ProjectionOutput:
+    """Ray-cast every link into the camera: the robot condition."""
+    camera = camera_from_proto(spec.camera, "spec.camera")
+    model = cores.robot(_robot_name(spec), store)
+    rendered = cores.renderer(model).render(
+        kin.poses, camera, outputs=("depth", "mask", "link_id", "pointmap", "rgb"))
+    return ProjectionOutput(rendered.depth, rendered.pointmap, rendered.mask, rendered.link_id,
+                            rendered.rgb)
+
+
+def run_generation(spec: simulator_pb2.SimulationSpec, image: np.ndarray,
+                   robot: ProjectionOutput, cores: StageCores, store=None,
+                   progress: ProgressFn | None = None,
+                   cancelled: CancelFn | None = None) -> GenerationOutput:
+    """The world's reaction: the real sampler for a model, static-world without one."""
+    sampling = spec.sampling
+    seed = int(sampling.seed) if sampling.seed else 42
+
+    def on_step(done: int, total: int) -> None:
+        if progress is not None:
+            progress(common_pb2.Progress(stage="generation", step=done, total=total,
+                                         message="sampling"))
+
+    if sampling.backend == STATIC_WORLD or not (spec.model.name or spec.model.uri):
+        return _static_world(spec, image, robot, seed, on_step)
+    T, H, W = robot.mask.shape
+    pipeline = cores.generator(spec.model, sampling, store, clip=(T, H, W))
+    result = pipeline(image, robot.rgb, robot.pointmap, robot.mask,
+                      num_steps=sampling.num_steps or None, seed=seed,
+                      guidance=sampling.guidance_scale or None,
+                      scheduler=sampling.scheduler or None, shift=sampling.shift or None,
+                      callback=on_step, should_cancel=cancelled)
+    meta = result.metadata
+    return GenerationOutput(result.rgb, result.pointmap,
+                            metric=meta.get("pointmap_units") == "metres",
+                            model={**meta.get("model", {}), "model_id": meta.get("model_id", "")},
+                            seed=seed, static_world=False, metadata=meta)
+
+
+def _static_world(spec: simulator_pb2.SimulationSpec, image: np.ndarray,
+                  robot: ProjectionOutput, seed: int,
+                  on_step: Callable[[int, int], None]) -> GenerationOutput:
+    try:
+        from k4d_generator.static_world import StaticWorldGenerator
+    except ImportError as exc:
+        raise FailedPrecondition(
+            "no model given and the generator's static-world backend "
+            f"(`k4d_generator.static_world`) is not importable: {exc}") from None
+    i = spec.camera.intrinsics
+    result = StaticWorldGenerator()(image, robot.rgb, robot.pointmap, robot.mask,
+                                    intrinsics=(i.fx, i.fy, i.cx, i.cy), seed=seed)
+    on_step(1, 1)
+    return GenerationOutput(result.rgb, result.pointmap,
+                            metric=result.metadata.get("pointmap_units") == "metres",
+                            model={"name": STATIC_WORLD, "version": "", "variant": STATIC_WORLD},
+                            seed=seed, static_world=True, metadata=dict(result.metadata))
+
+
+def load_initial_image(spec: simulator_pb2.SimulationSpec, store=None) -> np.ndarray:
+    return from_tensor_data(spec.initial_image, store, "spec.initial_image")
+
+
+def run_embedded(spec: simulator_pb2.SimulationSpec, store=None,
+                 progress: ProgressFn | None = None, *, cores: StageCores | None = None,
+                 cancelled: CancelFn | None = None) -> EmbeddedResult:
+    """Run the three stages in process. progress: called with stage progress (every stage
+    reports 0/1 at its start and 1/1 at its end; generation also per sampler step).
+    cancelled: polled between stages and sampler steps; raises Cancelled when true."""
+    validate_spec(spec)
+    cores = cores or StageCores()
+    report = progress or (lambda _p: None)
+    seconds: dict[str, float] = {}
+    image = load_initial_image(spec, store)
+
+    def stage(name: str, fn):
+        if cancelled is not None and cancelled():
+            raise Cancelled(f"cancelled before the {name} stage")
+        report(common_pb2.Progress(stage=name, step=0, total=1, message="started"))
+        start = time.perf_counter()
+        out = fn()
+        seconds[name] = time.perf_counter() - start
+        report(common_pb2.Progress(stage=name, step=1, total=1, message="done"))
+        return out
+
+    kin = stage("kinematics", lambda: run_kinematics(spec, cores, store))
+    proj = stage("projection", lambda: run_projection(spec, kin, cores, store))
+    gen = stage("generation", lambda: run_generation(spec, image, proj, cores, store, report,
+                                                     cancelled))
+    return EmbeddedResult(kin, proj, gen, image, seconds)

@@ -1,0 +1,28 @@
+"""`k4d serve simulator`: the SimulatorService plus its JobFeed (entry point k4d.services)."""
+
+from __future__ import annotations
+
+from kinema4d.v1 import simulator_pb2, simulator_pb2_grpc
+
+from k4d.bus import open_bus
+from k4d.store import open_store
+from k4d_simulator.api import SimulatorServicer
+from k4d_simulator.feed import JobFeed
+from k4d_simulator.jobs import JobTable
+
+SERVICE_NAME = simulator_pb2.DESCRIPTOR.services_by_name["SimulatorService"].full_name
+
+
+def build_servicer(config, bus=None, store=None) -> tuple[SimulatorServicer, JobFeed]:
+    """The servicer and its started feed (own bus/store from config unless given)."""
+    bus = bus or open_bus(config)
+    store = store or open_store(config=config)
+    table = JobTable()
+    feed = JobFeed(bus, table).start()
+    return SimulatorServicer(bus, store, table), feed
+
+
+def register_service(server, config) -> list[str]:
+    servicer, _feed = build_servicer(config)
+    simulator_pb2_grpc.add_SimulatorServiceServicer_to_server(servicer, server)
+    return [SERVICE_NAME]

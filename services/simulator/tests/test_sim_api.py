@@ -1,0 +1,217 @@
+"""SimulatorService over a real gRPC channel, with the in-process bus and a local store.
+
+Stage events are published on the bus exactly as the stage workers publish them (the
+contract of events.proto); the table must follow them."""
+
+import threading
+import time
+
+import grpc
+import numpy as np
+import pytest
+from kinema4d.v1 import (
+    common_pb2,
+    events_pb2,
+    generator_pb2,
+    kinematics_pb2,
+    simulator_pb2,
+    simulator_pb2_grpc,
+)
+
+from k4d.bus import InProcessBus, dlq, event_headers
+from k4d.config import Config
+from k4d.grpc_client import field_violations
+from k4d.grpc_server import create_server
+from k4d.store import LocalStore, put_array
+from k4d.tensor_io import to_tensor
+from k4d_simulator import events as ev
+from k4d_simulator.api import SimulatorServicer
+from k4d_simulator.feed import JobFeed
+from k4d_simulator.jobs import JobTable
+
+S = simulator_pb2.JobState
+
+
+def make_spec(height=48, width=72):
+    values = np.tile([0.4, 0.0, 0.4, 1.0, 0.0, 0.0, 0.0], (3, 1))
+    camera = common_pb2.CameraModel(intrinsics=common_pb2.CameraIntrinsics(
+        width=width, height=height, fx=60, fy=60, cx=(width - 1) / 2, cy=(height - 1) / 2))
+    camera.t_cam_from_world.values.extend(np.eye(4).reshape(-1))
+    return simulator_pb2.SimulationSpec(
+        robot=common_pb2.RobotRef(name="panda"),
+        actions=kinematics_pb2.ActionSequence(
+            type=kinematics_pb2.ACTION_TYPE_EE_ABSOLUTE,
+            rotation=kinematics_pb2.ROTATION_FORMAT_QUATERNION_XYZW,
+            values=common_pb2.TensorData(inline=to_tensor(values))),
+        camera=camera,
+        initial_image=common_pb2.TensorData(
+            inline=to_tensor(np.full((height, width, 3), 100, np.uint8))),
+        sampling=generator_pb2.SamplingParams(num_steps=2))
+
+
+@pytest.fixture
+def service(tmp_path):
+    bus, store, table = InProcessBus(), LocalStore(tmp_path / "store"), JobTable()
+    feed = JobFeed(bus, table, poll_timeout_s=0.05).start()
+    servicer = SimulatorServicer(bus, store, table, watch_poll_s=0.05)
+
+    def register(server, config):
+        simulator_pb2_grpc.add_SimulatorServiceServicer_to_server(servicer, server)
+        return ["kinema4d.v1.SimulatorService"]
+
+    server, port = create_server(Config(grpc_host="127.0.0.1", grpc_port=0), [register])
+    server.start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    yield simulator_pb2_grpc.SimulatorServiceStub(channel), bus, store, table, feed
+    channel.close()
+    server.stop(0)
+    feed.stop()
+
+
+def publish_stage_events(bus, store, job_id: str, *, complete: bool = True, repeat: int = 1):
+    """What the three stage workers publish for one job (completions possibly repeated,
+    as a redelivered stage would)."""
+    ref = put_array(store, f"jobs/{job_id}/generation/rgb", np.zeros((2, 4, 4, 3), np.uint8))
+    h = lambda stage: ev.header(job_id, stage)  # noqa: E731
+    bus.publish(ev.TOPIC_KINEMATICS, job_id, events_pb2.KinematicsCompleted(
+        header=h("kinematics")).SerializeToString(), event_headers(job_id))
+    bus.publish(ev.TOPIC_PROJECTED, job_id, events_pb2.ProjectionCompleted(
+        header=h("projection")).SerializeToString(), event_headers(job_id))
+    if complete:
+        done = events_pb2.SimulationCompleted(header=h("generation"),
+                                              result=simulator_pb2.SimulationResult(
+                                                  rgb=ref.to_proto(), rgb_video_uri="x.mp4"))
+        for _ in range(repeat):
+            bus.publish(ev.TOPIC_COMPLETED, job_id, done.SerializeToString(),
+                        event_headers(job_id))
+
+
+def wait_state(stub, job_id, state, timeout_s=5.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        job = stub.Get(simulator_pb2.GetRequest(job_id=job_id)).job
+        if job.state == state:
+            return job
+        time.sleep(0.02)
+    raise AssertionError(f"{job_id} not {S.Name(state)}: {job}")
+
+
+def test_submit_publishes_request_with_stored_image_and_trace(service, span_exporter):
+    stub, bus, store, table, _ = service
+    job_id = stub.Submit(simulator_pb2.SubmitRequest(spec=make_spec())).job_id
+    consumer = bus.consumer(ev.TOPIC_REQUESTED, "test-reader")
+    (message,) = consumer.poll(1.0)
+    event = events_pb2.SimulationRequested.FromString(message.value)
+    assert message.key == job_id.encode() and event.header.job_id == job_id
+    assert event.spec.initial_image.WhichOneof("kind") == "ref"
+    assert event.spec.initial_image.ref.uri.endswith(f"jobs/{job_id}/submit/initial_image")
+    assert message.header("traceparent") and event.header.traceparent
+    assert stub.Get(simulator_pb2.GetRequest(job_id=job_id)).job.state == S.JOB_STATE_QUEUED
+
+
+def test_job_lifecycle_watch_and_duplicate_completions(service):
+    stub, bus, store, table, _ = service
+    job_id = stub.Submit(simulator_pb2.SubmitRequest(spec=make_spec())).job_id
+    updates = []
+    watcher = threading.Thread(target=lambda: updates.extend(
+        u.job for u in stub.Watch(simulator_pb2.WatchRequest(job_id=job_id))))
+    watcher.start()
+    time.sleep(0.1)
+    publish_stage_events(bus, store, job_id, repeat=3)
+    watcher.join(10)
+    assert not watcher.is_alive()
+    states = [u.state for u in updates]
+    assert states[0] == S.JOB_STATE_QUEUED and states[-1] == S.JOB_STATE_SUCCEEDED
+    assert states.count(S.JOB_STATE_SUCCEEDED) == 1
+    job = updates[-1]
+    assert job.result.presigned_urls["rgb"].startswith("file://")
+    time.sleep(0.2)
+    assert table.counts(job_id) == (3, 3)  # three completion events, one completion seen
+
+
+def test_idempotency_key_returns_the_same_job(service):
+    stub, *_ = service
+    first = stub.Submit(simulator_pb2.SubmitRequest(spec=make_spec(), idempotency_key="k1"))
+    again = stub.Submit(simulator_pb2.SubmitRequest(spec=make_spec(), idempotency_key="k1"))
+    other = stub.Submit(simulator_pb2.SubmitRequest(spec=make_spec(), idempotency_key="k2"))
+    assert again.job_id == first.job_id and again.deduplicated and not first.deduplicated
+    assert other.job_id != first.job_id
+
+
+def test_bad_request_is_invalid_argument_with_field_violations(service):
+    stub, *_ = service
+    spec = make_spec()
+    spec.ClearField("robot")
+    spec.camera.intrinsics.width = 100  # no longer the image's size
+    with pytest.raises(grpc.RpcError) as exc:
+        stub.Submit(simulator_pb2.SubmitRequest(spec=spec))
+    assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    fields = {v.field for v in field_violations(exc.value)}
+    assert {"spec.robot", "spec.initial_image"} <= fields
+
+
+def test_unknown_job_is_not_found(service):
+    stub, *_ = service
+    with pytest.raises(grpc.RpcError) as exc:
+        stub.Get(simulator_pb2.GetRequest(job_id="sim-nope"))
+    assert exc.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_cancel_queued_job_is_immediate_and_running_job_gets_marker(service):
+    stub, bus, store, table, _ = service
+    queued = stub.Submit(simulator_pb2.SubmitRequest(spec=make_spec())).job_id
+    job = stub.Cancel(simulator_pb2.CancelRequest(job_id=queued)).job
+    assert job.state == S.JOB_STATE_CANCELLED and job.cancel_requested
+    assert store.exists(ev.cancel_marker_key(queued))
+    running = stub.Submit(simulator_pb2.SubmitRequest(spec=make_spec())).job_id
+    publish_stage_events(bus, store, running, complete=False)
+    wait_state(stub, running, S.JOB_STATE_RUNNING)
+    job = stub.Cancel(simulator_pb2.CancelRequest(job_id=running)).job
+    assert job.state == S.JOB_STATE_RUNNING and job.cancel_requested
+    assert store.exists(ev.cancel_marker_key(running))
+
+
+def test_dead_letter_becomes_a_failed_event_naming_the_stage(service):
+    stub, bus, store, table, _ = service
+    job_id = stub.Submit(simulator_pb2.SubmitRequest(spec=make_spec())).job_id
+    headers = event_headers(job_id, 3)
+    headers.update({"k4d-error": b"RuntimeError: ray caster exploded",
+                    "k4d-error-type": b"RuntimeError"})
+    bus.publish(dlq(ev.TOPIC_KINEMATICS), job_id, b"original bytes", headers)
+    job = wait_state(stub, job_id, S.JOB_STATE_FAILED)
+    assert job.error.stage == "projection" and job.error.code == "INTERNAL"
+    assert "ray caster exploded" in job.error.message
+    consumer = bus.consumer(ev.TOPIC_FAILED, "test-failed-reader")
+    (message,) = consumer.poll(1.0)
+    assert events_pb2.SimulationFailed.FromString(message.value).error.stage == "projection"
+
+
+def test_restarted_simulator_rebuilds_state_by_replay(service):
+    stub, bus, store, table, _ = service
+    done = stub.Submit(simulator_pb2.SubmitRequest(spec=make_spec(), idempotency_key="r")).job_id
+    publish_stage_events(bus, store, done)
+    wait_state(stub, done, S.JOB_STATE_SUCCEEDED)
+    fresh = JobTable()
+    feed = JobFeed(bus, fresh, poll_timeout_s=0.05).start()
+    try:
+        deadline = time.monotonic() + 5
+        while (done not in fresh or fresh.get(done).state != S.JOB_STATE_SUCCEEDED) \
+                and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert fresh.get(done) == table.get(done)
+        assert fresh.find_idempotent("r", time.time_ns()) == done
+    finally:
+        feed.stop()
+
+
+def test_list_jobs_pages(service):
+    stub, *_ = service
+    ids = [stub.Submit(simulator_pb2.SubmitRequest(spec=make_spec())).job_id for _ in range(5)]
+    seen, token = [], ""
+    while True:
+        page = stub.ListJobs(simulator_pb2.ListJobsRequest(page_size=2, page_token=token))
+        seen += [j.job_id for j in page.jobs]
+        token = page.next_page_token
+        if not token:
+            break
+    assert sorted(seen) == sorted(ids) and len(seen) == 5
