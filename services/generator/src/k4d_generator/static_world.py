@@ -1,0 +1,81 @@
+"""`static-world` generator: used when no trained model is given.
+
+It does NOT generate dynamics. Each output frame is the unchanged initial image with
+the robot render composited where the robot mask is set; the pointmap is a flat
+fronto-parallel plane standing for the scene (at a depth behind the robot) with the
+robot's own points composited on top. Every result says so in its metadata
+(`generator: "static-world"`, `generated: false`) so nobody mistakes it for a model's
+prediction. Same call signature as `Kinema4DPipeline`, plus the camera intrinsics.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from k4d.errors import InvalidArgument
+from k4d_generator.pipeline import GenerationResult, RobotCondition
+
+STATIC_WORLD_NOTE = ("static-world: the initial image with the robot render composited; the "
+                     "scene does not react. Not a model prediction.")
+
+
+def plane_depth(robot_pointmap: np.ndarray, robot_mask: np.ndarray, default_m: float = 1.5
+                ) -> float:
+    """Depth of the stand-in scene plane: behind the robot (98th percentile of the robot's
+    depth + 20%), or `default_m` when the robot is not in view."""
+    depths = robot_pointmap[..., 2][robot_mask]
+    depths = depths[depths > 0]
+    return float(np.percentile(depths, 98) * 1.2) if depths.size else default_m
+
+
+def plane_pointmap(height: int, width: int, fx: float, fy: float, cx: float, cy: float,
+                   depth_m: float) -> np.ndarray:
+    """(H, W, 3) float32 camera-frame points of the plane z = depth_m (OpenCV pinhole)."""
+    v, u = np.mgrid[0:height, 0:width].astype(np.float32)
+    return np.stack([(u - cx) / fx * depth_m, (v - cy) / fy * depth_m,
+                     np.full_like(u, depth_m)], axis=-1).astype(np.float32)
+
+
+class StaticWorldGenerator:
+    """Composites the robot condition onto the unchanged initial scene."""
+
+    name = "static-world"
+
+    def __call__(self, image: np.ndarray, robot_rgb: np.ndarray, robot_pointmap: np.ndarray,
+                 robot_mask: np.ndarray, intrinsics: tuple[float, float, float, float],
+                 scene_depth_m: float | None = None, seed: int = 0, **_ignored
+                 ) -> GenerationResult:
+        """image (H, W, 3) uint8; robot_* (T, H, W, ...); intrinsics (fx, fy, cx, cy) pixels."""
+        started = time.perf_counter()
+        robot = RobotCondition(robot_rgb, robot_pointmap, robot_mask)
+        self.check_inputs(image, robot, intrinsics)
+        fx, fy, cx, cy = (float(v) for v in intrinsics)
+        height, width = image.shape[:2]
+        depth = scene_depth_m if scene_depth_m is not None else plane_depth(robot_pointmap,
+                                                                            robot_mask)
+        mask = robot_mask[..., None]
+        rgb = np.where(mask, robot_rgb, image[None]).astype(np.uint8)
+        plane = plane_pointmap(height, width, fx, fy, cx, cy, depth)
+        pointmap = np.where(mask, robot_pointmap, plane[None]).astype(np.float32)
+        metadata = {"generator": self.name, "generated": False, "note": STATIC_WORLD_NOTE,
+                    "backend": {"backend": self.name}, "seed": int(seed),
+                    "scene_plane_depth_m": depth, "pointmap_units": "metres",
+                    "timings_s": {"total": time.perf_counter() - started}}
+        return GenerationResult(rgb, pointmap, metadata)
+
+    @staticmethod
+    def check_inputs(image: np.ndarray, robot: RobotCondition, intrinsics) -> None:
+        if not (isinstance(image, np.ndarray) and image.dtype == np.uint8 and image.ndim == 3
+                and image.shape[2] == 3):
+            raise InvalidArgument.for_field("image", "must be an (H, W, 3) uint8 array")
+        t = robot.rgb.shape[0] if isinstance(robot.rgb, np.ndarray) and robot.rgb.ndim == 4 else 0
+        if t < 1:
+            raise InvalidArgument.for_field("robot_rgb", "must be a (T, H, W, 3) uint8 array")
+        from k4d_generator.pipeline import Kinema4DPipeline
+
+        Kinema4DPipeline._check_robot("robot", robot, (t, *image.shape[:2]))
+        if len(intrinsics) != 4 or not all(np.isfinite(v) for v in intrinsics) \
+                or intrinsics[0] <= 0 or intrinsics[1] <= 0:
+            raise InvalidArgument.for_field("intrinsics", "must be (fx, fy, cx, cy), fx, fy > 0")
