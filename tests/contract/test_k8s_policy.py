@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from k4d.bus.topics import ALL_TOPICS
 from k4d.config import ENV_VARS, SERVICE_PORTS, load_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -224,12 +225,15 @@ def test_generator_startup_probe_allows_slow_model_loads():
 
 @pytest.mark.parametrize("kustomization", OVERLAYS)
 def test_termination_grace_covers_prestop_and_the_drain(kustomization):
+    """k4d.grpc_server.serve on SIGTERM: health NOT_SERVING, then up to K4D_SHUTDOWN_GRACE_S
+    for the worker to finish and commit, then server.stop(K4D_SHUTDOWN_GRACE_S)."""
     docs = _render(kustomization)
-    drain_s = float(_config(docs)["K4D_SHUTDOWN_GRACE_S"])
+    grace_s = float(_config(docs)["K4D_SHUTDOWN_GRACE_S"])
     for deployment in _kind(docs, "Deployment"):
         pod = deployment["spec"]["template"]["spec"]
-        pre_stop = pod["containers"][0].get("lifecycle", {}).get("preStop", {}).get("sleep", {})
-        budget = pre_stop.get("seconds", 0) + drain_s
+        pre_stop = pod["containers"][0]["lifecycle"]["preStop"]["sleep"]["seconds"]
+        assert pre_stop >= 3, "endpoint removal needs a few seconds to propagate"
+        budget = pre_stop + 2 * grace_s
         assert pod["terminationGracePeriodSeconds"] >= budget + 5, tool.resource_id(deployment)
 
 
@@ -325,8 +329,10 @@ def test_services_and_monitors_select_real_pods_and_ports(kustomization):
 
 
 def _event_topics() -> list[str]:
+    """The topics of events.proto's header, plus any the runtime names (k4d.bus.topics)."""
     header = (REPO / "proto" / "kinema4d" / "v1" / "events.proto").read_text()
-    return re.findall(r"^//\s+(k4d\.[a-z.]+)\s+\w+", header, re.M)
+    topics = re.findall(r"^//\s+(k4d\.[a-z.]+)\s+\w+", header, re.M)
+    return sorted(set(topics) | set(ALL_TOPICS))
 
 
 @pytest.mark.parametrize("kustomization", OVERLAYS)
