@@ -38,6 +38,9 @@ class IKOptions:
     stall_iterations: int = 5
     max_restarts: int = 200  # random restarts per frame after the seeded attempt
     timeout_s: float = 0.5  # per frame, checked between attempts
+    # Trajectory frames after the first: restarts jump between IK branches anyway, so an
+    # unreachable stretch of a trajectory should not cost timeout_s per frame.
+    trajectory_timeout_s: float = 0.05
     rotation_weight: float = 0.2  # metres per radian in the cost
     random_seed: int = 0  # restarts are reproducible
 
@@ -86,7 +89,9 @@ def solve_ik(model: RobotModel, targets: np.ndarray, *, link: str | None = None,
     x_warm = x_seed
     for t in range(T):
         start = time.perf_counter()
-        x, ok, pos_err, rot_err, iterations, restarts = frame_solver.solve(targets[t], x_warm, t)
+        timeout = options.trajectory_timeout_s if mode == "trajectory" and t else options.timeout_s
+        x, ok, pos_err, rot_err, iterations, restarts = frame_solver.solve(targets[t], x_warm, t,
+                                                                           timeout)
         result.solve_time_s[t] = time.perf_counter() - start
         xs[t] = x
         result.success[t], result.position_error[t], result.rotation_error[t] = ok, pos_err, rot_err
@@ -104,9 +109,9 @@ class _OurFrameSolver:
         self.workspace = ChainWorkspace(chain)
         self.weights = np.array([1.0] * 3 + [options.rotation_weight ** 2] * 3)
 
-    def solve(self, T_target: np.ndarray, x0: np.ndarray, frame: int):
+    def solve(self, T_target: np.ndarray, x0: np.ndarray, frame: int, timeout_s: float):
         opts, chain = self.options, self.chain
-        deadline = time.perf_counter() + opts.timeout_s
+        deadline = time.perf_counter() + timeout_s
         best = solve_one(self.workspace, T_target, x0, self.settings)
         iterations, restarts = best[4], 0
         rng = np.random.default_rng((opts.random_seed, frame))
@@ -132,8 +137,8 @@ class IkpyFrameSolver:
         self.chain, self.options = chain, options
         self.ikpy_chain, self.active = _build_ikpy_chain(model, chain)
 
-    def solve(self, T_target: np.ndarray, x0: np.ndarray, frame: int):
-        del frame
+    def solve(self, T_target: np.ndarray, x0: np.ndarray, frame: int, timeout_s: float):
+        del frame, timeout_s  # ikpy runs one scipy optimisation per frame
         full = np.zeros(len(self.ikpy_chain.links))
         full[self.active] = np.clip(x0, self.chain.lower, self.chain.upper)
         solution = self.ikpy_chain.inverse_kinematics_frame(
