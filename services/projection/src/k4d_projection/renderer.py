@@ -1,0 +1,257 @@
+"""Exact robot rendering by ray casting: depth, pointmap, mask, link id, normals and a
+shaded robot-only RGB image per frame.
+
+Design (measured, see docs/projection.md): one static ray-casting scene per link,
+built once in the LINK frame. Per frame, pixel rays are moved into each link's
+frame (a rigid transform, which keeps hit distances unchanged) and only rays that
+can meet the link's projected convex hull are cast; a z-buffer keeps the nearest
+hit. Rebuilding one scene of posed triangles per frame costs ~60 ms of BVH build
+per frame for the Panda and was 10x slower.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from k4d.errors import InvalidArgument, ResourceExhausted
+
+from k4d_projection.camera import Camera, invert_rigid
+from k4d_projection.engines import make_link_scene
+from k4d_projection.meshes import LinkMesh, build_link_meshes
+from k4d_projection.rays import PixelGrid
+
+OUTPUTS = ("depth", "mask", "link_id", "pointmap", "pointmap_world", "normals", "rgb")
+DEFAULT_OUTPUTS = ("depth", "mask", "link_id", "pointmap", "normals", "rgb")
+DEFAULT_MEMORY_BUDGET_BYTES = 4 << 30
+_OUTPUT_BYTES_PER_PIXEL = {"depth": 4, "mask": 1, "link_id": 2, "pointmap": 12,
+                           "pointmap_world": 12, "normals": 12, "rgb": 3}
+_WORK_BYTES_PER_PIXEL = 4 + 2 + 4  # z-buffer, link buffer, primitive buffer
+_RAY_CHUNK = 1 << 21  # rays per cast call: bounds the transient ray buffers (~100 MB)
+_AMBIENT = 0.3  # headlight lambert: rgb = colour * (ambient + (1 - ambient) * cos)
+
+
+@dataclass
+class RenderResult:
+    """Per-frame images; T frames of H x W. Arrays not requested are None.
+
+    depth (T, H, W) float32 metres along the optical axis, 0 off the robot;
+    mask (T, H, W) bool; link_id (T, H, W) int16, -1 background;
+    pointmap / pointmap_world (T, H, W, 3) float32 camera / world frame, 0 off the robot;
+    normals (T, H, W, 3) float32 camera frame, unit, facing the camera, 0 off the robot;
+    rgb (T, H, W, 3) uint8 lambert-shaded robot on black.
+    """
+
+    depth: np.ndarray
+    mask: np.ndarray
+    link_id: np.ndarray
+    pointmap: np.ndarray | None = None
+    pointmap_world: np.ndarray | None = None
+    normals: np.ndarray | None = None
+    rgb: np.ndarray | None = None
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Requested outputs by NPZ key."""
+        return {k: getattr(self, k) for k in OUTPUTS if getattr(self, k) is not None}
+
+
+def estimate_bytes(num_frames: int, height: int, width: int, outputs) -> int:
+    pixels = int(num_frames) * int(height) * int(width)
+    per_pixel = _WORK_BYTES_PER_PIXEL + sum(_OUTPUT_BYTES_PER_PIXEL[o] for o in set(outputs))
+    return pixels * per_pixel + _RAY_CHUNK * 64
+
+
+class RobotRenderer:
+    """Link meshes + their acceleration structures for one robot; build once, reuse for
+    every frame and request (thread-safe: scenes are immutable after construction)."""
+
+    def __init__(self, link_names, geometries, engine: str = "open3d"):
+        self.link_names = list(link_names)
+        self.engine = engine
+        self.link_meshes: list[LinkMesh] = build_link_meshes(geometries, len(self.link_names))
+        self._scenes = [make_link_scene(engine, m.vertices, m.faces) for m in self.link_meshes]
+        # One table of every link's triangles: the z-buffer stores a global triangle id,
+        # so normals and colours come out of one gather.
+        counts = [len(m.faces) for m in self.link_meshes]
+        self._face_offset = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32)
+        self._face_normals = np.concatenate([m.face_normals for m in self.link_meshes]
+                                            or [np.zeros((0, 3), np.float32)])
+        self._face_rgb = np.concatenate([m.face_rgb for m in self.link_meshes]
+                                        or [np.zeros((0, 3), np.float32)])
+
+    @classmethod
+    def from_robot(cls, model, collision: bool = False, engine: str = "open3d"):
+        """From a kinematics `RobotModel` (visual meshes unless `collision`)."""
+        geometries = model.collisions if collision else model.visuals
+        return cls(model.link_names, geometries, engine=engine)
+
+    @property
+    def num_triangles(self) -> int:
+        return sum(len(m.faces) for m in self.link_meshes)
+
+    def render(self, poses: np.ndarray, camera: Camera, outputs=DEFAULT_OUTPUTS,
+               memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES) -> RenderResult:
+        """poses: (T, L, 4, 4) T_base_from_link (FK output); camera: extrinsics map the
+        base (or world, with camera.T_world_from_base) frame into the camera."""
+        # 1. check inputs
+        outputs = self._check_outputs(outputs)
+        poses = self._check_poses(poses)
+        T, H, W = poses.shape[0], camera.height, camera.width
+        need = estimate_bytes(T, H, W, outputs)
+        if need > memory_budget_bytes:
+            raise ResourceExhausted(
+                f"rendering {T} frames at {W}x{H} needs ~{need / 2**20:.0f} MiB, over the "
+                f"memory budget of {memory_budget_bytes / 2**20:.0f} MiB; render fewer frames "
+                "per request or a smaller image")
+        # 2. cast every link's rays and keep the nearest hit per pixel
+        grid = PixelGrid(camera)
+        T_cam_from_link = camera.T_cam_from_base[None, None] @ poses  # (T, L, 4, 4)
+        zbuf, link_buf, prim_buf = self._zbuffer(grid, T_cam_from_link)
+        # 3. assemble the requested images
+        return self._assemble(grid, camera, T_cam_from_link, zbuf, link_buf, prim_buf,
+                              outputs, (T, H, W))
+
+    # ---- steps ------------------------------------------------------------------
+    def _check_outputs(self, outputs) -> set[str]:
+        outputs = set(outputs)
+        unknown = sorted(outputs - set(OUTPUTS))
+        if unknown:
+            raise InvalidArgument.for_field("outputs", f"unknown outputs {unknown}; "
+                                            f"choose from {list(OUTPUTS)}")
+        return outputs
+
+    def _check_poses(self, poses) -> np.ndarray:
+        poses = np.asarray(poses, dtype=np.float64)
+        L = len(self.link_names)
+        if poses.ndim != 4 or poses.shape[1:] != (L, 4, 4) or poses.shape[0] < 1:
+            raise InvalidArgument.for_field(
+                "poses", f"expected shape (T, {L}, 4, 4) for the {L} links of this robot, "
+                f"got {poses.shape}")
+        if not np.all(np.isfinite(poses)):
+            raise InvalidArgument.for_field("poses", "contains NaN or infinite values")
+        R = poses[..., :3, :3]
+        ortho = np.abs(np.swapaxes(R, -1, -2) @ R - np.eye(3)).max(axis=(-1, -2))
+        bad = np.argwhere((ortho > 1e-4) | (np.linalg.det(R) < 0))
+        if len(bad):
+            t, link = bad[0]
+            raise InvalidArgument.for_field(
+                f"poses[{t}][{link}]", f"link '{self.link_names[link]}' pose is not a rigid "
+                "transform")
+        return poses
+
+    def _zbuffer(self, grid: PixelGrid, T_cam_from_link: np.ndarray):
+        """Nearest hit per pixel over all links: (z (N,) float32 inf = miss, link (N,) int16,
+        global triangle id (N,) int32) with N = T * H * W."""
+        T = T_cam_from_link.shape[0]
+        n_pixels = T * grid.width * grid.height
+        zbuf = np.full(n_pixels, np.inf, np.float32)
+        link_buf = np.full(n_pixels, -1, np.int16)
+        prim_buf = np.zeros(n_pixels, np.int32)
+        T_link_from_cam = invert_rigid(T_cam_from_link).astype(np.float32)
+        for mesh, scene, face_offset in zip(self.link_meshes, self._scenes, self._face_offset,
+                                            strict=True):
+            link = mesh.link_index
+            hull_cam = np.matmul(mesh.hull_vertices[None],
+                                 np.swapaxes(T_cam_from_link[:, link, :3, :3], 1, 2)) \
+                + T_cam_from_link[:, link, None, :3, 3]  # (T, K, 3)
+            pixels, counts = grid.candidate_pixels(hull_cam)
+            # Cast in chunks of whole frames to bound the transient ray buffers.
+            frame_end = np.cumsum(counts)
+            t0 = 0
+            while t0 < T:
+                start = frame_end[t0] - counts[t0]
+                t1 = max(int(np.searchsorted(frame_end, start + _RAY_CHUNK, "right")), t0 + 1)
+                chunk = pixels[start:frame_end[t1 - 1]]
+                if len(chunk):
+                    rays = self._link_rays(grid, T_link_from_cam[t0:t1, link], chunk,
+                                           counts[t0:t1])
+                    self._cast_and_merge(scene, link, face_offset, rays, chunk,
+                                         zbuf, link_buf, prim_buf)
+                t0 = t1
+        return zbuf, link_buf, prim_buf
+
+    @staticmethod
+    def _link_rays(grid: PixelGrid, T_link_from_cam: np.ndarray, pixels: np.ndarray,
+                   counts: np.ndarray) -> np.ndarray:
+        """Rays (N, 6) float32 in the link frame for flat pixel indices of consecutive
+        frames (`counts` per frame, T_link_from_cam (t, 4, 4) float32)."""
+        hw = grid.width * grid.height
+        rays = np.empty((len(pixels), 6), np.float32)
+        rays[:, :3] = np.repeat(T_link_from_cam[:, :3, 3], counts, axis=0)
+        directions = grid.directions[pixels % hw]
+        end = np.cumsum(counts)
+        for t in np.flatnonzero(counts):
+            a, b = end[t] - counts[t], end[t]
+            np.matmul(directions[a:b], T_link_from_cam[t, :3, :3].T, out=rays[a:b, 3:])
+        return rays
+
+    @staticmethod
+    def _cast_and_merge(scene, link_index, face_offset, rays, idx, zbuf, link_buf, prim_buf):
+        t_hit, prim = scene.cast(rays)
+        hit = np.flatnonzero(t_hit < zbuf[idx])  # inf (miss) never wins
+        where = idx[hit]
+        zbuf[where] = t_hit[hit]
+        link_buf[where] = link_index
+        prim_buf[where] = prim[hit] + face_offset
+
+    def _assemble(self, grid, camera, T_cam_from_link, zbuf, link_buf, prim_buf, outputs,
+                  shape) -> RenderResult:
+        T, H, W = shape
+        hw = H * W
+        mask = np.isfinite(zbuf)
+        depth = np.where(mask, zbuf, np.float32(0.0))
+        result = RenderResult(depth=depth.reshape(T, H, W), mask=mask.reshape(T, H, W),
+                              link_id=link_buf.reshape(T, H, W))
+        hit_idx = np.flatnonzero(mask)
+        pixel = hit_idx % hw
+        directions = grid.directions[pixel]  # (M, 3), z == 1
+        p_cam = directions * zbuf[hit_idx, None]
+        if "pointmap" in outputs:
+            result.pointmap = _scatter(hit_idx, p_cam, (T, H, W, 3))
+        if "pointmap_world" in outputs:
+            T_world_from_cam = invert_rigid(camera.T_cam_from_world)
+            p_world = p_cam @ T_world_from_cam[:3, :3].T.astype(np.float32) \
+                + T_world_from_cam[:3, 3].astype(np.float32)
+            result.pointmap_world = _scatter(hit_idx, p_world, (T, H, W, 3))
+        if "normals" in outputs or "rgb" in outputs:
+            normals, rgb_linear = self._surface(grid, hit_idx, link_buf, prim_buf, T_cam_from_link,
+                                                directions, hw)
+            if "normals" in outputs:
+                result.normals = _scatter(hit_idx, normals, (T, H, W, 3))
+            if "rgb" in outputs:
+                rgb = np.clip(np.rint(rgb_linear * 255.0), 0, 255).astype(np.uint8)
+                result.rgb = _scatter(hit_idx, rgb, (T, H, W, 3))
+        if "depth" not in outputs:
+            result.depth = None
+        if "mask" not in outputs:
+            result.mask = None
+        if "link_id" not in outputs:
+            result.link_id = None
+        return result
+
+    def _surface(self, grid, hit_idx, link_buf, prim_buf, T_cam_from_link, directions, hw):
+        """Camera-frame unit normals facing the camera and lambert-shaded colour per hit."""
+        triangle = prim_buf[hit_idx]
+        colour = self._face_rgb[triangle]
+        n_link = self._face_normals[triangle]
+        T, L = T_cam_from_link.shape[:2]
+        # Rotate each hit's normal by its (frame, link) rotation: 9 gathers from a tiny
+        # table beat a batched (M, 3, 3) einsum by ~2x.
+        R_rows = np.ascontiguousarray(
+            T_cam_from_link[..., :3, :3].reshape(T * L, 9).T.astype(np.float32))  # (9, T*L)
+        frame_link = (hit_idx // hw) * L + link_buf[hit_idx]
+        normals = np.empty_like(n_link)
+        for i in range(3):
+            normals[:, i] = (np.take(R_rows[3 * i], frame_link) * n_link[:, 0]
+                             + np.take(R_rows[3 * i + 1], frame_link) * n_link[:, 1]
+                             + np.take(R_rows[3 * i + 2], frame_link) * n_link[:, 2])
+        cos = np.einsum("ij,ij->i", normals, directions) * grid.inverse_norm[hit_idx % hw]
+        normals *= np.where(cos > 0, np.float32(-1.0), np.float32(1.0))[:, None]
+        shade = _AMBIENT + (1.0 - _AMBIENT) * np.abs(cos)
+        return normals, colour * shade[:, None]
+
+
+def _scatter(flat_idx: np.ndarray, values: np.ndarray, shape) -> np.ndarray:
+    out = np.zeros((int(np.prod(shape[:-1])), shape[-1]), values.dtype)
+    out[flat_idx] = values
+    return out.reshape(shape)
