@@ -24,30 +24,39 @@ from .transforms import skew
 
 @dataclass(frozen=True, eq=False)
 class FKPlan:
-    """Per-model constants for FK (L = links, tree order)."""
+    """Per-model constants for FK (L = links in tree order, M = links below a moving joint)."""
 
     parent: tuple  # (L,) python ints: cheap to index in the hot loop
-    kind: tuple  # (L,) JOINT_* codes
-    q_index: tuple
-    multiplier: np.ndarray  # (L,)
-    offset: np.ndarray  # (L,)
+    moving_slot: tuple  # (L,) index into the M moving links, -1 below a fixed joint
     T_origin: np.ndarray  # (L, 4, 4)
-    R_origin: np.ndarray  # (L, 3, 3)
-    R_origin_K: np.ndarray  # (L, 3, 3) R_o @ K (revolute)
-    R_origin_K2: np.ndarray  # (L, 3, 3) R_o @ K @ K (revolute)
-    axis_parent: np.ndarray  # (L, 3) R_o @ axis (prismatic direction in the parent frame)
+    moving: np.ndarray  # (M,) link indices
+    q_index: np.ndarray  # (M,) actuated joint driving each moving link
+    multiplier: np.ndarray  # (M,)
+    offset: np.ndarray  # (M,)
+    R_origin: np.ndarray  # (M, 3, 3)
+    R_origin_K: np.ndarray  # (M, 3, 3) R_o @ K (revolute; zero for prismatic)
+    R_origin_K2: np.ndarray  # (M, 3, 3) R_o @ K @ K (revolute; zero for prismatic)
+    t_origin: np.ndarray  # (M, 3)
+    slide: np.ndarray  # (M, 3) R_o @ axis for prismatic joints, zero for revolute
 
 
 @functools.lru_cache(maxsize=64)
 def fk_plan(tree: KinematicTree) -> FKPlan:
-    K = skew(tree.axis)
-    R_o = tree.T_parent_from_joint[:, :3, :3]
+    moving = np.flatnonzero(tree.joint_type != JOINT_FIXED)
+    revolute = (tree.joint_type[moving] == JOINT_REVOLUTE)[:, None, None]
+    prismatic = (tree.joint_type[moving] == JOINT_PRISMATIC)[:, None]
+    K = skew(tree.axis[moving])
+    R_o = tree.T_parent_from_joint[moving, :3, :3]
+    slot = np.full(len(tree.parent), -1)
+    slot[moving] = np.arange(len(moving))
     return FKPlan(
-        parent=tuple(int(p) for p in tree.parent), kind=tuple(int(k) for k in tree.joint_type),
-        q_index=tuple(int(i) for i in tree.q_index), multiplier=np.asarray(tree.q_multiplier),
-        offset=np.asarray(tree.q_offset), T_origin=np.asarray(tree.T_parent_from_joint),
-        R_origin=R_o.copy(), R_origin_K=R_o @ K, R_origin_K2=R_o @ K @ K,
-        axis_parent=np.einsum("lij,lj->li", R_o, tree.axis))
+        parent=tuple(int(p) for p in tree.parent), moving_slot=tuple(int(s) for s in slot),
+        T_origin=np.asarray(tree.T_parent_from_joint), moving=moving,
+        q_index=tree.q_index[moving], multiplier=tree.q_multiplier[moving],
+        offset=tree.q_offset[moving], R_origin=R_o.copy(),
+        R_origin_K=np.where(revolute, R_o @ K, 0.0), R_origin_K2=np.where(revolute, R_o @ K @ K, 0.0),
+        t_origin=tree.T_parent_from_joint[moving, :3, 3].copy(),
+        slide=np.where(prismatic, np.einsum("mij,mj->mi", R_o, tree.axis[moving]), 0.0))
 
 
 def forward_kinematics(model: RobotModel, joints: np.ndarray) -> np.ndarray:
@@ -67,29 +76,26 @@ def forward_kinematics(model: RobotModel, joints: np.ndarray) -> np.ndarray:
 
 
 def link_poses(plan: FKPlan, q: np.ndarray) -> np.ndarray:
-    """(T, J) -> (L, T, 4, 4) T_base_from_link; link-major so each step writes contiguously."""
-    T = q.shape[0]
-    L = len(plan.parent)
+    """(T, J) -> (L, T, 4, 4) T_base_from_link; link-major so each step writes contiguously.
+
+    All joint motions are computed at once (M x T), then one batched 4x4 product per link
+    walks the tree."""
+    T, L = q.shape[0], len(plan.parent)
+    value = (q[:, plan.q_index] * plan.multiplier + plan.offset).T  # (M, T)
+    s = np.sin(value)[..., None, None]
+    c = (1.0 - np.cos(value))[..., None, None]
+    local = np.empty((len(plan.moving), T, 4, 4))
+    local[:, :, :3, :3] = (plan.R_origin[:, None] + s * plan.R_origin_K[:, None]
+                           + c * plan.R_origin_K2[:, None])
+    local[:, :, :3, 3] = plan.t_origin[:, None] + value[..., None] * plan.slide[:, None]
+    local[:, :, 3] = (0.0, 0.0, 0.0, 1.0)
     world = np.empty((L, T, 4, 4))
     world[0] = np.eye(4)
-    local = np.zeros((T, 4, 4))
-    local[:, 3, 3] = 1.0
     for i in range(1, L):
-        kind, parent = plan.kind[i], plan.parent[i]
-        if kind == JOINT_FIXED:
-            np.matmul(world[parent], plan.T_origin[i], out=world[i])
-            continue
-        value = q[:, plan.q_index[i]] * plan.multiplier[i] + plan.offset[i]
-        if kind == JOINT_REVOLUTE:
-            s = np.sin(value)[:, None, None]
-            c = (1.0 - np.cos(value))[:, None, None]
-            local[:, :3, :3] = plan.R_origin[i] + s * plan.R_origin_K[i] + c * plan.R_origin_K2[i]
-            local[:, :3, 3] = plan.T_origin[i, :3, 3]
-        elif kind == JOINT_PRISMATIC:
-            local[:, :3, :3] = plan.R_origin[i]
-            local[:, :3, 3] = plan.T_origin[i, :3, 3] + value[:, None] * plan.axis_parent[i]
-        np.matmul(world[parent], local, out=world[i])
+        slot = plan.moving_slot[i]
+        np.matmul(world[plan.parent[i]], plan.T_origin[i] if slot < 0 else local[slot],
+                  out=world[i])
     return world
 
 
-__all__ = ["FKPlan", "JOINT_REVOLUTE", "fk_plan", "forward_kinematics", "link_poses"]
+__all__ = ["FKPlan", "fk_plan", "forward_kinematics", "link_poses"]
