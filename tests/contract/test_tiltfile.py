@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import starlark_go
-
 from k4d.config import SERVICE_PORTS
 
 REPO = Path(__file__).resolve().parents[2]
