@@ -166,8 +166,7 @@ def _load_transformer(config: dict[str, Any], state: dict[str, torch.Tensor],
     with init_empty_weights(include_buffers=False):
         model = Kinema4DTransformer3DModel(**config)
     expected = model.state_dict()
-    state = {k: v.to(dtype) for k, v in state.items()
-             if not any(s in k for s in _WAN_KEYS_IGNORED)}
+    state = _owned_tensors(state, dtype)
     unexpected = sorted(set(state) - set(expected))
     missing = sorted(k for k in set(expected) - set(state)
                      if not (allow_missing_added and k.startswith(ADDED_PARAMETER_PREFIXES)))
@@ -178,6 +177,19 @@ def _load_transformer(config: dict[str, Any], state: dict[str, torch.Tensor],
     _check_shapes(expected, state)
     model.load_state_dict(state, strict=False, assign=True)
     return model.eval()
+
+
+def _owned_tensors(state: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """Fresh, aligned copies in `dtype`, one tensor at a time (the source dict is emptied as we
+    go, so peak memory stays near one model). Tensors viewed out of a file buffer can sit at
+    odd offsets, which makes CPU kernels take other code paths: a model loaded from disk would
+    then not be bit-identical to the same weights in memory."""
+    owned = {}
+    for key in list(state):
+        tensor = state.pop(key)
+        if not any(s in key for s in _WAN_KEYS_IGNORED):
+            owned[key] = tensor.to(dtype=dtype, copy=True).contiguous()
+    return owned
 
 
 def _check_shapes(expected: dict[str, torch.Tensor], state: dict[str, torch.Tensor]) -> None:
@@ -265,8 +277,7 @@ def _assign_added(transformer: Kinema4DTransformer3DModel, added: dict[str, torc
         raise InvalidArgument.for_field("model", f"{ADDED_WEIGHTS_FILE} has unknown keys {unknown}")
     _check_shapes(expected, added)
     dtype = transformer.patch_embedding.weight.dtype
-    transformer.load_state_dict({k: v.to(dtype) for k, v in added.items()}, strict=False,
-                                assign=True)
+    transformer.load_state_dict(_owned_tensors(dict(added), dtype), strict=False, assign=True)
     still_meta = [n for n, p in transformer.named_parameters() if p.is_meta]
     if still_meta:
         raise InvalidArgument.for_field("model", f"{ADDED_WEIGHTS_FILE} lacks {still_meta}")
