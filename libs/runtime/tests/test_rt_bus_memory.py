@@ -4,7 +4,6 @@ import threading
 import time
 
 import pytest
-
 from k4d.bus import (
     HEADER_ATTEMPT,
     HEADER_ERROR,

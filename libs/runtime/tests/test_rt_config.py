@@ -1,7 +1,6 @@
 import dataclasses
 
 import pytest
-
 from k4d.config import SERVICE_PORTS, Config, load_config
 from k4d.errors import InvalidArgument
 

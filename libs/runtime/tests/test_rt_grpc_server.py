@@ -9,11 +9,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
-
 from k4d.config import load_config
 from k4d.errors import FieldViolation, InvalidArgument, NotFound
 from k4d.grpc_client import check_health, create_channel, field_violations
-from k4d.grpc_server import create_server, serve, set_serving
+from k4d.grpc_server import add_shutdown_callback, create_server, serve, set_serving
 
 pytestmark = pytest.mark.integration
 
@@ -197,9 +196,15 @@ def test_serve_stops_gracefully_and_reports_not_serving():
             stop_event.wait()
             worker_stopped.set()
 
+    order = []
+
+    def register_with_hook(server, config):
+        add_shutdown_callback(server, lambda: order.append(("callback", worker_stopped.is_set())))
+        return register_echo(server, config)
+
     result = {}
-    thread = threading.Thread(target=lambda: result.setdefault(
-        "code", serve(config, [register_echo], [Worker()], stop_event=stop, install_signal_handlers=False)))
+    thread = threading.Thread(target=lambda: result.setdefault("code", serve(
+        config, [register_with_hook], [Worker()], stop_event=stop, install_signal_handlers=False)))
     thread.start()
     from k4d.grpc_client import wait_healthy
 
@@ -207,6 +212,7 @@ def test_serve_stops_gracefully_and_reports_not_serving():
     stop.set()
     thread.join(10)
     assert result == {"code": 0} and worker_stopped.is_set()
+    assert order == [("callback", True)]  # after the workers finished
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         with pytest.raises(grpc.RpcError):
             health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1)

@@ -1,6 +1,5 @@
 import numpy as np
 import pytest
-
 from k4d.config import load_config
 from k4d.errors import IntegrityError, InvalidArgument, NotFound
 from k4d.retry import backoff_delay, call_with_retries

@@ -6,7 +6,6 @@ import urllib.request
 
 import numpy as np
 import pytest
-
 from k4d.config import load_config
 from k4d.errors import IntegrityError, InvalidArgument, NotFound, Unavailable
 from k4d.local_servers import free_port
@@ -165,9 +164,8 @@ def test_slowdown_responses_are_retried_with_backoff(s3_server):
 
 
 def test_transient_error_classification():
-    from minio.error import S3Error, ServerError
-
     from k4d.store.s3 import is_transient
+    from minio.error import S3Error, ServerError
 
     class Response:
         status = 503

@@ -3,8 +3,6 @@ import json
 import logging
 import urllib.request
 
-from opentelemetry import trace
-
 from k4d.config import load_config
 from k4d.local_servers import free_port
 from k4d.metrics import runtime_metrics
@@ -17,6 +15,7 @@ from k4d.telemetry import (
     log_context,
     start_metrics_server,
 )
+from opentelemetry import trace
 
 
 def test_exporter_only_when_configured():

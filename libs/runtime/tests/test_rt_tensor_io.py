@@ -1,6 +1,5 @@
 import numpy as np
 import pytest
-
 from k4d import tensor_io as tio
 from k4d.errors import InvalidArgument
 

@@ -36,6 +36,7 @@ class _Health:
     def __init__(self):
         self.servicer = health.HealthServicer(experimental_non_blocking=True)
         self.explicit: set[str] = set()
+        self.shutdown_callbacks: list[Callable[[], None]] = []
 
 
 _HEALTH: weakref.WeakKeyDictionary[grpc.Server, _Health] = weakref.WeakKeyDictionary()
@@ -51,6 +52,20 @@ def set_serving(server: grpc.Server, service_name: str, serving: bool) -> None:
 def enter_shutdown(server: grpc.Server) -> None:
     """Every service NOT_SERVING from now on (load balancers stop sending new calls)."""
     _HEALTH[server].servicer.enter_graceful_shutdown()
+
+
+def add_shutdown_callback(server: grpc.Server, callback: Callable[[], None]) -> None:
+    """Have `serve` call `callback` on shutdown (after NOT_SERVING and the workers, before
+    the server stops): services stop their own background loops (bus feeds, caches) here."""
+    _HEALTH[server].shutdown_callbacks.append(callback)
+
+
+def run_shutdown_callbacks(server: grpc.Server) -> None:
+    for callback in reversed(_HEALTH[server].shutdown_callbacks):
+        try:
+            callback()
+        except Exception:
+            log.exception("shutdown callback failed")
 
 
 def server_options(max_message_bytes: int) -> list[tuple[str, int]]:
@@ -131,6 +146,7 @@ def serve(config: Config, register_fns: Iterable[RegisterFn], workers: Iterable 
     enter_shutdown(server)
     for thread in threads:
         thread.join(config.shutdown_grace_s)
+    run_shutdown_callbacks(server)
     server.stop(config.shutdown_grace_s).wait()
     if metrics_server is not None:
         metrics_server.shutdown()

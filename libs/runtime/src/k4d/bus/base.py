@@ -12,6 +12,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from opentelemetry import trace
+
 from k4d.telemetry import inject_trace_headers
 
 HEADER_ATTEMPT = "k4d-attempt"
@@ -94,9 +96,12 @@ class Bus(ABC):
         """Send one message and wait until the broker acknowledged it. Adds `traceparent`
         of the current span unless the headers already carry one (retries keep theirs)."""
         all_headers = dict(headers or {})
-        if "traceparent" not in all_headers:
-            inject_trace_headers(all_headers)
-        self._send(topic, _as_bytes(key), bytes(value), all_headers)
+        with trace.get_tracer("k4d.bus").start_as_current_span(
+                f"{topic} publish", kind=trace.SpanKind.PRODUCER,
+                attributes={"messaging.destination.name": topic}):
+            if "traceparent" not in all_headers:
+                inject_trace_headers(all_headers)
+            self._send(topic, _as_bytes(key), bytes(value), all_headers)
 
     @abstractmethod
     def _send(self, topic: str, key: bytes | None, value: bytes, headers: dict[str, bytes]) -> None: ...

@@ -1,0 +1,141 @@
+"""`k4d serve` and `k4d up`, in-process for argument errors and as real subprocesses with a
+throw-away service plug-in (entry points declared by a dist-info on PYTHONPATH)."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from k4d.cli.main import main
+from k4d.cli.up import plan_ports
+from k4d.local_servers import free_port, s3_server_available
+
+PLUGIN = textwrap.dedent('''
+    import grpc
+    from k4d.bus import StageWorker
+
+    SERVICE = "k4d.rttest.Echo"
+
+    def register_service(server, config):
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+            SERVICE, {"Echo": grpc.unary_unary_rpc_method_handler(lambda req, ctx: req)}),))
+        return [SERVICE]
+
+    def build_worker(config, bus, store):
+        return StageWorker.from_config(config, bus, "k4d.sim.requested", "rttest", lambda m: None)
+''')
+
+
+@pytest.fixture
+def plugin_env(tmp_path):
+    (tmp_path / "k4d_rttest_plugin.py").write_text(PLUGIN)
+    dist = tmp_path / "k4d_rttest_plugin-0.0.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: k4d-rttest-plugin\nVersion: 0.0.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[k4d.services]\nrttest = k4d_rttest_plugin:register_service\n\n"
+        "[k4d.workers]\nrttest = k4d_rttest_plugin:build_worker\n")
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    env.pop("K4D_KAFKA_BOOTSTRAP", None)
+    env["K4D_STORE_URI"] = (tmp_path / "store").as_uri()
+    return env
+
+
+def k4d(*args, env, timeout=120):
+    return subprocess.run([sys.executable, "-m", "k4d.cli.main", *args], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_serve_unknown_service_is_one_line_and_exit_2(capsys):
+    assert main(["serve", "no-such-service"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("k4d serve: error: service: unknown service 'no-such-service'")
+
+
+def test_up_rejects_bad_options(capsys):
+    assert main(["up", "--base-port", "80"]) == 2
+    assert "--base-port" in capsys.readouterr().err
+    assert main(["up", "--services", "nope"]) == 2
+
+
+def test_port_plans():
+    standard = plan_ports(None, ["kinematics", "simulator"])
+    assert (standard.broker, standard.s3, standard.services["kinematics"]) == (9092, 9000, (50051, 9101))
+    block = plan_ports(20000, ["a", "b"])
+    assert (block.broker, block.s3, block.services) == (20000, 20001, {"a": (20010, 20030), "b": (20011, 20031)})
+    free = plan_ports(0, ["a"])
+    assert len({free.broker, free.s3, *free.services["a"]}) == 4
+
+
+@pytest.mark.integration
+def test_serve_answers_health_and_stops_on_sigterm(plugin_env):
+    from k4d.grpc_client import wait_healthy
+
+    port = free_port()
+    env = dict(plugin_env, K4D_SHUTDOWN_GRACE_S="2", K4D_METRICS_PORT="0")
+    proc = subprocess.Popen([sys.executable, "-m", "k4d.cli.main", "serve", "rttest", "--port", str(port),
+                             "--host", "127.0.0.1", "--worker"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert wait_healthy(f"127.0.0.1:{port}", "k4d.rttest.Echo", timeout_s=30,
+                            should_abort=lambda: proc.poll() is not None), proc.stdout.read() if proc.poll() else ""
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+        assert time.monotonic() - started < 10
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    log = proc.stdout.read()
+    assert '"message": "shutting down"' in log and '"message": "stage worker stopped"' in log
+
+
+@pytest.mark.integration
+def test_up_check_starts_broker_s3_and_services_healthy(plugin_env, tmp_path):
+    try:
+        from k4d.local_servers import tansu_binary
+
+        tansu_binary()
+    except Exception as exc:
+        pytest.skip(f"broker package missing: {exc}")
+    if not s3_server_available():
+        pytest.skip("moto[server] missing")
+    result = k4d("up", "--check", "--base-port", "0", "--services", "rttest", "--log-dir", str(tmp_path / "logs"), env=plugin_env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = {line.split()[0]: line.split() for line in result.stdout.splitlines()
+            if line.split() and line.split()[0] in ("broker", "s3", "rttest")}
+    assert rows["broker"][-1] == rows["s3"][-1] == rows["rttest"][-1] == "healthy"
+    assert (tmp_path / "logs" / "rttest.log").is_file()
+
+
+@pytest.mark.integration
+def test_up_stops_every_child_on_ctrl_c(plugin_env, tmp_path):
+    from k4d.local_servers import port_open
+
+    if not s3_server_available():
+        pytest.skip("moto[server] missing")
+    proc = subprocess.Popen([sys.executable, "-u", "-m", "k4d.cli.main", "up", "--base-port", "0",
+                             "--services", "rttest", "--no-workers", "--log-dir", str(tmp_path / "logs")],
+                            env=plugin_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if "Ctrl-C to stop" in line:
+                break
+        rows = [line.split() for line in lines if line.split()[:1] in (["broker"], ["s3"], ["rttest"])]
+        addresses = [row[2].removeprefix("http://") for row in rows]
+        assert len(addresses) == 3 and all(row[-1] == "healthy" for row in rows), "".join(lines)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    for address in addresses:
+        host, port = address.split(":")
+        assert not port_open(host, int(port)), f"{address} still open after k4d up stopped"
