@@ -47,3 +47,14 @@ def test_bad_env_values_name_the_variable(var, value, needle):
         load_config(env={var: value})
     assert info.value.violations[0].field == var
     assert needle in str(info.value)
+
+
+def test_every_setting_is_documented():
+    from pathlib import Path
+
+    from k4d.config import ENV_VARS
+
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "configuration.md").read_text()
+    missing = [var for var in ENV_VARS if f"`{var}`" not in doc]
+    missing += [f.name for f in dataclasses.fields(Config) if f"`{f.name}`" not in doc]
+    assert not missing, f"document these in docs/configuration.md: {missing}"
