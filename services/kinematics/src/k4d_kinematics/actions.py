@@ -108,29 +108,52 @@ def parse_actions(document) -> ActionSpec:
     kind = _choice(merged, "type", ACTION_TYPES, None)
     rotation = _choice(merged, "rotation", tuple(ROTATIONS), "quat_xyzw")
     frame = _choice(merged, "frame", FRAMES, "base")
-    steps = as_float_array(merged.get("steps"), "actions.steps", max_elements=MAX_STEPS * 32)
-    if steps.ndim != 2 or steps.shape[0] == 0 or steps.shape[0] > MAX_STEPS:
+    spec = ActionSpec(
+        type=kind, steps=merged.get("steps"), robot=_optional_str(merged, "robot"), frame=frame,
+        rotation=rotation, dt=_number(merged, "dt", 0.1, positive=True),
+        gripper=merged.get("gripper"), gripper_open=_number(merged, "gripper_open", 1.0),
+        gripper_closed=_number(merged, "gripper_closed", 0.0),
+        position_scale=_number(merged, "position_scale", 1.0),
+        rotation_scale=_number(merged, "rotation_scale", 1.0),
+        initial_joints=merged.get("initial_joints"), link=_optional_str(merged, "link"),
+        num_frames=_frames(merged), clip=_bool(merged, "clip"), preset=preset)
+    return validate_spec(spec)
+
+
+def validate_spec(spec: ActionSpec) -> ActionSpec:
+    """Check the array fields of an ActionSpec however it was built (JSON or proto) and
+    split a trailing gripper column; returns the normalised spec. Idempotent."""
+    if spec.type not in ACTION_TYPES:
+        raise InvalidArgument.for_field("actions.type", f"expected one of {list(ACTION_TYPES)}")
+    if spec.rotation not in ROTATIONS:
+        raise InvalidArgument.for_field("actions.rotation", f"expected one of {list(ROTATIONS)}")
+    if spec.frame not in FRAMES:
+        raise InvalidArgument.for_field("actions.frame", f"expected one of {list(FRAMES)}")
+    if not (math.isfinite(spec.dt) and spec.dt > 0):
+        raise InvalidArgument.for_field("actions.dt", f"must be > 0, got {spec.dt!r}")
+    if not 1 <= spec.num_frames <= 10_000:
+        raise InvalidArgument.for_field("actions.num_frames", "expected an integer in [1, 10000]")
+    steps = as_float_array(spec.steps, "actions.steps", max_elements=MAX_STEPS * 32)
+    if steps.ndim != 2 or steps.shape[0] == 0 or steps.shape[0] > MAX_STEPS or steps.shape[1] == 0:
         raise InvalidArgument.for_field("actions.steps", f"expected a non-empty N x D list of "
                                         f"numbers (N <= {MAX_STEPS}), got shape {steps.shape}")
-    gripper = merged.get("gripper")
+    gripper = spec.gripper
     if gripper is not None:
         gripper = as_float_array(gripper, "actions.gripper")
         if gripper.shape != (steps.shape[0],):
             raise InvalidArgument.for_field("actions.gripper",
                                             f"expected {steps.shape[0]} values, got {gripper.shape}")
-    spec = ActionSpec(
-        type=kind, steps=steps, robot=_optional_str(merged, "robot"), frame=frame,
-        rotation=rotation, dt=_number(merged, "dt", 0.1, positive=True), gripper=gripper,
-        gripper_open=_number(merged, "gripper_open", 1.0),
-        gripper_closed=_number(merged, "gripper_closed", 0.0),
-        position_scale=_number(merged, "position_scale", 1.0),
-        rotation_scale=_number(merged, "rotation_scale", 1.0),
-        initial_joints=(None if merged.get("initial_joints") is None else
-                        as_float_array(merged["initial_joints"], "actions.initial_joints")),
-        link=_optional_str(merged, "link"), num_frames=_frames(merged), clip=_bool(merged, "clip"),
-        preset=preset)
+    initial = spec.initial_joints
+    if initial is not None:
+        initial = as_float_array(initial, "actions.initial_joints")
+        if initial.ndim != 1:
+            raise InvalidArgument.for_field("actions.initial_joints", "expected a list of J values")
     if spec.gripper_open == spec.gripper_closed:
         raise InvalidArgument.for_field("actions.gripper_open", "must differ from gripper_closed")
+    for name in ("gripper_open", "gripper_closed", "position_scale", "rotation_scale"):
+        if not math.isfinite(getattr(spec, name)):
+            raise InvalidArgument.for_field(f"actions.{name}", "must be finite")
+    spec = replace(spec, steps=steps, gripper=gripper, initial_joints=initial)
     return _split_gripper_column(spec)
 
 

@@ -49,8 +49,10 @@ class RobotRegistry:
         keys = self.store.list(PREFIX)
         return sorted({k[len(PREFIX):].split("/")[0] for k in keys if k.endswith("/manifest.json")})
 
-    def register(self, bundle: str | os.PathLike, name: str | None = None) -> RobotModel:
-        """Validate and store a bundle; returns the model. Re-registering a name replaces it."""
+    def register(self, bundle: str | os.PathLike, name: str | None = None, *,
+                 urdf_path: str | None = None, ee_link: str | None = None) -> RobotModel:
+        """Validate and store a bundle; returns the model. Re-registering a name replaces it.
+        `urdf_path` / `ee_link` override robot.json and the defaults."""
         bundle = Path(bundle)
         if not bundle.is_file():
             raise InvalidArgument.for_field("bundle", f"no such file: {bundle}")
@@ -59,7 +61,9 @@ class RobotRegistry:
         staging = self.cache_dir / f"staging-{uuid.uuid4().hex}"
         try:
             safe_extract(bundle, staging, self.limits)
-            meta = _bundle_manifest(staging)
+            meta = _bundle_manifest(staging, urdf_path)
+            if ee_link:
+                meta["ee_link"] = ee_link
             robot_name = name or meta.get("name")
             model = self._build(staging, meta, robot_name or "")
             robot_name = robot_name or model.name
@@ -87,6 +91,32 @@ class RobotRegistry:
             self._fetch(name, sha)
         return _load_cached(str(tree), manifest["urdf"], name, manifest["ee_link"],
                             tuple(manifest["gripper_joints"]))
+
+    def load_bundle(self, key: str, max_bytes: int | None = None) -> RobotModel:
+        """A robot straight from a bundle object in the store (RobotRef.bundle_uri)."""
+        max_bytes = max_bytes or self.limits.max_total_bytes
+        if not self.store.exists(key):
+            raise NotFound(f"no robot bundle at {key!r}")
+        if self.store.stat(key).size_bytes > max_bytes:
+            raise InvalidArgument.for_field("robot.bundle_uri", f"bundle larger than {max_bytes} bytes")
+        data = self.store.get_bytes(key)
+        sha = hashlib.sha256(data).hexdigest()
+        tree = self.cache_dir / sha
+        if not tree.is_dir():
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+            staging = self.cache_dir / f"staging-{uuid.uuid4().hex}"
+            with tempfile.NamedTemporaryFile(dir=self.cache_dir, suffix=".bundle") as handle:
+                handle.write(data)
+                handle.flush()
+                try:
+                    safe_extract(handle.name, staging, self.limits)
+                    self._install(staging, sha)
+                finally:
+                    remove_tree(staging)
+        meta = _bundle_manifest(tree)
+        name = meta.get("name") or f"bundle-{sha[:12]}"
+        return _load_cached(str(tree), meta["urdf"], name, meta.get("ee_link"),
+                            tuple(meta["gripper_joints"]) if meta.get("gripper_joints") else None)
 
     # -------------------------------------------------------------- helpers
 
@@ -118,14 +148,21 @@ class RobotRegistry:
 
 
 @functools.lru_cache(maxsize=32)
-def _load_cached(tree: str, urdf: str, name: str, ee_link: str, gripper_joints: tuple) -> RobotModel:
+def _load_cached(tree: str, urdf: str, name: str, ee_link: str | None,
+                 gripper_joints: tuple | None) -> RobotModel:
     root = Path(tree)
     return load_robot_file(root / urdf, tree_root=root, name=name, source=f"store:{name}",
-                           ee_link=ee_link, gripper_joints=list(gripper_joints), allow_xacro=False)
+                           ee_link=ee_link, allow_xacro=False,
+                           gripper_joints=None if gripper_joints is None else list(gripper_joints))
 
 
-def _bundle_manifest(tree: Path) -> dict:
+def _bundle_manifest(tree: Path, urdf_path: str | None = None) -> dict:
     manifest_path = tree / "robot.json"
+    if urdf_path:
+        meta = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
+        meta = meta if isinstance(meta, dict) else {}
+        meta["urdf"] = urdf_path
+        return _check_urdf_path(tree, meta, "urdf_path")
     if manifest_path.is_file():
         try:
             meta = json.loads(manifest_path.read_text())
@@ -133,18 +170,24 @@ def _bundle_manifest(tree: Path) -> dict:
             raise InvalidArgument.for_field("bundle.robot.json", f"invalid JSON: {exc}") from None
         if not isinstance(meta, dict) or not isinstance(meta.get("urdf"), str):
             raise InvalidArgument.for_field("bundle.robot.json", 'needs {"urdf": "path.urdf"}')
-        if meta["urdf"].endswith(".xacro"):
-            raise InvalidArgument.for_field("bundle.robot.json.urdf",
-                                            "bundles must hold plain URDF (expand xacro first)")
-        if not (tree / meta["urdf"]).resolve().is_relative_to(tree.resolve()):
-            raise InvalidArgument.for_field("bundle.robot.json.urdf", "path escapes the bundle")
-        return meta
+        return _check_urdf_path(tree, meta, "bundle.robot.json.urdf")
     urdfs = sorted(str(p.relative_to(tree)) for p in tree.rglob("*.urdf"))
     if len(urdfs) != 1:
         raise InvalidArgument.for_field(
             "bundle", f"expected exactly one .urdf file (or a robot.json naming it), found "
                       f"{len(urdfs)}: {urdfs[:5]}")
     return {"urdf": urdfs[0]}
+
+
+def _check_urdf_path(tree: Path, meta: dict, field: str) -> dict:
+    urdf = meta["urdf"]
+    if urdf.endswith(".xacro"):
+        raise InvalidArgument.for_field(field, "bundles must hold plain URDF (expand xacro first)")
+    if not (tree / urdf).resolve().is_relative_to(tree.resolve()):
+        raise InvalidArgument.for_field(field, "path escapes the bundle")
+    if not (tree / urdf).is_file():
+        raise InvalidArgument.for_field(field, f"{urdf!r} is not a file in the bundle")
+    return meta
 
 
 def _check_name(name: str) -> None:

@@ -18,7 +18,7 @@ from scipy.spatial.transform import Rotation, Slerp
 
 from k4d.errors import InvalidArgument
 
-from .actions import ActionSpec
+from .actions import ActionSpec, validate_spec
 from .fk import forward_kinematics
 from .ik import IKOptions, solve_ik
 from .model import RobotModel
@@ -40,6 +40,7 @@ class TrajectoryResult:
 
 def solve_actions(model: RobotModel, spec: ActionSpec,
                   ik_options: IKOptions | None = None) -> TrajectoryResult:
+    spec = validate_spec(spec)
     q0 = (model.mid_configuration if spec.initial_joints is None else
           validate_joints(model, spec.initial_joints, clip=spec.clip,
                           field="actions.initial_joints")[0])

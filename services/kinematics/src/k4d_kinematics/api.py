@@ -1,0 +1,230 @@
+"""KinematicsService: the gRPC servicer (thin: validate, call the cores, map the result).
+
+Domain errors propagate to the runtime's ErrorMappingInterceptor (INVALID_ARGUMENT with
+field violations, NOT_FOUND, ...). Large result arrays go to the object store as
+TensorRefs under deterministic keys `kinematics/<rpc>/<sha256 of the request>/...`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+
+import numpy as np
+from kinema4d.v1 import kinematics_pb2 as kpb
+from kinema4d.v1 import kinematics_pb2_grpc
+
+from k4d.errors import FieldViolation, InvalidArgument
+from k4d.tensor_io import INLINE_LIMIT_BYTES, from_tensor_data, to_tensor_data
+
+from .actions import PRESETS, ActionSpec, validate_spec
+from .bundles import BundleLimits
+from .fk import forward_kinematics
+from .ik import IKOptions, solve_ik
+from .registry import PREFIX, RobotRegistry
+from .robots import BUILTIN_ROBOTS, load_robot
+from .trajectory import solve_actions
+from .validation import validate_joints, validate_targets
+
+MAX_FRAMES = 100_000  # FK frames per request
+MAX_IK_FRAMES = 10_000
+IK_REQUEST_BUDGET_S = 30.0  # restarts stop early enough that one request stays bounded
+MAX_UPLOAD_BYTES = 256 * 1024 * 1024
+
+_TYPES = {kpb.ACTION_TYPE_JOINT_POSITIONS: "joint_position",
+          kpb.ACTION_TYPE_JOINT_DELTAS: "joint_delta",
+          kpb.ACTION_TYPE_JOINT_VELOCITIES: "joint_velocity",
+          kpb.ACTION_TYPE_EE_ABSOLUTE: "ee_pose", kpb.ACTION_TYPE_EE_DELTA: "ee_delta"}
+_FRAMES = {kpb.ACTION_FRAME_BASE: "base", kpb.ACTION_FRAME_END_EFFECTOR: "ee"}
+_ROTATIONS = {kpb.ROTATION_FORMAT_QUATERNION_XYZW: "quat_xyzw",
+              kpb.ROTATION_FORMAT_EULER_XYZ: "euler_xyz"}
+_SOLVERS = {kpb.IK_SOLVER_UNSPECIFIED: "ours", kpb.IK_SOLVER_NATIVE: "ours",
+            kpb.IK_SOLVER_IKPY: "ikpy"}
+# Error fields are named after the actions JSON; the proto spells two of them differently.
+_PROTO_FIELDS = {"actions.steps": "actions.values", "actions.dt": "actions.dt_s"}
+
+
+class KinematicsServicer(kinematics_pb2_grpc.KinematicsServiceServicer):
+    def __init__(self, store, *, inline_limit_bytes: int = INLINE_LIMIT_BYTES,
+                 cache_dir: str | None = None, bundle_limits: BundleLimits = BundleLimits()):
+        self.store = store
+        self.registry = RobotRegistry(store, cache_dir=cache_dir, limits=bundle_limits)
+        self.inline_limit_bytes = inline_limit_bytes
+
+    # --- robots -------------------------------------------------------------------
+
+    def ListRobots(self, request, context):
+        robots = []
+        for name in BUILTIN_ROBOTS:
+            model = load_robot(name)
+            robots.append(kpb.RobotSummary(name=name, source="builtin", num_joints=model.num_joints,
+                                           num_links=len(model.link_names)))
+        for name in self.registry.names():
+            robots.append(kpb.RobotSummary(name=name, source="registered"))
+        return kpb.ListRobotsResponse(robots=robots)
+
+    def DescribeRobot(self, request, context):
+        return kpb.DescribeRobotResponse(description=describe(self._robot(request.robot)))
+
+    def RegisterRobot(self, request_iterator, context):
+        header, path, sha = None, None, hashlib.sha256()
+        try:
+            with tempfile.NamedTemporaryFile(suffix=".bundle", delete=False) as handle:
+                path, size = handle.name, 0
+                for message in request_iterator:
+                    part = message.WhichOneof("part")
+                    if header is None:
+                        if part != "header":
+                            raise InvalidArgument.for_field("header", "the first message must be "
+                                                            "the header")
+                        header = message.header
+                        continue
+                    if part != "chunk":
+                        raise InvalidArgument.for_field("header", "only one header is allowed")
+                    size += len(message.chunk)
+                    if size > MAX_UPLOAD_BYTES:
+                        raise InvalidArgument.for_field("chunk", f"bundle larger than "
+                                                        f"{MAX_UPLOAD_BYTES} bytes")
+                    handle.write(message.chunk)
+                    sha.update(message.chunk)
+            if header is None:
+                raise InvalidArgument.for_field("header", "missing")
+            if header.format not in ("", "zip", "tar"):
+                raise InvalidArgument.for_field("header.format", "expected 'zip' or 'tar'")
+            if size == 0:
+                raise InvalidArgument.for_field("chunk", "empty bundle")
+            model = self.registry.register(path, name=header.name or None,
+                                           urdf_path=header.urdf_path or None,
+                                           ee_link=header.ee_link or None)
+        finally:
+            if path:
+                os.unlink(path)
+        return kpb.RegisterRobotResponse(
+            description=describe(model), sha256=sha.hexdigest(),
+            bundle_uri=self.store.uri_for(f"{PREFIX}{model.name}/bundle"))
+
+    # --- kinematics -----------------------------------------------------------------
+
+    def ForwardKinematics(self, request, context):
+        model = self._robot(request.robot)
+        joints = self._array(request.joints, "joints", MAX_FRAMES * model.num_joints)
+        joints = validate_joints(model, joints, clip=request.clip_to_limits)
+        poses = forward_kinematics(model, joints)
+        key = _request_key("fk", request)
+        return kpb.ForwardKinematicsResponse(link_names=model.link_names,
+                                             poses=self._out(poses, f"{key}/poses"))
+
+    def InverseKinematics(self, request, context):
+        model = self._robot(request.robot)
+        targets = validate_targets(self._array(request.targets, "targets", MAX_IK_FRAMES * 16))
+        if len(targets) > MAX_IK_FRAMES:
+            raise InvalidArgument.for_field("targets", f"at most {MAX_IK_FRAMES} frames")
+        seed = None
+        if request.HasField("seed"):
+            seed = validate_joints(model, self._array(request.seed, "seed", 10_000), field="seed")[0]
+        options = _ik_options(request, len(targets))
+        result = solve_ik(model, targets, link=request.link or None, seed=seed,
+                          mode="trajectory" if request.trajectory else "independent",
+                          solver=_SOLVERS.get(request.solver, "ours"), options=options)
+        key = _request_key("ik", request)
+        return kpb.InverseKinematicsResponse(
+            joints=self._out(result.joints, f"{key}/joints"), success=result.success.tolist(),
+            position_error_m=result.position_error.tolist(),
+            rotation_error_rad=result.rotation_error.tolist())
+
+    def SolveTrajectory(self, request, context):
+        model = self._robot(request.robot)
+        spec = self._action_spec(request)
+        result = solve_actions(model, spec, _ik_options(None, spec.num_frames))
+        key = _request_key("trajectory", request)
+        return kpb.SolveTrajectoryResponse(
+            joint_names=model.joint_names, link_names=model.link_names,
+            joints=self._out(result.joints, f"{key}/joints"),
+            poses=self._out(result.poses, f"{key}/poses"), success=result.success.tolist(),
+            position_error_m=result.position_error.tolist(),
+            rotation_error_rad=result.rotation_error.tolist())
+
+    # --- helpers ------------------------------------------------------------------
+
+    def _robot(self, ref):
+        source = ref.WhichOneof("source")
+        if source == "name":
+            if ref.name in BUILTIN_ROBOTS:
+                return load_robot(ref.name)
+            return self.registry.load(ref.name)  # never a server-side file path
+        if source == "bundle_uri":
+            try:
+                key = self.store.key_for_uri(ref.bundle_uri)
+            except Exception:
+                raise InvalidArgument.for_field("robot.bundle_uri", "not a URI of this object "
+                                                "store") from None
+            return self.registry.load_bundle(key)
+        raise InvalidArgument.for_field("robot", "set name or bundle_uri")
+
+    def _array(self, msg, field: str, max_elements: int) -> np.ndarray:
+        kind = msg.WhichOneof("kind")
+        shape = msg.inline.shape if kind == "inline" else msg.ref.shape if kind == "ref" else []
+        if int(np.prod([max(int(d), 0) for d in shape], dtype=np.float64)) > max_elements:
+            raise InvalidArgument.for_field(field, f"more than {max_elements} elements")
+        return from_tensor_data(msg, self.store, field)
+
+    def _out(self, array: np.ndarray, key: str):
+        return to_tensor_data(np.ascontiguousarray(array), self.store, key, self.inline_limit_bytes)
+
+    def _action_spec(self, request) -> ActionSpec:
+        actions = request.actions
+        if actions.preset and actions.preset not in PRESETS:
+            raise InvalidArgument.for_field("actions.preset", f"unknown preset {actions.preset!r}; "
+                                            f"one of {sorted(PRESETS)}")
+        preset = PRESETS.get(actions.preset, {})
+        kind = _TYPES.get(actions.type) or preset.get("type")
+        if kind is None:
+            raise InvalidArgument.for_field("actions.type", "required (or a preset)")
+        gripper = initial = None
+        if actions.HasField("gripper"):
+            gripper = self._array(actions.gripper, "actions.gripper", 1_000_000)
+        if actions.HasField("initial_joints"):
+            initial = self._array(actions.initial_joints, "actions.initial_joints", 10_000)
+        spec = ActionSpec(
+            type=kind, steps=self._array(actions.values, "actions.values", 3_200_000),
+            frame=_FRAMES.get(actions.frame) or preset.get("frame", "base"),
+            rotation=_ROTATIONS.get(actions.rotation) or preset.get("rotation", "quat_xyzw"),
+            dt=actions.dt_s or preset.get("dt", 0.1), gripper=gripper,
+            # The proto's gripper is already an opening in [0, 1].
+            position_scale=preset.get("position_scale", 1.0),
+            rotation_scale=preset.get("rotation_scale", 1.0), initial_joints=initial,
+            link=actions.link or None, num_frames=request.num_frames or 49,
+            clip=request.clip_to_limits, preset=actions.preset or None)
+        try:
+            return validate_spec(spec)
+        except InvalidArgument as exc:
+            raise InvalidArgument(str(exc), [FieldViolation(_PROTO_FIELDS.get(v.field, v.field),
+                                                            v.description)
+                                             for v in exc.violations]) from None
+
+
+def describe(model) -> kpb.RobotDescription:
+    return kpb.RobotDescription(
+        name=model.name, joint_names=model.joint_names, lower_limits=model.lower.tolist(),
+        upper_limits=model.upper.tolist(), link_names=model.link_names, ee_link=model.ee_link,
+        gripper_joints=model.gripper_joints, mesh_files=model.mesh_files)
+
+
+def _ik_options(request, frames: int) -> IKOptions:
+    per_frame = min(0.5, IK_REQUEST_BUDGET_S / max(frames, 1))
+    options = IKOptions(timeout_s=per_frame, trajectory_timeout_s=min(0.05, per_frame))
+    if request is None:
+        return options
+    for name, value in (("position_tolerance_m", request.position_tolerance_m),
+                        ("rotation_tolerance_rad", request.rotation_tolerance_rad)):
+        if value < 0 or not np.isfinite(value):
+            raise InvalidArgument.for_field(name, "must be a finite value >= 0 (0 = default)")
+    return IKOptions(position_tolerance=request.position_tolerance_m or options.position_tolerance,
+                     rotation_tolerance=request.rotation_tolerance_rad or options.rotation_tolerance,
+                     timeout_s=options.timeout_s, trajectory_timeout_s=options.trajectory_timeout_s)
+
+
+def _request_key(rpc: str, request) -> str:
+    digest = hashlib.sha256(request.SerializeToString(deterministic=True)).hexdigest()[:32]
+    return f"kinematics/{rpc}/{digest}"
