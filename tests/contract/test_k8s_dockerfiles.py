@@ -25,6 +25,12 @@ from packaging.utils import canonicalize_name
 REPO = Path(__file__).resolve().parents[2]
 SERVICES = sorted(p.parent.name for p in (REPO / "services").glob("*/pyproject.toml"))
 TORCH_FREE = ("kinematics", "projection")
+# Services whose image also runs a Kafka stage worker (`k4d serve <name> --worker`, entry
+# point group k4d.workers). The simulator reads its job feed inside the server instead.
+STAGE_WORKERS = {"kinematics", "projection", "generator", "trainer"}
+# Declared in DESIGN.md and deployed, but its issue has not been worked yet: the strict
+# xfail turns into a failure the day the entry points exist, so it gets removed then.
+NOT_YET_IMPLEMENTED = {"trainer"}
 APP_USER = "10001:10001"
 
 
@@ -146,24 +152,31 @@ def test_final_and_dev_stages_run_as_the_app_user(service):
                if ins == "RUN")
 
 
+def expected_cmd(service: str) -> list[str]:
+    return ["k4d", "serve", service] + (["--worker"] if service in STAGE_WORKERS else [])
+
+
 @pytest.mark.parametrize("service", SERVICES)
 def test_cmd_serves_the_directory_service(service):
     _, stages = _stages(_dockerfile(service))
     for stage in stages:
         if stage.name in ("runtime", "dev"):
             cmd = _effective(stages, stage, "CMD")[-1]
-            assert json.loads(cmd) == ["k4d", "serve", service, "--worker"], f"{stage.name}: {cmd}"
+            assert json.loads(cmd) == expected_cmd(service), f"{stage.name}: {cmd}"
     assert not any(ins == "ENTRYPOINT" for s in stages for ins, _ in s.instructions)
 
 
-@pytest.mark.parametrize("service", SERVICES)
+@pytest.mark.parametrize("service", [
+    pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=f"{s}: not implemented yet"))
+    if s in NOT_YET_IMPLEMENTED else s for s in SERVICES])
 def test_cmd_names_a_registered_server_and_worker(service):
-    """`k4d serve <name> --worker` loads the k4d.services and k4d.workers entry points."""
+    """`k4d serve <name> [--worker]` loads the k4d.services (and k4d.workers) entry points."""
     entry_points = _pyproject(REPO / "services" / service)["project"].get("entry-points", {})
-    for group in ("k4d.services", "k4d.workers"):
+    groups = ["k4d.services"] + (["k4d.workers"] if service in STAGE_WORKERS else [])
+    for group in groups:
         assert service in entry_points.get(group, {}), (
             f"services/{service}/pyproject.toml declares no [project.entry-points.\"{group}\"] "
-            f"{service} = ..., so the image's `k4d serve {service} --worker` cannot start")
+            f"{service} = ..., so the image's `{' '.join(expected_cmd(service))}` cannot start")
 
 
 @pytest.mark.parametrize("service", SERVICES)

