@@ -58,3 +58,16 @@ def test_every_setting_is_documented():
     missing = [var for var in ENV_VARS if f"`{var}`" not in doc]
     missing += [f.name for f in dataclasses.fields(Config) if f"`{f.name}`" not in doc]
     assert not missing, f"document these in docs/configuration.md: {missing}"
+
+
+def test_importing_the_runtime_never_imports_torch():
+    import subprocess
+    import sys
+
+    modules = ["k4d", "k4d.config", "k4d.errors", "k4d.tensor_io", "k4d.store", "k4d.store.s3",
+               "k4d.bus", "k4d.bus.kafka", "k4d.telemetry", "k4d.grpc_server", "k4d.grpc_client",
+               "k4d.local_servers", "k4d.cli.builtin", "k4d.cli.up"]
+    code = f"import sys\nfor m in {modules!r}: __import__(m)\nprint('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

@@ -216,3 +216,9 @@ def test_serve_stops_gracefully_and_reports_not_serving():
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         with pytest.raises(grpc.RpcError):
             health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1)
+
+
+def test_health_checks_make_no_spans(echo_server, span_exporter):
+    _, channel = echo_server
+    assert check_health(channel, SERVICE) == "SERVING"
+    assert [s for s in span_exporter.get_finished_spans() if s.kind.name == "SERVER"] == []

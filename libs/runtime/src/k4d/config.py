@@ -43,6 +43,7 @@ class Config:
     kafka_bootstrap: str = ""
     kafka_session_timeout_ms: int = 10_000
     kafka_max_poll_interval_ms: int = 300_000
+    kafka_partitions: int = 1
     store_uri: str = dataclasses.field(default_factory=default_store_uri)
     s3_endpoint: str = ""
     s3_access_key: str = ""
@@ -121,6 +122,7 @@ ENV_VARS: dict[str, tuple[str, object]] = {
     "K4D_KAFKA_BOOTSTRAP": ("kafka_bootstrap", _parse_str),
     "K4D_KAFKA_SESSION_TIMEOUT_MS": ("kafka_session_timeout_ms", _parse_int),
     "K4D_KAFKA_MAX_POLL_INTERVAL_MS": ("kafka_max_poll_interval_ms", _parse_int),
+    "K4D_KAFKA_PARTITIONS": ("kafka_partitions", _parse_int),
     "K4D_STORE_URI": ("store_uri", _parse_store_uri),
     "K4D_S3_ENDPOINT": ("s3_endpoint", _parse_str),
     "K4D_S3_ACCESS_KEY": ("s3_access_key", _parse_str),
@@ -160,6 +162,8 @@ def load_config(service: str | None = None, env: Mapping[str, str] | None = None
     if unknown:
         raise TypeError(f"unknown config fields: {sorted(unknown)}")
     config = Config(**values)
-    if config.worker_max_attempts < 1:
-        raise InvalidArgument.for_field("K4D_WORKER_MAX_ATTEMPTS", "must be >= 1")
+    for var, value in (("K4D_WORKER_MAX_ATTEMPTS", config.worker_max_attempts),
+                       ("K4D_KAFKA_PARTITIONS", config.kafka_partitions)):
+        if value < 1:
+            raise InvalidArgument.for_field(var, "must be >= 1")
     return config

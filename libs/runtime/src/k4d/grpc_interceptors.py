@@ -126,11 +126,17 @@ class ErrorMappingInterceptor(grpc.ServerInterceptor):
         return wrap_handler(continuation(handler_call_details), wrap)
 
 
+# Probes and tooling call these every few seconds; spans for them would bury real traces.
+UNTRACED_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+
+
 class TracingInterceptor(grpc.ServerInterceptor):
     """A SERVER span per RPC, child of the caller's `traceparent` metadata."""
 
     def intercept_service(self, continuation, handler_call_details):
         method = handler_call_details.method
+        if method.startswith(UNTRACED_SERVICES):
+            return continuation(handler_call_details)
         service, _, name = method.lstrip("/").rpartition("/")
         parent = extract_trace_context(dict(handler_call_details.invocation_metadata or ()))
 

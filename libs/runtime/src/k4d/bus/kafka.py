@@ -28,6 +28,7 @@ class KafkaBus(Bus):
     @classmethod
     def from_config(cls, config) -> KafkaBus:
         return cls(config.kafka_bootstrap, client_id=config.service_name,
+                   partitions=config.kafka_partitions,
                    session_timeout_ms=config.kafka_session_timeout_ms,
                    max_poll_interval_ms=config.kafka_max_poll_interval_ms)
 
