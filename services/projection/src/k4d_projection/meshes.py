@@ -88,6 +88,8 @@ def load_mesh_file(path: str, field: str = "mesh_path") -> list[trimesh.Trimesh]
     except Exception as exc:  # trimesh raises many types for broken files
         raise InvalidArgument.for_field(field, f"cannot read mesh {path}: {exc}") from None
     parts = [m for m in loaded.dump() if isinstance(m, trimesh.Trimesh) and len(m.faces)]
+    if not parts:
+        raise InvalidArgument.for_field(field, f"mesh {path} contains no triangles")
     unit = _unit_scale(loaded.metadata.get("units") if loaded.metadata else None)
     if unit != 1.0:
         for m in parts:
