@@ -19,10 +19,9 @@ import time
 import warnings
 
 import numpy as np
-
 from k4d_kinematics.chain import build_chain
 from k4d_kinematics.fk import forward_kinematics
-from k4d_kinematics.ik import IkpyFrameSolver, IKOptions, solve_ik
+from k4d_kinematics.ik import IKOptions, IkpyFrameSolver, solve_ik
 from k4d_kinematics.robots import load_robot
 
 
@@ -43,14 +42,11 @@ def bench_fk(model, q: np.ndarray, repeats: int) -> dict:
     pmodel = pin.buildModelFromXML(model.urdf_xml)
     pdata = pmodel.createData()
     tree = model.tree
-    mimic = [i for i in range(len(model.link_names))
-             if tree.q_index[i] >= 0 and model.tree.link_joint_names[i] not in model.joint_names]
     q_pin = np.zeros((len(q), pmodel.nq))
     for jid in range(1, pmodel.njoints):
         link = model.tree.link_joint_names.index(pmodel.names[jid])
         q_pin[:, pmodel.joints[jid].idx_q] = (q[:, tree.q_index[link]] * tree.q_multiplier[link]
-                                              + tree.q_offset[link])
-    del mimic
+                                              + tree.q_offset[link])  # mimic joints too
 
     def pinocchio_all():
         for row in q_pin:
@@ -71,9 +67,9 @@ def bench_fk(model, q: np.ndarray, repeats: int) -> dict:
     worst = 0.0
     for t in range(len(q)):
         pin.framesForwardKinematics(pmodel, pdata, q_pin[t])
-        for l, link in enumerate(model.link_names):
+        for index, link in enumerate(model.link_names):
             fid = pmodel.getFrameId(link, pin.FrameType.BODY)
-            worst = max(worst, float(np.abs(pdata.oMf[fid].homogeneous - ours[t, l]).max()))
+            worst = max(worst, float(np.abs(pdata.oMf[fid].homogeneous - ours[t, index]).max()))
     return {"ours": timed(lambda: forward_kinematics(model, q), repeats),
             "pinocchio": timed(pinocchio_all, max(3, repeats // 10)),
             "ikpy": timed(ikpy_all, 3), "max_abs_diff_vs_pinocchio": worst,

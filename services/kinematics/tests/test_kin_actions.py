@@ -3,13 +3,12 @@ resampling, and validation of malformed documents."""
 
 import numpy as np
 import pytest
-from scipy.spatial.transform import Rotation
-
 from k4d.errors import InvalidArgument
 from k4d_kinematics.actions import PRESETS, parse_actions
 from k4d_kinematics.fk import forward_kinematics
 from k4d_kinematics.robots import load_robot
 from k4d_kinematics.trajectory import solve_actions
+from scipy.spatial.transform import Rotation
 
 
 @pytest.fixture(scope="module")

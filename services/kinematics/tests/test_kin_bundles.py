@@ -6,7 +6,6 @@ import tarfile
 import zipfile
 
 import pytest
-
 from k4d.errors import InvalidArgument
 from k4d_kinematics.bundles import BundleLimits, safe_extract
 

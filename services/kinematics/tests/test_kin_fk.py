@@ -3,7 +3,6 @@ mimic handling are correct."""
 
 import numpy as np
 import pytest
-
 from k4d_kinematics.fk import forward_kinematics
 from k4d_kinematics.robots import builtin_names, load_robot
 

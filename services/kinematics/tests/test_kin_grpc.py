@@ -9,8 +9,6 @@ import numpy as np
 import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
-from kinema4d.v1 import common_pb2, kinematics_pb2, kinematics_pb2_grpc
-
 from k4d.config import Config
 from k4d.grpc_server import create_server
 from k4d.store import LocalStore
@@ -18,6 +16,7 @@ from k4d.tensor_io import from_tensor_data, to_tensor
 from k4d_kinematics.fk import forward_kinematics
 from k4d_kinematics.robots import load_robot
 from k4d_kinematics.server import register_service
+from kinema4d.v1 import common_pb2, kinematics_pb2, kinematics_pb2_grpc
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ with residuals, trajectory mode warm-starts, ikpy stays selectable."""
 
 import numpy as np
 import pytest
-
 from k4d.errors import InvalidArgument
 from k4d_kinematics.chain import ChainWorkspace, build_chain, chain_fk, chain_jacobian
 from k4d_kinematics.fk import forward_kinematics

@@ -5,7 +5,6 @@ import zipfile
 
 import numpy as np
 import pytest
-
 from k4d.errors import InvalidArgument, NotFound
 from k4d.store import LocalStore
 from k4d_kinematics.fk import forward_kinematics

@@ -3,7 +3,6 @@ with InvalidArgument naming the element."""
 
 import numpy as np
 import pytest
-
 from k4d.errors import InvalidArgument
 from k4d_kinematics.fk import forward_kinematics
 from k4d_kinematics.robots import load_robot, load_robot_file

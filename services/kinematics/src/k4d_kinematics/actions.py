@@ -32,7 +32,6 @@ import math
 from dataclasses import dataclass, replace
 
 import numpy as np
-
 from k4d.errors import InvalidArgument
 
 from .validation import as_float_array

@@ -12,16 +12,16 @@ import os
 import tempfile
 
 import numpy as np
+from k4d.errors import InvalidArgument
+from k4d.tensor_io import INLINE_LIMIT_BYTES, from_tensor_data, to_tensor_data
 from kinema4d.v1 import kinematics_pb2 as kpb
 from kinema4d.v1 import kinematics_pb2_grpc
 
-from k4d.errors import FieldViolation, InvalidArgument
-from k4d.tensor_io import INLINE_LIMIT_BYTES, from_tensor_data, to_tensor_data
-
-from .actions import PRESETS, ActionSpec, validate_spec
+from .actions import ActionSpec
 from .bundles import BundleLimits
 from .fk import forward_kinematics
 from .ik import IKOptions, solve_ik
+from .proto_actions import action_spec_from_proto
 from .registry import PREFIX, RobotRegistry
 from .robots import BUILTIN_ROBOTS, load_robot
 from .trajectory import solve_actions
@@ -32,17 +32,8 @@ MAX_IK_FRAMES = 10_000
 IK_REQUEST_BUDGET_S = 30.0  # restarts stop early enough that one request stays bounded
 MAX_UPLOAD_BYTES = 256 * 1024 * 1024
 
-_TYPES = {kpb.ACTION_TYPE_JOINT_POSITIONS: "joint_position",
-          kpb.ACTION_TYPE_JOINT_DELTAS: "joint_delta",
-          kpb.ACTION_TYPE_JOINT_VELOCITIES: "joint_velocity",
-          kpb.ACTION_TYPE_EE_ABSOLUTE: "ee_pose", kpb.ACTION_TYPE_EE_DELTA: "ee_delta"}
-_FRAMES = {kpb.ACTION_FRAME_BASE: "base", kpb.ACTION_FRAME_END_EFFECTOR: "ee"}
-_ROTATIONS = {kpb.ROTATION_FORMAT_QUATERNION_XYZW: "quat_xyzw",
-              kpb.ROTATION_FORMAT_EULER_XYZ: "euler_xyz"}
-_SOLVERS = {kpb.IK_SOLVER_UNSPECIFIED: "ours", kpb.IK_SOLVER_NATIVE: "ours",
-            kpb.IK_SOLVER_IKPY: "ikpy"}
-# Error fields are named after the actions JSON; the proto spells two of them differently.
-_PROTO_FIELDS = {"actions.steps": "actions.values", "actions.dt": "actions.dt_s"}
+SOLVERS = {kpb.IK_SOLVER_UNSPECIFIED: "ours", kpb.IK_SOLVER_NATIVE: "ours",
+           kpb.IK_SOLVER_IKPY: "ikpy"}
 
 
 class KinematicsServicer(kinematics_pb2_grpc.KinematicsServiceServicer):
@@ -123,10 +114,10 @@ class KinematicsServicer(kinematics_pb2_grpc.KinematicsServiceServicer):
         seed = None
         if request.HasField("seed"):
             seed = validate_joints(model, self._array(request.seed, "seed", 10_000), field="seed")[0]
-        options = _ik_options(request, len(targets))
+        options = ik_options(request, len(targets))
         result = solve_ik(model, targets, link=request.link or None, seed=seed,
                           mode="trajectory" if request.trajectory else "independent",
-                          solver=_SOLVERS.get(request.solver, "ours"), options=options)
+                          solver=SOLVERS.get(request.solver, "ours"), options=options)
         key = _request_key("ik", request)
         return kpb.InverseKinematicsResponse(
             joints=self._out(result.joints, f"{key}/joints"), success=result.success.tolist(),
@@ -136,7 +127,7 @@ class KinematicsServicer(kinematics_pb2_grpc.KinematicsServiceServicer):
     def SolveTrajectory(self, request, context):
         model = self._robot(request.robot)
         spec = self._action_spec(request)
-        result = solve_actions(model, spec, _ik_options(None, spec.num_frames))
+        result = solve_actions(model, spec, ik_options(None, spec.num_frames))
         key = _request_key("trajectory", request)
         return kpb.SolveTrajectoryResponse(
             joint_names=model.joint_names, link_names=model.link_names,
@@ -173,35 +164,8 @@ class KinematicsServicer(kinematics_pb2_grpc.KinematicsServiceServicer):
         return to_tensor_data(np.ascontiguousarray(array), self.store, key, self.inline_limit_bytes)
 
     def _action_spec(self, request) -> ActionSpec:
-        actions = request.actions
-        if actions.preset and actions.preset not in PRESETS:
-            raise InvalidArgument.for_field("actions.preset", f"unknown preset {actions.preset!r}; "
-                                            f"one of {sorted(PRESETS)}")
-        preset = PRESETS.get(actions.preset, {})
-        kind = _TYPES.get(actions.type) or preset.get("type")
-        if kind is None:
-            raise InvalidArgument.for_field("actions.type", "required (or a preset)")
-        gripper = initial = None
-        if actions.HasField("gripper"):
-            gripper = self._array(actions.gripper, "actions.gripper", 1_000_000)
-        if actions.HasField("initial_joints"):
-            initial = self._array(actions.initial_joints, "actions.initial_joints", 10_000)
-        spec = ActionSpec(
-            type=kind, steps=self._array(actions.values, "actions.values", 3_200_000),
-            frame=_FRAMES.get(actions.frame) or preset.get("frame", "base"),
-            rotation=_ROTATIONS.get(actions.rotation) or preset.get("rotation", "quat_xyzw"),
-            dt=actions.dt_s or preset.get("dt", 0.1), gripper=gripper,
-            # The proto's gripper is already an opening in [0, 1].
-            position_scale=preset.get("position_scale", 1.0),
-            rotation_scale=preset.get("rotation_scale", 1.0), initial_joints=initial,
-            link=actions.link or None, num_frames=request.num_frames or 49,
-            clip=request.clip_to_limits, preset=actions.preset or None)
-        try:
-            return validate_spec(spec)
-        except InvalidArgument as exc:
-            raise InvalidArgument(str(exc), [FieldViolation(_PROTO_FIELDS.get(v.field, v.field),
-                                                            v.description)
-                                             for v in exc.violations]) from None
+        return action_spec_from_proto(request.actions, request.num_frames, request.clip_to_limits,
+                                      self._array)
 
 
 def describe(model) -> kpb.RobotDescription:
@@ -211,7 +175,7 @@ def describe(model) -> kpb.RobotDescription:
         gripper_joints=model.gripper_joints, mesh_files=model.mesh_files)
 
 
-def _ik_options(request, frames: int) -> IKOptions:
+def ik_options(request, frames: int) -> IKOptions:
     per_frame = min(0.5, IK_REQUEST_BUDGET_S / max(frames, 1))
     options = IKOptions(timeout_s=per_frame, trajectory_timeout_s=min(0.05, per_frame))
     if request is None:

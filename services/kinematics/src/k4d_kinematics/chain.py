@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
 from k4d.errors import InvalidArgument
 
 from .model import JOINT_FIXED, JOINT_PRISMATIC, RobotModel

@@ -19,7 +19,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-
 from k4d.errors import InvalidArgument
 
 from . import robots as robot_registry

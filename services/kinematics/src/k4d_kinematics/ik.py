@@ -19,7 +19,6 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-
 from k4d.errors import InvalidArgument
 
 from .chain import ChainWorkspace, SerialChain, build_chain

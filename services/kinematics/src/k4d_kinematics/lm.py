@@ -10,11 +10,10 @@ stuck so the caller can restart it from another seed.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
-
-import math
 
 from .chain import ChainWorkspace, SerialChain, chain_fk, chain_jacobian
 from .transforms import so3_log

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-
 from k4d.errors import InvalidArgument
 
 from .urdf import UrdfGeometry, UrdfJoint, UrdfRobot

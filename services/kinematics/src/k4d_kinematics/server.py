@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from kinema4d.v1 import kinematics_pb2, kinematics_pb2_grpc
-
 from k4d.store import open_store
+from kinema4d.v1 import kinematics_pb2, kinematics_pb2_grpc
 
 from .api import KinematicsServicer
 

@@ -14,9 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.spatial.transform import Rotation, Slerp
-
 from k4d.errors import InvalidArgument
+from scipy.spatial.transform import Rotation, Slerp
 
 from .actions import ActionSpec, validate_spec
 from .fk import forward_kinematics

@@ -14,7 +14,6 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
 import numpy as np
-
 from k4d.errors import InvalidArgument
 
 from .transforms import make_transform, rpy_to_matrix

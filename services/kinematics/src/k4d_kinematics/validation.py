@@ -5,7 +5,6 @@ field, frame and joint."""
 from __future__ import annotations
 
 import numpy as np
-
 from k4d.errors import InvalidArgument
 
 from .model import RobotModel
