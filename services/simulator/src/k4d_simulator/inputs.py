@@ -15,6 +15,7 @@ from kinema4d.v1 import common_pb2, generator_pb2, simulator_pb2
 
 from k4d.errors import FailedPrecondition, InvalidArgument
 from k4d.tensor_io import to_tensor
+from k4d_simulator.actions_proto import spec_to_proto
 from k4d_simulator.camera_proto import camera_to_proto
 
 
@@ -80,17 +81,22 @@ def downscale(image: np.ndarray, camera, factor: int):
 
 
 def load_actions(path: Path, field: str = "--actions"):
-    """The actions JSON file -> ActionSequence proto, through the kinematics package's
-    own reader (the format is documented in docs/kinematics.md)."""
+    """The actions JSON file (format: docs/kinematics.md) -> (ActionSpec, ActionSequence
+    proto), parsed and validated by the kinematics package's own reader."""
     if not path.is_file():
         raise InvalidArgument.for_field(field, f"no such file: {path}")
     try:
-        from k4d_kinematics import actions as kin_actions
+        from k4d_kinematics.actions import parse_actions
     except ImportError as exc:
         raise FailedPrecondition(
             f"reading {path} needs `k4d_kinematics.actions` (the actions JSON reader), which "
             f"is not importable: {exc}") from None
-    return kin_actions.load_actions_proto(path)
+    try:
+        document = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidArgument.for_field(field, f"not valid JSON: {exc}") from None
+    spec = parse_actions(document)
+    return spec, spec_to_proto(spec)
 
 
 def model_ref(text: str) -> common_pb2.ModelRef:
@@ -109,13 +115,18 @@ def build_spec(inputs: SimulationInputs) -> simulator_pb2.SimulationSpec:
     image = load_image(inputs.image)
     camera = load_camera(inputs.camera)
     image, camera = downscale(image, camera, inputs.downscale)
+    actions, actions_proto = load_actions(inputs.actions)
+    if actions.robot and actions.robot != inputs.robot:
+        raise InvalidArgument.for_field(
+            "--robot", f"{inputs.robot!r}, but {inputs.actions} is for robot {actions.robot!r}")
     return simulator_pb2.SimulationSpec(
         robot=common_pb2.RobotRef(name=inputs.robot),
-        actions=load_actions(inputs.actions),
+        actions=actions_proto,
         camera=camera_to_proto(camera),
         initial_image=common_pb2.TensorData(inline=to_tensor(image)),
         model=model_ref(inputs.model),
         sampling=generator_pb2.SamplingParams(num_steps=inputs.steps, seed=inputs.seed,
                                               guidance_scale=inputs.guidance,
                                               backend=inputs.backend),
-        num_frames=inputs.frames, clip_to_limits=inputs.clip_to_limits)
+        num_frames=inputs.frames or actions.num_frames,
+        clip_to_limits=inputs.clip_to_limits or actions.clip)

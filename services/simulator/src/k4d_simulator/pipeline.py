@@ -22,6 +22,7 @@ from kinema4d.v1 import common_pb2, simulator_pb2
 
 from k4d.errors import Cancelled, FailedPrecondition
 from k4d.tensor_io import from_tensor_data
+from k4d_simulator.actions_proto import proto_to_spec
 from k4d_simulator.camera_proto import camera_from_proto
 from k4d_simulator.validation import DEFAULT_NUM_FRAMES, validate_spec
 
@@ -137,24 +138,19 @@ def run_kinematics(spec: simulator_pb2.SimulationSpec, cores: StageCores,
                    store=None) -> KinematicsOutput:
     """Actions -> joint trajectory (IK for end-effector actions) -> full-tree FK."""
     try:
-        from k4d_kinematics import actions as kin_actions
+        from k4d_kinematics.trajectory import solve_actions
     except ImportError as exc:
         raise FailedPrecondition(
-            "the kinematics stage core `k4d_kinematics.actions` (actions -> joint trajectory) "
-            f"is not installed or not importable: {exc}") from None
-    from k4d_kinematics.fk import forward_kinematics
-
+            "the kinematics stage core `k4d_kinematics.trajectory` (actions -> joint "
+            f"trajectory) is not importable: {exc}") from None
     model = cores.robot(_robot_name(spec), store)
-    num_frames = spec.num_frames or DEFAULT_NUM_FRAMES
-    trajectory = kin_actions.solve_action_proto(model, spec.actions, num_frames=num_frames,
-                                                clip_to_limits=spec.clip_to_limits, store=store)
-    joints = np.asarray(trajectory.joints, np.float64)
-    poses = getattr(trajectory, "poses", None)
-    if poses is None:
-        poses = forward_kinematics(model, joints)
-    success = np.asarray(getattr(trajectory, "success", np.ones(len(joints), bool)))
-    return KinematicsOutput(list(model.joint_names), list(model.link_names), joints,
-                            np.asarray(poses, np.float64), int((~success).sum()))
+    actions = proto_to_spec(spec.actions, spec.num_frames or DEFAULT_NUM_FRAMES,
+                            spec.clip_to_limits, store)
+    trajectory = solve_actions(model, actions)
+    return KinematicsOutput(list(model.joint_names), list(model.link_names),
+                            np.asarray(trajectory.joints, np.float64),
+                            np.asarray(trajectory.poses, np.float64),
+                            int((~np.asarray(trajectory.success, bool)).sum()))
 
 
 def run_projection(spec: simulator_pb2.SimulationSpec, kin: KinematicsOutput,

@@ -26,20 +26,20 @@ def sample_frames(rgb: np.ndarray, pointmap: np.ndarray, mask: np.ndarray | None
     """Subsample every frame on one regular pixel grid.
 
     rgb: (T, H, W, 3) uint8; pointmap: (T, H, W, 3) float32 camera frame (zeros = no
-    point); mask: optional (T, H, W) bool. Returns a list of (xyz (n, 3) float32,
-    colour (n, 3) uint8) per frame, only valid points kept.
+    point); mask: optional (T, H, W) bool. Returns ([(xyz (n, 3) float32,
+    colour (n, 3) uint8) per frame, only valid points kept], the pixel stride).
     """
     T, H, W = pointmap.shape[:3]
     stride = max(1, math.ceil(math.sqrt(H * W / max_points)))
     frames = []
-    for t in range(T):
+    for t in range(T):  # one grid for all frames: points stay put where the scene does
         xyz = pointmap[t, ::stride, ::stride].reshape(-1, 3).astype(np.float32)
         colour = rgb[t, ::stride, ::stride].reshape(-1, 3)
         valid = np.all(np.isfinite(xyz), axis=1) & (xyz[:, 2] > 0)
         if mask is not None:
             valid &= mask[t, ::stride, ::stride].reshape(-1)
         frames.append((xyz[valid], colour[valid]))
-    return frames
+    return frames, stride
 
 
 def _encode(frames) -> dict:
@@ -70,8 +70,9 @@ def write_viewer(path: str | Path, rgb: np.ndarray, pointmap: np.ndarray,
                  focal_px: float | None = None) -> Path:
     """Write the viewer HTML; returns its path. `info` lines show under the title."""
     path = Path(path)
-    data = _encode(sample_frames(rgb, pointmap, mask, max_points))
-    data.update({"fps": fps, "width": int(pointmap.shape[2]), "height": int(pointmap.shape[1]),
+    frames, stride = sample_frames(rgb, pointmap, mask, max_points)
+    data = _encode(frames)
+    data.update({"stride": stride, "fps": fps, "width": int(pointmap.shape[2]), "height": int(pointmap.shape[1]),
                  "focal": float(focal_px or pointmap.shape[2] * 0.75)})
     notice = (f'<div id="notice">{html.escape(STATIC_WORLD_NOTICE)}</div>' if static_world else "")
     info_html = "".join(f"<div>{html.escape(str(k))}: {html.escape(str(v))}</div>"
@@ -118,20 +119,22 @@ function draw(){
   ctx.fillStyle="#111"; ctx.fillRect(0,0,w,h);
   const cy=Math.cos(yaw), sy=Math.sin(yaw), cp=Math.cos(pitch), sp=Math.sin(pitch);
   const s0=starts[frame], n=D.counts[frame]||0, px=new Float32Array(n), py=new Float32Array(n), pz=new Float32Array(n);
-  const order=new Uint32Array(n);
+  const order=new Uint32Array(n), z0=new Float32Array(n);
   for(let i=0;i<n;i++){
     const k=3*(s0+i);
     let x=pos[k]*D.scale+D.centre[0]-tgt[0], y=pos[k+1]*D.scale+D.centre[1]-tgt[1], z=pos[k+2]*D.scale+D.centre[2]-tgt[2];
     const x1=cy*x+sy*z, z1=-sy*x+cy*z;           // yaw about the camera's y (down) axis
     const y2=cp*y-sp*z1, z2=sp*y+cp*z1+dist;      // pitch about x, then back off by dist
-    px[i]=x1; py[i]=y2; pz[i]=z2; order[i]=i;
+    px[i]=x1; py[i]=y2; pz[i]=z2; z0[i]=z+tgt[2]; order[i]=i;
   }
   order.sort((a,b)=>pz[b]-pz[a]);                 // painter's algorithm: far first
-  const size=Math.max(1.5, 2.2*Math.min(w/D.width,h/D.height)*Math.sqrt(640*480/Math.max(n,1))/6);
+  // A point covers its grid cell: stride pixels at its recorded depth, rescaled to now.
+  const cell=1.15*f*D.stride/D.focal;
   for(const i of order){
     if(pz[i]<=0.01) continue;
     const u=f*px[i]/pz[i]+w/2, v=f*py[i]/pz[i]+h/2, k=3*(s0+i);
     ctx.fillStyle=`rgb(${col[k]},${col[k+1]},${col[k+2]})`;
+    const size=Math.max(1, Math.min(40, cell*z0[i]/pz[i]));
     ctx.fillRect(u-size/2, v-size/2, size, size);
   }
   label.textContent=`frame ${frame+1}/${T} (${n} points)`;
