@@ -200,3 +200,21 @@ def test_bad_inputs_are_rejected_clearly():
         RobotRenderer(["a"], [geom(0, "cone", (0.1,))])
     with pytest.raises(InvalidArgument, match="engine"):
         RobotRenderer(["a"], [geom(0, "sphere", (0.1,))], engine="optix")
+
+
+def test_panda_visual_meshes_equal_brute_force():
+    from k4d_kinematics.fk import forward_kinematics
+    from k4d_kinematics.robots import load_robot
+
+    model = load_robot("panda")
+    renderer = RobotRenderer.from_robot(model)
+    rng = np.random.default_rng(7)
+    joints = rng.uniform(model.lower, model.upper, size=(3, len(model.joint_names)))
+    poses = forward_kinematics(model, joints)
+    cam = Camera.look_at([0.9, 0.6, 0.7], [0.0, 0.0, 0.4], width=160, height=120, fovy_deg=70)
+    res = renderer.render(poses, cam)
+    depth, link_id = brute_force(renderer, poses, cam)
+    np.testing.assert_array_equal(res.mask, depth > 0)
+    np.testing.assert_array_equal(res.link_id, link_id)
+    np.testing.assert_allclose(res.depth, depth, atol=2e-5)
+    assert res.mask.mean() > 0.02
