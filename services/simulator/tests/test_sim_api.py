@@ -9,15 +9,6 @@ import time
 import grpc
 import numpy as np
 import pytest
-from kinema4d.v1 import (
-    common_pb2,
-    events_pb2,
-    generator_pb2,
-    kinematics_pb2,
-    simulator_pb2,
-    simulator_pb2_grpc,
-)
-
 from k4d.bus import InProcessBus, dlq, event_headers
 from k4d.config import Config
 from k4d.grpc_client import field_violations
@@ -28,6 +19,14 @@ from k4d_simulator import events as ev
 from k4d_simulator.api import SimulatorServicer
 from k4d_simulator.feed import JobFeed
 from k4d_simulator.jobs import JobTable
+from kinema4d.v1 import (
+    common_pb2,
+    events_pb2,
+    generator_pb2,
+    kinematics_pb2,
+    simulator_pb2,
+    simulator_pb2_grpc,
+)
 
 S = simulator_pb2.JobState
 

@@ -4,11 +4,10 @@ import random
 import threading
 
 import pytest
-from kinema4d.v1 import common_pb2, events_pb2, simulator_pb2
-
 from k4d.errors import InvalidArgument, NotFound
 from k4d_simulator import events as ev
 from k4d_simulator.jobs import JobTable
+from kinema4d.v1 import common_pb2, events_pb2, simulator_pb2
 
 S = simulator_pb2.JobState
 

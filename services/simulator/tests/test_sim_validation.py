@@ -5,12 +5,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kinema4d.v1 import common_pb2, kinematics_pb2, simulator_pb2
-
 from k4d.errors import InvalidArgument
 from k4d.tensor_io import to_tensor
 from k4d_simulator.camera_proto import camera_from_proto, camera_to_proto
 from k4d_simulator.validation import validate_spec
+from kinema4d.v1 import common_pb2, kinematics_pb2, simulator_pb2
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "panda_pick"
 

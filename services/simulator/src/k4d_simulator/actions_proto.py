@@ -1,4 +1,5 @@
-"""Actions JSON (k4d_kinematics.actions.ActionSpec) <-> the ActionSequence proto.
+"""Actions JSON (k4d_kinematics.actions.ActionSpec) -> the ActionSequence proto (the
+reverse is k4d_kinematics.proto_actions, shared with the kinematics worker).
 
 The proto is the wire form every stage receives; it has no dataset units, so the
 conversion normalises: the gripper becomes an opening in [0, 1], position/rotation
@@ -8,10 +9,8 @@ scales are applied to the steps, and rotation vectors become quaternions (exact)
 from __future__ import annotations
 
 import numpy as np
+from k4d.tensor_io import to_tensor
 from kinema4d.v1 import common_pb2, kinematics_pb2
-
-from k4d.errors import InvalidArgument
-from k4d.tensor_io import from_tensor_data, to_tensor
 
 _TYPES = {"joint_position": kinematics_pb2.ACTION_TYPE_JOINT_POSITIONS,
           "joint_delta": kinematics_pb2.ACTION_TYPE_JOINT_DELTAS,
@@ -52,27 +51,3 @@ def spec_to_proto(spec) -> kinematics_pb2.ActionSequence:
     if spec.initial_joints is not None:
         msg.initial_joints.inline.CopyFrom(to_tensor(np.asarray(spec.initial_joints, np.float64)))
     return msg
-
-
-def proto_to_spec(msg: kinematics_pb2.ActionSequence, num_frames: int, clip: bool,
-                  store=None, field: str = "spec.actions"):
-    """ActionSequence proto -> ActionSpec (gripper already an opening in [0, 1])."""
-    from k4d_kinematics.actions import PRESETS, ActionSpec
-
-    names = {v: k for k, v in _TYPES.items()}
-    preset = PRESETS.get(msg.preset, {}) if msg.preset else {}
-    kind = names.get(msg.type) or preset.get("type")
-    if kind is None:
-        raise InvalidArgument.for_field(f"{field}.type", "required (or a preset)")
-    frame = {v: k for k, v in _FRAMES.items()}.get(msg.frame) or preset.get("frame", "base")
-    rotation = ({v: k for k, v in _ROTATIONS.items()}.get(msg.rotation)
-                or preset.get("rotation", "quat_xyzw"))
-    steps = from_tensor_data(msg.values, store, f"{field}.values").astype(np.float64)
-    gripper = (from_tensor_data(msg.gripper, store, f"{field}.gripper").astype(np.float64)
-               if msg.HasField("gripper") else None)
-    initial = (from_tensor_data(msg.initial_joints, store, f"{field}.initial_joints")
-               .astype(np.float64) if msg.HasField("initial_joints") else None)
-    return ActionSpec(type=kind, steps=steps, frame=frame, rotation=rotation,
-                      dt=msg.dt_s or preset.get("dt", 0.1), gripper=gripper,
-                      initial_joints=initial, link=msg.link or None, num_frames=num_frames,
-                      clip=clip)

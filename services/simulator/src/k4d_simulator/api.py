@@ -12,16 +12,15 @@ import threading
 import time
 import uuid
 
-from kinema4d.v1 import common_pb2, events_pb2, simulator_pb2, simulator_pb2_grpc
-
 from k4d.bus import event_headers
 from k4d.errors import InvalidArgument
 from k4d.store import job_key, put_array
-from k4d.tensor_io import from_tensor_data
 from k4d.telemetry import inject_trace_headers
+from k4d.tensor_io import from_tensor_data
 from k4d_simulator import events as ev
 from k4d_simulator.jobs import JobTable, is_terminal
 from k4d_simulator.validation import validate_spec
+from kinema4d.v1 import common_pb2, events_pb2, simulator_pb2, simulator_pb2_grpc
 
 S = simulator_pb2.JobState
 WATCH_POLL_S = 1.0

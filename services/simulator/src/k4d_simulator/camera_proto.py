@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-from kinema4d.v1 import common_pb2
-
 from k4d.errors import FieldViolation, InvalidArgument
+from kinema4d.v1 import common_pb2
 
 # Camera constructor field -> proto path below CameraModel.
 _PROTO_PATH = {"width": "intrinsics.width", "height": "intrinsics.height",

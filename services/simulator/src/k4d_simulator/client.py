@@ -6,11 +6,10 @@ import json
 
 import grpc
 from google.protobuf import json_format
-from kinema4d.v1 import simulator_pb2, simulator_pb2_grpc
-
 from k4d.errors import FieldViolation, InvalidArgument, NotFound, Unavailable
 from k4d.grpc_client import create_channel, field_violations
 from k4d_simulator.inputs import SimulationInputs, build_spec
+from kinema4d.v1 import simulator_pb2, simulator_pb2_grpc
 
 S = simulator_pb2.JobState
 STATE_NAMES = {"queued": S.JOB_STATE_QUEUED, "running": S.JOB_STATE_RUNNING,

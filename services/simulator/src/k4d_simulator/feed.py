@@ -15,12 +15,11 @@ from __future__ import annotations
 import threading
 import uuid
 
-from kinema4d.v1 import common_pb2, events_pb2
-
 from k4d.bus import HEADER_ERROR, HEADER_ERROR_TYPE, dlq, event_headers
 from k4d.telemetry import get_logger
 from k4d_simulator import events as ev
 from k4d_simulator.jobs import JobTable, is_terminal
+from kinema4d.v1 import common_pb2, events_pb2
 
 log = get_logger(__name__)
 

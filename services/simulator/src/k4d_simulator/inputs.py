@@ -11,12 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from kinema4d.v1 import common_pb2, generator_pb2, simulator_pb2
-
 from k4d.errors import FailedPrecondition, InvalidArgument
 from k4d.tensor_io import to_tensor
 from k4d_simulator.actions_proto import spec_to_proto
 from k4d_simulator.camera_proto import camera_to_proto
+from kinema4d.v1 import common_pb2, generator_pb2, simulator_pb2
 
 
 @dataclass
@@ -67,9 +66,8 @@ def downscale(image: np.ndarray, camera, factor: int):
         return image, camera
     if factor < 1:
         raise InvalidArgument.for_field("--downscale", "must be >= 1")
-    from PIL import Image
-
     from k4d_projection.camera import Camera
+    from PIL import Image
 
     h, w = image.shape[0] // factor, image.shape[1] // factor
     small = np.asarray(Image.fromarray(image).resize((w, h), Image.Resampling.BOX), np.uint8)

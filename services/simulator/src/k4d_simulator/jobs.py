@@ -18,10 +18,9 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kinema4d.v1 import common_pb2, simulator_pb2
-
 from k4d.errors import InvalidArgument, NotFound
 from k4d_simulator import events as ev
+from kinema4d.v1 import common_pb2, simulator_pb2
 
 S = simulator_pb2.JobState
 TERMINAL_STATES = frozenset({S.JOB_STATE_SUCCEEDED, S.JOB_STATE_FAILED, S.JOB_STATE_CANCELLED})

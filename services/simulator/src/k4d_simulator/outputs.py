@@ -17,7 +17,6 @@ import os
 from pathlib import Path
 
 import numpy as np
-
 from k4d.errors import FailedPrecondition
 
 RGB_VIDEO = "rgb.mp4"

@@ -18,13 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from kinema4d.v1 import common_pb2, simulator_pb2
-
 from k4d.errors import Cancelled, FailedPrecondition
 from k4d.tensor_io import from_tensor_data
-from k4d_simulator.actions_proto import proto_to_spec
 from k4d_simulator.camera_proto import camera_from_proto
 from k4d_simulator.validation import DEFAULT_NUM_FRAMES, validate_spec
+from kinema4d.v1 import common_pb2, simulator_pb2
 
 ProgressFn = Callable[[common_pb2.Progress], None]
 CancelFn = Callable[[], bool]
@@ -138,14 +136,17 @@ def run_kinematics(spec: simulator_pb2.SimulationSpec, cores: StageCores,
                    store=None) -> KinematicsOutput:
     """Actions -> joint trajectory (IK for end-effector actions) -> full-tree FK."""
     try:
+        from k4d_kinematics.proto_actions import action_spec_from_proto
         from k4d_kinematics.trajectory import solve_actions
     except ImportError as exc:
         raise FailedPrecondition(
             "the kinematics stage core `k4d_kinematics.trajectory` (actions -> joint "
             f"trajectory) is not importable: {exc}") from None
     model = cores.robot(_robot_name(spec), store)
-    actions = proto_to_spec(spec.actions, spec.num_frames or DEFAULT_NUM_FRAMES,
-                            spec.clip_to_limits, store)
+    actions = action_spec_from_proto(
+        spec.actions, spec.num_frames or DEFAULT_NUM_FRAMES, spec.clip_to_limits,
+        lambda data, field, _max: from_tensor_data(data, store, field).astype(np.float64),
+        field="spec.actions")
     trajectory = solve_actions(model, actions)
     return KinematicsOutput(list(model.joint_names), list(model.link_names),
                             np.asarray(trajectory.joints, np.float64),

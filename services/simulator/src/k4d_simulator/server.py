@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from kinema4d.v1 import simulator_pb2, simulator_pb2_grpc
-
 from k4d.bus import open_bus
 from k4d.store import open_store
 from k4d_simulator.api import SimulatorServicer
 from k4d_simulator.feed import JobFeed
 from k4d_simulator.jobs import JobTable
+from kinema4d.v1 import simulator_pb2, simulator_pb2_grpc
 
 SERVICE_NAME = simulator_pb2.DESCRIPTOR.services_by_name["SimulatorService"].full_name
 

@@ -12,11 +12,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from kinema4d.v1 import kinematics_pb2, simulator_pb2
-
 from k4d.errors import FieldViolation, InvalidArgument
 from k4d.tensor_io import from_tensor
 from k4d_simulator.camera_proto import camera_violations
+from kinema4d.v1 import kinematics_pb2, simulator_pb2
 
 DEFAULT_NUM_FRAMES = 49
 MAX_NUM_FRAMES = 512
