@@ -13,7 +13,7 @@ import tempfile
 
 import numpy as np
 from k4d.errors import InvalidArgument
-from k4d.tensor_io import INLINE_LIMIT_BYTES, from_tensor_data, to_tensor_data
+from k4d.tensor_io import INLINE_LIMIT_BYTES, to_tensor_data
 from kinema4d.v1 import kinematics_pb2 as kpb
 from kinema4d.v1 import kinematics_pb2_grpc
 
@@ -21,7 +21,7 @@ from .actions import ActionSpec
 from .bundles import BundleLimits
 from .fk import forward_kinematics
 from .ik import IKOptions, solve_ik
-from .proto_actions import action_spec_from_proto
+from .proto_actions import action_spec_from_proto, read_tensor_data
 from .registry import PREFIX, RobotRegistry
 from .robots import BUILTIN_ROBOTS, load_robot
 from .trajectory import solve_actions
@@ -154,11 +154,7 @@ class KinematicsServicer(kinematics_pb2_grpc.KinematicsServiceServicer):
         raise InvalidArgument.for_field("robot", "set name or bundle_uri")
 
     def _array(self, msg, field: str, max_elements: int) -> np.ndarray:
-        kind = msg.WhichOneof("kind")
-        shape = msg.inline.shape if kind == "inline" else msg.ref.shape if kind == "ref" else []
-        if int(np.prod([max(int(d), 0) for d in shape], dtype=np.float64)) > max_elements:
-            raise InvalidArgument.for_field(field, f"more than {max_elements} elements")
-        return from_tensor_data(msg, self.store, field)
+        return read_tensor_data(msg, self.store, field, max_elements)
 
     def _out(self, array: np.ndarray, key: str):
         return to_tensor_data(np.ascontiguousarray(array), self.store, key, self.inline_limit_bytes)

@@ -6,10 +6,12 @@ position/rotation scales apply to the values."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
 from k4d.errors import FieldViolation, InvalidArgument
+from k4d.tensor_io import from_tensor_data
 from kinema4d.v1 import kinematics_pb2 as kpb
 
 from .actions import DEFAULT_NUM_FRAMES, PRESETS, ActionSpec, validate_spec
@@ -25,6 +27,18 @@ ROTATIONS = {kpb.ROTATION_FORMAT_QUATERNION_XYZW: "quat_xyzw",
 _PROTO_FIELDS = {"steps": "values", "dt": "dt_s"}
 
 ReadArray = Callable[[object, str, int], np.ndarray]  # (TensorData, field, max elements)
+
+
+def read_tensor_data(msg, store, field: str, max_elements: int) -> np.ndarray:
+    """TensorData -> numpy with a size guard checked before any bytes are touched."""
+    kind = msg.WhichOneof("kind")
+    shape = msg.inline.shape if kind == "inline" else msg.ref.shape if kind == "ref" else []
+    # Exact integer arithmetic: numpy's int64 product overflows on hostile shapes, and a
+    # zero-size array with a 2**62 dimension still cannot be reshaped.
+    if any(d < 0 or d > max_elements for d in shape) or math.prod(shape) > max_elements:
+        raise InvalidArgument.for_field(f"{field}.shape", f"invalid or larger than "
+                                        f"{max_elements} elements: {list(shape)}")
+    return from_tensor_data(msg, store, field)
 
 
 def action_spec_from_proto(actions: kpb.ActionSequence, num_frames: int, clip: bool,

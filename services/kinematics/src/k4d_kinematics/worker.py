@@ -1,0 +1,91 @@
+"""Kafka stage `k4d.sim.requested` -> kinematics -> `k4d.sim.kinematics`.
+
+For each SimulationRequested: skip a cancelled job (marker `jobs/<id>/cancel`, ADR 000:
+emit SimulationFailed{CANCELLED}), load the robot, turn the actions into a joint
+trajectory and link poses, store both at deterministic keys
+`jobs/<id>/kinematics/{joints,poses}` and publish KinematicsCompleted. A redelivered
+event rewrites the same bytes. Bad input raises InvalidArgument/NotFound, which the
+StageWorker sends to the dead-letter topic at once (the simulator reports the job failed).
+"""
+
+from __future__ import annotations
+
+import time
+
+from google.protobuf.message import DecodeError
+from google.protobuf.timestamp_pb2 import Timestamp
+from k4d.bus import StageWorker, event_headers
+from k4d.bus.topics import SIM_FAILED, SIM_KINEMATICS, SIM_REQUESTED
+from k4d.errors import InvalidArgument
+from k4d.store import job_key, put_array, validate_key
+from kinema4d.v1 import common_pb2, events_pb2
+
+from .api import ik_options
+from .proto_actions import action_spec_from_proto, read_tensor_data
+from .registry import RobotRegistry
+from .robots import BUILTIN_ROBOTS, load_robot
+from .trajectory import solve_actions
+
+STAGE = "kinematics"
+GROUP_ID = "k4d-kinematics"
+
+
+class KinematicsStage:
+    def __init__(self, bus, store, registry: RobotRegistry | None = None):
+        self.bus, self.store = bus, store
+        self.registry = registry or RobotRegistry(store)
+
+    def handle(self, message) -> None:
+        started = time.perf_counter()
+        request = events_pb2.SimulationRequested()
+        try:
+            request.ParseFromString(message.value)
+        except DecodeError:
+            raise InvalidArgument.for_field("event", "not a SimulationRequested payload") from None
+        job_id = request.header.job_id or message.job_id or ""
+        if not job_id:
+            raise InvalidArgument.for_field("header.job_id", "missing")
+        validate_key(f"jobs/{job_id}", "header.job_id")
+        traceparent = message.header("traceparent") or request.header.traceparent
+        if self.store.exists(f"jobs/{job_id}/cancel"):
+            self._publish(SIM_FAILED, job_id, message.attempt, traceparent,
+                          events_pb2.SimulationFailed(error=common_pb2.ErrorInfo(
+                              code="CANCELLED", stage=STAGE, message="cancelled")))
+            return
+        spec = request.spec
+        model = self._robot(spec.robot)
+        actions = action_spec_from_proto(spec.actions, spec.num_frames, spec.clip_to_limits,
+                                         self._read, field="spec.actions")
+        result = solve_actions(model, actions, ik_options(None, actions.num_frames))
+        joints = put_array(self.store, job_key(job_id, STAGE, "joints"), result.joints)
+        poses = put_array(self.store, job_key(job_id, STAGE, "poses"), result.poses)
+        event = events_pb2.KinematicsCompleted(
+            spec=spec, joint_names=model.joint_names, link_names=model.link_names,
+            joints=joints.to_proto(), poses=poses.to_proto(),
+            failed_frames=int((~result.success).sum()), seconds=time.perf_counter() - started)
+        self._publish(SIM_KINEMATICS, job_id, message.attempt, traceparent, event)
+
+    def _robot(self, ref):
+        source = ref.WhichOneof("source")
+        if source == "name":
+            return load_robot(ref.name) if ref.name in BUILTIN_ROBOTS else self.registry.load(ref.name)
+        if source == "bundle_uri":
+            return self.registry.load_bundle(self.store.key_for_uri(ref.bundle_uri))
+        raise InvalidArgument.for_field("spec.robot", "set name or bundle_uri")
+
+    def _read(self, msg, field: str, max_elements: int):
+        return read_tensor_data(msg, self.store, field, max_elements)
+
+    def _publish(self, topic: str, job_id: str, attempt: int, traceparent: str, event) -> None:
+        created = Timestamp()
+        created.GetCurrentTime()
+        event.header.CopyFrom(events_pb2.EventHeader(job_id=job_id, stage=STAGE, attempt=attempt,
+                                                     created_at=created, traceparent=traceparent))
+        self.bus.publish(topic, job_id, event.SerializeToString(),
+                         event_headers(job_id, attempt=1))
+
+
+def build_worker(config, bus, store) -> StageWorker:
+    """Entry point `k4d.workers`: the kinematics stage worker."""
+    stage = KinematicsStage(bus, store)
+    return StageWorker.from_config(config, bus, SIM_REQUESTED, GROUP_ID, stage.handle)
