@@ -41,6 +41,9 @@ def plugin_env(tmp_path):
     env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     env.pop("K4D_KAFKA_BOOTSTRAP", None)
     env["K4D_STORE_URI"] = (tmp_path / "store").as_uri()
+    # Test-sized group timeouts for the services' stage workers under `k4d up`.
+    env["K4D_KAFKA_SESSION_TIMEOUT_MS"] = "3000"
+    env["K4D_KAFKA_MAX_POLL_INTERVAL_MS"] = "6000"
     return env
 
 
@@ -50,9 +53,13 @@ def k4d(*args, env, timeout=120):
 
 
 def test_serve_unknown_service_is_one_line_and_exit_2(capsys):
+    from k4d.cli import serve
+
     assert main(["serve", "no-such-service"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("k4d serve: error: service: unknown service 'no-such-service'")
+    assert serve.main(["no-such-service", "--port", "0"]) == 2
+    assert capsys.readouterr().err.startswith("k4d serve: error: service: unknown service")
 
 
 def test_up_rejects_bad_options(capsys):
@@ -76,7 +83,7 @@ def test_serve_answers_health_and_stops_on_sigterm(plugin_env):
 
     port = free_port()
     env = dict(plugin_env, K4D_SHUTDOWN_GRACE_S="2", K4D_METRICS_PORT="0")
-    proc = subprocess.Popen([sys.executable, "-m", "k4d.cli.main", "serve", "rttest", "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "k4d.cli.serve", "rttest", "--port", str(port),
                              "--host", "127.0.0.1", "--worker"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

@@ -44,10 +44,10 @@ class KafkaBus(Bus):
             return self._producer
 
     def ensure_topics(self, topics: Iterable[str]) -> None:
-        from kafka.admin import KafkaAdminClient, NewTopic
+        from kafka.admin import KafkaAdminClient
         from kafka.errors import KafkaError, TopicAlreadyExistsError
 
-        missing = [t for t in topics if t not in self._known_topics]
+        missing = sorted({t for t in topics if t not in self._known_topics})
         if not missing:
             return
         with self._lock:
@@ -55,14 +55,17 @@ class KafkaBus(Bus):
                 if self._admin is None:
                     self._admin = KafkaAdminClient(bootstrap_servers=self.bootstrap,
                                                    client_id=f"{self.client_id}-admin")
-                for topic in missing:  # one by one: an existing topic must not hide the rest
-                    try:
-                        self._admin.create_topics([NewTopic(topic, self.partitions, 1)])
-                    except TopicAlreadyExistsError:
-                        pass
-                    self._known_topics.add(topic)
+                result = self._admin.create_topics(
+                    {t: {"num_partitions": self.partitions, "replication_factor": 1} for t in missing},
+                    raise_errors=False)
             except KafkaError as exc:
                 raise Unavailable(f"Kafka at {self.bootstrap}: cannot create topics: {exc}") from exc
+            for topic in result["topics"]:
+                code = topic["error_code"]
+                if code not in (0, TopicAlreadyExistsError.errno):
+                    raise Unavailable(f"Kafka at {self.bootstrap}: cannot create topic {topic['name']}: "
+                                      f"error {code} {topic.get('error_message') or ''}".rstrip())
+                self._known_topics.add(topic["name"])
 
     def _send(self, topic, key, value, headers):
         from kafka.errors import KafkaError

@@ -9,6 +9,11 @@ from k4d.errors import InvalidArgument
 
 
 def register(subparsers) -> None:
+    register_serve(subparsers)
+    register_up(subparsers)
+
+
+def register_serve(subparsers) -> None:
     p = subparsers.add_parser(
         "serve", help="run one service's gRPC server (and optionally its stage worker)",
         description="Run an installed service (entry point group k4d.services) until SIGTERM. "
@@ -21,6 +26,8 @@ def register(subparsers) -> None:
                    help="also run the service's Kafka stage worker (entry point group k4d.workers)")
     p.set_defaults(handler=run_serve)
 
+
+def register_up(subparsers) -> None:
     p = subparsers.add_parser(
         "up", help="start broker, S3 server and every installed service on loopback",
         description="Local cluster without Docker/Kubernetes: a Kafka-protocol broker (tansu), "

@@ -126,7 +126,7 @@ def up(options: UpOptions) -> int:
         services = []
         for name in names:
             grpc_port, metrics_port = plan.services[name]
-            argv = [sys.executable, "-m", "k4d.cli.main", "serve", name]
+            argv = [sys.executable, "-m", "k4d.cli.serve", name]
             if name in with_worker:
                 argv.append("--worker")
             env = _service_env(name, grpc_port, metrics_port, broker, s3)
