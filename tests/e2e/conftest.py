@@ -7,95 +7,17 @@ Jobs are the shipped Panda example shrunk to the `tiny` generator's native clip
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
-import time
-import uuid
 from pathlib import Path
 
-import grpc
 import pytest
-
-from k4d import local_servers
-from k4d.grpc_client import wait_healthy
-
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "panda_pick"
-STAGE_SERVICES = ("kinematics", "projection", "generator")
-TINY_CLIP = {"frames": 5, "downscale": 15}  # 480x720 / 15 = 32x48, the tiny model's size
-SESSION_TIMEOUT_MS = 3000
-
-
-def _k4d(*args: str, env: dict | None = None, timeout: float = 300) -> str:
-    done = subprocess.run([sys.executable, "-m", "k4d.cli.main", *args], env=env,
-                          capture_output=True, text=True, timeout=timeout)
-    if done.returncode != 0:
-        raise RuntimeError(f"k4d {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
-    return done.stdout
-
-
-class Cluster:
-    """Starts, kills and restarts service processes sharing one broker, bucket, model."""
-
-    def __init__(self, broker: str, s3, log_dir: Path, model_dir: Path):
-        self.broker, self.s3, self.log_dir, self.model_dir = broker, s3, log_dir, model_dir
-        self.bucket = f"k4d-e2e-{uuid.uuid4().hex[:10]}"
-        self.processes: dict[str, local_servers.ManagedProcess] = {}
-        self.ports: dict[str, int] = {}
-        self._starts: dict[str, int] = {}
-
-    def env(self, name: str) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update({
-            "K4D_GRPC_HOST": "127.0.0.1", "K4D_GRPC_PORT": str(self.ports[name]),
-            "K4D_METRICS_PORT": "0", "K4D_KAFKA_BOOTSTRAP": self.broker,
-            "K4D_KAFKA_SESSION_TIMEOUT_MS": str(SESSION_TIMEOUT_MS),
-            "K4D_KAFKA_MAX_POLL_INTERVAL_MS": "60000",
-            "K4D_STORE_URI": f"s3://{self.bucket}", "K4D_S3_ENDPOINT": self.s3.endpoint,
-            "K4D_S3_ACCESS_KEY": self.s3.access_key, "K4D_S3_SECRET_KEY": self.s3.secret_key,
-            "K4D_S3_REGION": self.s3.region, "K4D_S3_SECURE": "0",
-            "K4D_WORKER_MAX_ATTEMPTS": "3", "K4D_WORKER_BACKOFF_S": "0.2",
-            "K4D_LOG_LEVEL": "INFO", "OTEL_SERVICE_NAME": name, "OMP_NUM_THREADS": "1",
-        })
-        return env
-
-    def start(self, name: str, worker: bool = True, timeout_s: float = 120) -> None:
-        self.ports.setdefault(name, local_servers.free_port())
-        argv = [sys.executable, "-m", "k4d.cli.main", "serve", name]
-        if worker:
-            argv.append("--worker")
-        self._starts[name] = self._starts.get(name, 0) + 1
-        process = local_servers.spawn(f"{name}-{self._starts[name]}", argv,
-                                      f"127.0.0.1:{self.ports[name]}", self.log_dir,
-                                      env=self.env(name))
-        self.processes[name] = process
-        if not wait_healthy(process.address, "", timeout_s, should_abort=lambda: not process.alive()):
-            raise RuntimeError(f"{name} did not become healthy:\n{process.log_tail(40)}")
-
-    def kill(self, name: str) -> None:
-        """SIGKILL: no drain, no commit; its uncommitted messages are redelivered."""
-        process = self.processes[name]
-        os.killpg(process.popen.pid, signal.SIGKILL)
-        process.popen.wait(10)
-
-    def stop_all(self) -> None:
-        local_servers.stop_all(list(self.processes.values()), 10)
-
-    def channel(self) -> grpc.Channel:
-        return grpc.insecure_channel(f"127.0.0.1:{self.ports['simulator']}")
-
-    def logs(self, lines: int = 30) -> str:
-        return "\n".join(f"--- {n} ---\n{p.log_tail(lines)}" for n, p in self.processes.items())
+from k4d_simulator.localcluster import STAGE_SERVICES, Cluster, run_k4d
 
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
     """A `tiny` generator checkpoint made by the generator package's own command."""
     out = tmp_path_factory.mktemp("tiny-model") / "tiny"
-    _k4d("generate", "init-model", "--config", "tiny", "--out", str(out))
+    run_k4d("generate", "init-model", "--config", "tiny", "--out", str(out))
     assert (out / "k4d_model.json").is_file()
     return out
 
@@ -112,36 +34,3 @@ def cluster(kafka_broker, s3_server, tiny_model, tmp_path_factory):
     finally:
         cluster.stop_all()
 
-
-def e2e_spec(model_dir: Path | None, *, steps: int = 2, seed: int = 42, frames: int | None = None):
-    """The shipped example at the tiny model's clip size, as a SimulationSpec."""
-    from k4d_simulator.inputs import SimulationInputs, build_spec
-
-    return build_spec(SimulationInputs(
-        robot="panda", actions=EXAMPLE / "actions.json", image=EXAMPLE / "scene.png",
-        camera=EXAMPLE / "camera.json", model=str(model_dir) if model_dir else "",
-        steps=steps, seed=seed, frames=frames or TINY_CLIP["frames"],
-        downscale=TINY_CLIP["downscale"]))
-
-
-def wait_terminal(stub, job_ids, timeout_s: float):
-    """job id -> final Job; raises with the non-terminal ones on timeout."""
-    from kinema4d.v1 import simulator_pb2
-
-    terminal = {simulator_pb2.JOB_STATE_SUCCEEDED, simulator_pb2.JOB_STATE_FAILED,
-                simulator_pb2.JOB_STATE_CANCELLED}
-    final, deadline = {}, time.monotonic() + timeout_s
-    while time.monotonic() < deadline and len(final) < len(job_ids):
-        for job_id in job_ids:
-            if job_id not in final:
-                job = stub.Get(simulator_pb2.GetRequest(job_id=job_id)).job
-                if job.state in terminal:
-                    final[job_id] = job
-        time.sleep(0.25)
-    missing = [j for j in job_ids if j not in final]
-    if missing:
-        states = {j: simulator_pb2.JobState.Name(stub.Get(simulator_pb2.GetRequest(
-            job_id=j)).job.state) for j in missing}
-        raise AssertionError(f"{len(missing)} jobs not terminal after {timeout_s} s: "
-                             f"{json.dumps(states)[:2000]}")
-    return final

@@ -11,8 +11,6 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from kinema4d.v1 import simulator_pb2_grpc
-
 from k4d.bus import InProcessBus
 from k4d.cli.main import main
 from k4d.config import Config
@@ -23,6 +21,7 @@ from k4d_simulator.api import SimulatorServicer
 from k4d_simulator.feed import JobFeed
 from k4d_simulator.jobs import JobTable
 from k4d_simulator.view import view_directory
+from kinema4d.v1 import simulator_pb2_grpc
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "panda_pick"
 QUICK = ["--downscale", "8", "--frames", "7", "--no-progress"]  # 60x90 px, 7 frames

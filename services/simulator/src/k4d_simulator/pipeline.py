@@ -214,7 +214,8 @@ def _static_world(spec: simulator_pb2.SimulationSpec, image: np.ndarray,
 
 
 def load_initial_image(spec: simulator_pb2.SimulationSpec, store=None) -> np.ndarray:
-    return from_tensor_data(spec.initial_image, store, "spec.initial_image")
+    """(H, W, 3) uint8, writable (torch refuses read-only buffers without a warning)."""
+    return np.array(from_tensor_data(spec.initial_image, store, "spec.initial_image"))
 
 
 def run_embedded(spec: simulator_pb2.SimulationSpec, store=None,
