@@ -72,3 +72,13 @@ def onnx_cache(tmp_path_factory):
 def make_robot():
     """make_robot(num_frames, height, width, seed) -> (image, robot kwargs)."""
     return synthetic_robot
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A tiny k4d-layout checkpoint written by `k4d generate init-model` (LoRA stored unfused)."""
+    from k4d.cli.main import main
+
+    out = tmp_path_factory.mktemp("models") / "tiny"
+    assert main(["generate", "init-model", "--config", "tiny", "--out", str(out)]) == 0
+    return out

@@ -305,7 +305,7 @@ class Kinema4DPipeline:
         """Sample one rollout. See the module docstring for the steps and guidance modes."""
         started = time.perf_counter()
         robot = RobotCondition(robot_rgb, robot_pointmap, robot_mask)
-        num_steps = num_steps or self.info.num_inference_steps
+        num_steps = self.info.num_inference_steps if num_steps is None else int(num_steps)
         guidance = self.info.guidance_scale if guidance is None else float(guidance)
         # 1. check inputs
         self.check_inputs(image, robot, num_steps, guidance, guidance_mode, scheduler, negative)

@@ -1,0 +1,38 @@
+"""The static-world generator: robot composited onto the unchanged scene, clearly labelled."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from k4d.errors import InvalidArgument
+from k4d_generator.static_world import StaticWorldGenerator, plane_depth
+
+INTRINSICS = (40.0, 40.0, 23.5, 15.5)
+
+
+def test_gen_static_world_composites_robot_on_unchanged_scene(robot_inputs):
+    image, robot = robot_inputs
+    result = StaticWorldGenerator()(image, intrinsics=INTRINSICS, **robot)
+    mask = robot["robot_mask"]
+    assert result.rgb.shape == (5, 32, 48, 3)
+    assert np.array_equal(result.rgb[mask], robot["robot_rgb"][mask])
+    assert np.array_equal(result.rgb[~mask], np.broadcast_to(image, result.rgb.shape)[~mask])
+    assert np.array_equal(result.pointmap[mask], robot["robot_pointmap"][mask])
+    depth = plane_depth(robot["robot_pointmap"], mask)
+    assert np.allclose(result.pointmap[~mask][:, 2], depth)
+    assert depth > robot["robot_pointmap"][..., 2][mask].max()
+    # the plane back-projects through the intrinsics: pixel (u=0, v=0) -> x = -cx / fx * z
+    assert result.pointmap[0, 0, 0, 0] == pytest.approx(-23.5 / 40.0 * depth)
+    assert result.metadata["generator"] == "static-world"
+    assert result.metadata["generated"] is False and "Not a model prediction" in \
+        result.metadata["note"]
+
+
+def test_gen_static_world_rejects_bad_inputs(robot_inputs):
+    image, robot = robot_inputs
+    with pytest.raises(InvalidArgument, match="intrinsics"):
+        StaticWorldGenerator()(image, intrinsics=(0.0, 40.0, 1.0, 1.0), **robot)
+    with pytest.raises(InvalidArgument) as err:
+        StaticWorldGenerator()(image[:10], intrinsics=INTRINSICS, **robot)
+    assert err.value.violations[0].field == "robot_rgb"
