@@ -135,10 +135,25 @@ def test_builtin_robots_describe_their_gripper_and_chain():
         panda.lower[0] = 0.0
 
 
-def test_guessed_end_effector_for_user_robot_stops_at_the_finger_branch(tmp_path):
+def test_user_urdf_with_dangling_package_meshes_names_the_first_missing_mesh(tmp_path):
     path = tmp_path / "p" / "urdf" / "panda_copy.urdf"
     path.parent.mkdir(parents=True)
     path.write_text(load_robot("panda").urdf_xml.replace("package://example-robot-data/robots/", ""))
-    # Mesh URIs now dangle: the loader must name the first missing mesh.
-    with pytest.raises(InvalidArgument, match="missing mesh file"):
+    with pytest.raises(InvalidArgument, match="missing mesh file") as info:
         load_robot(str(path))
+    assert info.value.violations[0].field == "urdf.link[panda_link0].visual[0].geometry.mesh"
+
+
+def test_guessed_end_effector_stops_at_the_finger_branch(tmp_path):
+    import re
+
+    text = re.sub(r'<mesh filename="[^"]*"\s*/>', '<sphere radius="0.01"/>',
+                  load_robot("panda").urdf_xml)
+    path = tmp_path / "p" / "urdf" / "panda_primitives.urdf"
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    model = load_robot(str(path))
+    assert model.ee_link == "panda_hand"  # the hand branches into two moving fingers
+    assert model.gripper_joints == ["panda_finger_joint1"]
+    assert model.arm_joint_names == [f"panda_joint{i}" for i in range(1, 8)]
+    assert model.mesh_files == [] and model.visuals[0].primitive == "sphere"

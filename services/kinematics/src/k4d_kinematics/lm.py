@@ -93,12 +93,13 @@ def solve_lm(chain: SerialChain, T_target: np.ndarray, x0: np.ndarray, settings:
 def _rotation_error(R_err: np.ndarray) -> tuple[float, float, float]:
     """so3_log of one 3x3 matrix with scalar math (the batched version costs ~20 us)."""
     r00, r01, r02, r10, r11, r12, r20, r21, r22 = R_err.ravel().tolist()
-    cos_theta = max(-1.0, min(1.0, (r00 + r11 + r22 - 1.0) / 2.0))
-    theta = math.acos(cos_theta)
+    vx, vy, vz = r21 - r12, r02 - r20, r10 - r01
+    sin_theta = 0.5 * math.sqrt(vx * vx + vy * vy + vz * vz)
+    theta = math.atan2(sin_theta, 0.5 * (r00 + r11 + r22 - 1.0))
     if theta > math.pi - 1e-4:
         return tuple(so3_log(R_err).tolist())
-    factor = 0.5 + theta * theta / 12.0 if theta < 1e-6 else theta / (2.0 * math.sin(theta))
-    return factor * (r21 - r12), factor * (r02 - r20), factor * (r10 - r01)
+    factor = 0.5 + theta * theta / 12.0 if theta < 1e-6 else theta / (2.0 * sin_theta)
+    return factor * vx, factor * vy, factor * vz
 
 
 def _projected_step(chain: SerialChain, x, A, g, dx):

@@ -43,37 +43,35 @@ def skew(v: np.ndarray) -> np.ndarray:
 def so3_log(R: np.ndarray) -> np.ndarray:
     """Rotation matrices (..., 3, 3) -> rotation vectors (..., 3), robust near 0 and pi."""
     R = np.asarray(R, dtype=np.float64)
-    trace = R[..., 0, 0] + R[..., 1, 1] + R[..., 2, 2]
-    cos_theta = np.clip((trace - 1.0) / 2.0, -1.0, 1.0)
-    theta = np.arccos(cos_theta)
     vee = np.stack([R[..., 2, 1] - R[..., 1, 2],
                     R[..., 0, 2] - R[..., 2, 0],
                     R[..., 1, 0] - R[..., 0, 1]], axis=-1)
-    sin_theta = np.sin(theta)
-    # Away from pi: theta / (2 sin theta) * vee, with the small-angle series near 0.
+    sin_theta = 0.5 * np.linalg.norm(vee, axis=-1)
+    cos_theta = 0.5 * (R[..., 0, 0] + R[..., 1, 1] + R[..., 2, 2] - 1.0)
+    # atan2 keeps full precision near 0 and pi, where arccos loses half the digits.
+    theta = np.arctan2(sin_theta, cos_theta)
     small = theta < 1e-6
     factor = np.where(small, 0.5 + theta**2 / 12.0,
                       theta / (2.0 * np.where(small, 1.0, sin_theta)))
     out = factor[..., None] * vee
     near_pi = theta > np.pi - 1e-4
     if np.any(near_pi):
-        out = np.where(near_pi[..., None], _so3_log_near_pi(R, theta), out)
+        out[near_pi] = _so3_log_near_pi(R[near_pi], theta[near_pi], vee[near_pi])
     return out
 
 
-def _so3_log_near_pi(R: np.ndarray, theta: np.ndarray) -> np.ndarray:
-    """Near pi the antisymmetric part vanishes; recover the axis from the symmetric part,
-    B = cos(theta) I + (1 - cos(theta)) a a^T, and the sign from the antisymmetric part."""
-    cos_theta = np.cos(theta)[..., None, None]
+def _so3_log_near_pi(R: np.ndarray, theta: np.ndarray, vee: np.ndarray) -> np.ndarray:
+    """(K, 3, 3) -> (K, 3). Near pi the antisymmetric part vanishes; recover the axis from
+    the symmetric part, B = cos(theta) I + (1 - cos(theta)) a a^T, the sign from `vee`."""
+    cos_theta = np.cos(theta)[:, None, None]
     aaT = ((R + np.swapaxes(R, -1, -2)) / 2.0 - cos_theta * np.eye(3)) / (1.0 - cos_theta)
-    diag = np.stack([aaT[..., 0, 0], aaT[..., 1, 1], aaT[..., 2, 2]], axis=-1)
+    diag = np.stack([aaT[:, 0, 0], aaT[:, 1, 1], aaT[:, 2, 2]], axis=-1)
     k = np.argmax(diag, axis=-1)
-    col = np.take_along_axis(aaT, k[..., None, None].repeat(3, axis=-1), axis=-2)[..., 0, :]
-    axis = col / np.sqrt(np.maximum(np.take_along_axis(diag, k[..., None], axis=-1), 1e-300))
-    vee = np.stack([R[..., 2, 1] - R[..., 1, 2], R[..., 0, 2] - R[..., 2, 0],
-                    R[..., 1, 0] - R[..., 0, 1]], axis=-1)
+    rows = np.arange(len(k))
+    axis = aaT[rows, k] / np.sqrt(np.maximum(diag[rows, k], 1e-300))[:, None]
+    axis /= np.linalg.norm(axis, axis=-1, keepdims=True)
     sign = np.where(np.sum(vee * axis, axis=-1) < 0, -1.0, 1.0)
-    return axis * (theta * sign)[..., None]
+    return axis * (theta * sign)[:, None]
 
 
 def so3_exp(rotvec: np.ndarray) -> np.ndarray:
