@@ -146,6 +146,10 @@ def up(options: UpOptions) -> int:
                 print(f"--- {service.name} log ({service.log_path}) ---\n{service.log_tail()}",
                       file=sys.stderr)
         _print_table(rows)
+        print("clients: export " + " ".join(
+            f"{k}={v}" for k, v in _service_env("client", 0, 0, broker, s3).items()
+            if k in ("K4D_KAFKA_BOOTSTRAP", "K4D_STORE_URI", "K4D_S3_ENDPOINT", "K4D_S3_ACCESS_KEY",
+                     "K4D_S3_SECRET_KEY", "K4D_S3_REGION")), flush=True)
         if options.check:
             return 0 if all_healthy else 1
         print("k4d up: running; Ctrl-C to stop", flush=True)
