@@ -146,3 +146,17 @@ def test_up_stops_every_child_on_ctrl_c(plugin_env, tmp_path):
     for address in addresses:
         host, port = address.split(":")
         assert not port_open(host, int(port)), f"{address} still open after k4d up stopped"
+
+
+def test_up_refuses_busy_ports_with_one_line(capsys):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        if port > 65495:
+            pytest.skip("ephemeral port above the --base-port range")
+        assert main(["up", "--check", "--base-port", str(port), "--services", ""]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("k4d up: error: ports already in use: [") and str(port) in err

@@ -71,3 +71,16 @@ def test_metrics_endpoint_serves_runtime_metrics():
     finally:
         server.shutdown()
     assert 'k4d_stage_messages_total{outcome="ok",topic="k4d.test"}' in body
+
+
+def test_metrics_port_in_use_is_a_clear_error():
+    import socket
+
+    import pytest
+    from k4d.errors import Unavailable
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        with pytest.raises(Unavailable, match="cannot serve /metrics"):
+            start_metrics_server(busy.getsockname()[1], addr="127.0.0.1")

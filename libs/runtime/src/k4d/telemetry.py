@@ -93,5 +93,10 @@ def start_metrics_server(port: int, addr: str = "0.0.0.0"):
         return None
     from prometheus_client import start_http_server
 
-    server, _thread = start_http_server(port, addr=addr)
+    from k4d.errors import Unavailable
+
+    try:
+        server, _thread = start_http_server(port, addr=addr)
+    except OSError as exc:
+        raise Unavailable(f"cannot serve /metrics on {addr}:{port}: {exc.strerror or exc}") from None
     return server
