@@ -84,3 +84,8 @@ def test_metrics_port_in_use_is_a_clear_error():
         busy.listen()
         with pytest.raises(Unavailable, match="cannot serve /metrics"):
             start_metrics_server(busy.getsockname()[1], addr="127.0.0.1")
+
+
+def test_extract_ignores_binary_and_missing_headers():
+    ctx = extract_trace_context({"trace-bin": b"\xff\xfe", "k4d-attempt": b"2"})
+    assert not trace.get_current_span(ctx).get_span_context().is_valid

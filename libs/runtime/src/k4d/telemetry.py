@@ -82,7 +82,8 @@ def inject_trace_headers(headers: MutableMapping[str, bytes], context=None) -> M
 
 def extract_trace_context(headers: Mapping[str, bytes | str]) -> otel_context.Context:
     """The remote parent context carried by bus headers or gRPC metadata."""
-    carrier = {k.lower(): (v.decode() if isinstance(v, bytes) else v) for k, v in headers.items()}
+    carrier = {k.lower(): (v.decode(errors="replace") if isinstance(v, bytes) else v)
+               for k, v in headers.items()}
     return _PROPAGATOR.extract(carrier)
 
 
