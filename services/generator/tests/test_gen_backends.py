@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from k4d.errors import FailedPrecondition, InvalidArgument
 from k4d_generator.backends import create_backend, is_tensorrt_available
 from k4d_generator.backends.onnx_export import example_inputs

@@ -7,9 +7,6 @@ import json
 
 import pytest
 import torch
-from safetensors import safe_open
-from safetensors.torch import load_file, save_file
-
 from k4d.errors import FailedPrecondition, InvalidArgument, NotFound
 from k4d_generator.checkpoints import (
     ADDED_WEIGHTS_FILE,
@@ -20,6 +17,8 @@ from k4d_generator.checkpoints import (
     save_official,
 )
 from k4d_generator.lora import LORA_FILE_NAME, fuse_lora, read_lora, write_lora
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 
 TINY = dict(num_frames=5, height=32, width=48)
 

@@ -9,9 +9,8 @@ import sys
 
 import numpy as np
 import pytest
-from PIL import Image
-
 from k4d.cli.main import main
+from PIL import Image
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import math
 import pytest
 import torch
 from diffusers.models.embeddings import get_1d_rotary_pos_embed
-
 from k4d.errors import InvalidArgument
 from k4d_generator.model import Kinema4DTransformer3DModel, get_model_config
 from k4d_generator.model.conditioning import inject_arm_latents, shared_rope

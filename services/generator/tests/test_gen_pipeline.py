@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from k4d.errors import Cancelled, InvalidArgument, ResourceExhausted
 from k4d_generator.conditions import (
     PointmapNormalization,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from k4d.errors import InvalidArgument
 from k4d_generator.static_world import StaticWorldGenerator, plane_depth
 

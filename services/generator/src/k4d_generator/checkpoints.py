@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from k4d.errors import FailedPrecondition, InvalidArgument, NotFound
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from k4d.errors import FailedPrecondition, InvalidArgument, NotFound
 from k4d_generator.lora import (
     LORA_FILE_NAME,
     OFFICIAL_LORA_SCALE,

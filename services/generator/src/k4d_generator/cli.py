@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-
 from k4d.errors import InvalidArgument
 
 LAYOUTS = ("k4d", "official")

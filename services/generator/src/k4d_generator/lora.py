@@ -19,10 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from k4d.errors import InvalidArgument
 from safetensors import safe_open
 from safetensors.torch import save_file
-
-from k4d.errors import InvalidArgument
 
 LORA_FILE_NAME = "pytorch_lora_weights.safetensors"
 OFFICIAL_LORA_SCALE = 0.5

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-
 from k4d.errors import ResourceExhausted
 
 _GIB = 1024**3

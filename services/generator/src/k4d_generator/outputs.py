@@ -15,7 +15,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-
 from k4d.tensor_io import save_npz
 
 RGB_VIDEO = "rgb.mp4"

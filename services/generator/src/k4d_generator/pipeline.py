@@ -23,14 +23,12 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
-
 from k4d.errors import Cancelled, InvalidArgument
+
 from k4d_generator.backends import create_backend
 from k4d_generator.checkpoints import ModelComponents, load_model
 from k4d_generator.conditions import (
@@ -42,40 +40,12 @@ from k4d_generator.conditions import (
     uniform_pointmap,
 )
 from k4d_generator.memory import ensure_fits, estimate
+from k4d_generator.results import GenerationResult, RobotCondition, check_robot
 
 ProgressCallback = Callable[[int, int], None]  # (steps done, total steps)
 CancelCheck = Callable[[], bool]
 GUIDANCE_MODES = ("auto", "two-pass", "official")
 SCHEDULERS = ("unipc", "euler")
-
-
-@dataclass
-class RobotCondition:
-    """Robot-only inputs, pixel-aligned with the image.
-
-    rgb: (T, H, W, 3) uint8 robot render on black; pointmap: (T, H, W, 3) float32 metres,
-    camera frame; mask: (T, H, W) bool occupancy (authoritative)."""
-
-    rgb: np.ndarray
-    pointmap: np.ndarray
-    mask: np.ndarray
-
-    @classmethod
-    def empty(cls, num_frames: int, height: int, width: int) -> RobotCondition:
-        """No robot in view: a natural negative condition for robot guidance."""
-        return cls(np.zeros((num_frames, height, width, 3), np.uint8),
-                   np.zeros((num_frames, height, width, 3), np.float32),
-                   np.zeros((num_frames, height, width), bool))
-
-
-@dataclass
-class GenerationResult:
-    """rgb: (T, H, W, 3) uint8; pointmap: (T, H, W, 3) float32 camera frame, metres when
-    `metadata["pointmap_units"] == "metres"`; metadata: model, sampling, timings."""
-
-    rgb: np.ndarray
-    pointmap: np.ndarray
-    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 def model_id_of(components: ModelComponents) -> str:
@@ -153,7 +123,7 @@ class Kinema4DPipeline:
                                                      f"model needs {info.width}x{info.height}")
         for prefix, cond in (("robot", robot), ("negative", negative)):
             if cond is not None:
-                self._check_robot(prefix, cond, size)
+                check_robot(prefix, cond, size)
         if num_steps < 1 or num_steps > 1000:
             raise InvalidArgument.for_field("num_steps", "must be in [1, 1000]")
         if not np.isfinite(guidance) or guidance < 0:
@@ -162,23 +132,6 @@ class Kinema4DPipeline:
             raise InvalidArgument.for_field("guidance_mode", f"must be one of {GUIDANCE_MODES}")
         if scheduler is not None and scheduler not in SCHEDULERS:
             raise InvalidArgument.for_field("scheduler", f"must be one of {SCHEDULERS}")
-
-    @staticmethod
-    def _check_robot(prefix: str, robot: RobotCondition, size: tuple[int, int, int]) -> None:
-        t, h, w = size
-        checks = (("rgb", robot.rgb, (t, h, w, 3), np.uint8),
-                  ("pointmap", robot.pointmap, (t, h, w, 3), np.float32),
-                  ("mask", robot.mask, (t, h, w), np.bool_))
-        for name, array, shape, dtype in checks:
-            field_name = f"{prefix}_{name}"
-            if not isinstance(array, np.ndarray) or array.dtype != dtype:
-                raise InvalidArgument.for_field(field_name, f"must be a {np.dtype(dtype).name} "
-                                                            "array")
-            if array.shape != shape:
-                raise InvalidArgument.for_field(field_name, f"has shape {array.shape}; the model "
-                                                            f"needs {shape} (frames, H, W)")
-        if not np.isfinite(robot.pointmap).all():
-            raise InvalidArgument.for_field(f"{prefix}_pointmap", "contains NaN or inf")
 
     # ------------------------------------------------------------ 2.-4. conditioning
 

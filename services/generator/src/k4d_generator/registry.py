@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from k4d.errors import FailedPrecondition, InvalidArgument, NotFound
+
 from k4d_generator.checkpoints import K4D_MODEL_FILE
 
 PREFIX = "models"

@@ -13,9 +13,9 @@ from __future__ import annotations
 import time
 
 import numpy as np
-
 from k4d.errors import InvalidArgument
-from k4d_generator.pipeline import GenerationResult, RobotCondition
+
+from k4d_generator.results import GenerationResult, RobotCondition, check_robot
 
 STATIC_WORLD_NOTE = ("static-world: the initial image with the robot render composited; the "
                      "scene does not react. Not a model prediction.")
@@ -73,9 +73,7 @@ class StaticWorldGenerator:
         t = robot.rgb.shape[0] if isinstance(robot.rgb, np.ndarray) and robot.rgb.ndim == 4 else 0
         if t < 1:
             raise InvalidArgument.for_field("robot_rgb", "must be a (T, H, W, 3) uint8 array")
-        from k4d_generator.pipeline import Kinema4DPipeline
-
-        Kinema4DPipeline._check_robot("robot", robot, (t, *image.shape[:2]))
+        check_robot("robot", robot, (t, *image.shape[:2]))
         if len(intrinsics) != 4 or not all(np.isfinite(v) for v in intrinsics) \
                 or intrinsics[0] <= 0 or intrinsics[1] <= 0:
             raise InvalidArgument.for_field("intrinsics", "must be (fx, fy, cx, cy), fx, fy > 0")

@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import importlib.util
-from functools import lru_cache
+from functools import cache
 
 
-@lru_cache(maxsize=None)
+@cache
 def is_onnxruntime_available() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "onnx",
                                                                  "onnxscript"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def is_tensorrt_available() -> bool:
     return importlib.util.find_spec("tensorrt") is not None
 
 
-@lru_cache(maxsize=None)
+@cache
 def is_torch_cuda_available() -> bool:
     import torch
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
 from k4d.errors import FailedPrecondition
+
 from k4d_generator.backends.availability import is_onnxruntime_available
 from k4d_generator.backends.onnx_export import INPUT_NAMES, export_denoiser
 

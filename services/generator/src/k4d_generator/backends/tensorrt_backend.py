@@ -12,8 +12,8 @@ import re
 from pathlib import Path
 
 import torch
-
 from k4d.errors import FailedPrecondition, InvalidArgument
+
 from k4d_generator.backends.availability import is_tensorrt_available
 from k4d_generator.backends.onnx_backend import onnx_cache_path
 from k4d_generator.backends.onnx_export import INPUT_NAMES, OUTPUT_NAME, export_denoiser

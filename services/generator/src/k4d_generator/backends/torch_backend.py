@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-
 from k4d.errors import FailedPrecondition, InvalidArgument
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}

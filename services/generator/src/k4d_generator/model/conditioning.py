@@ -16,9 +16,8 @@ concatenated along width, so its width is 2w):
 from __future__ import annotations
 
 import torch
-from torch import nn
-
 from k4d.errors import InvalidArgument
+from torch import nn
 
 
 def inject_arm_latents(hidden_states: torch.Tensor, arm_cond: torch.Tensor, arm_cond_proj: nn.Linear,
