@@ -79,10 +79,25 @@ def test_lossless_forms():
     assert enc16.values.dtype == np.float16
     err = np.abs(codecs.decode(enc16) - pm).max(axis=-1)
     for t in (0, 1, 3):  # float16 error relative to the frame's scale
-        q_max = np.abs(enc16.values[t].astype(np.float64)).max()
+        q_max = np.nanmax(np.abs(enc16.values[t].astype(np.float64)))
         assert err[t].max() <= 2.0 ** -11 * enc16.scale[t] * max(q_max, 1.0) * 1.01 + 1e-6
     with pytest.raises(InvalidArgument):
         codecs.encode_lossless(pm, mask, dtype="int8")
+
+
+def test_mask_recovered_from_values_and_first_camera_frame():
+    pm, mask = synthetic()
+    mask[0, 0, 0] = True
+    pm[0, 0, 0] = (0.1, -0.2, 1.5)
+    for enc in (codecs.encode_8bit(pm, mask), codecs.encode_lossless(pm, mask),
+                codecs.encode_lossless(pm, mask, dtype="float16")):
+        recovered = codecs.mask_from_values(enc.values)
+        # 8-bit: a robot point may quantise to (0, 0, 0) only at the clip-box corner.
+        assert (recovered != mask).mean() < 1e-3
+        np.testing.assert_array_equal(codecs.decode(enc, frame="first_camera"),
+                                      codecs.decode(enc))  # static camera
+    with pytest.raises(InvalidArgument, match="clip_percentiles"):
+        codecs.encode_8bit(pm, mask, percentiles=(98, 2))
 
 
 def test_safetensors_round_trip(tmp_path):

@@ -9,8 +9,9 @@ metric XYZ comes back with an error of at most scale / 255 per axis for points
 inside the clip box. Pixels off the mask are stored as 0 (black), as in the
 robot-only videos; the mask travels with the encoding and is authoritative.
 
-Lossless form: float32 metric pointmap (exact) or float16 of the same normalised
-coordinates (error <= 2**-11 * scale * |q| for |q| <= 1), safetensors, same metadata.
+Lossless form: float32 metric pointmap (exact; 0 off the mask) or float16 of the same
+normalised coordinates, unclipped, metric = q * scale + centre (error <= 2**-11 * scale
+* max(|q|, 1) per axis; NaN off the mask); safetensors, same metadata.
 """
 
 from __future__ import annotations
@@ -94,33 +95,42 @@ def normalise(pointmap, mask, T_world_from_cam=None, percentiles=CLIP_PERCENTILE
     return q, centre, scale, mask, T_cam0_from_cam
 
 
-def encode_8bit(pointmap, mask, T_world_from_cam=None) -> EncodedPointmap:
+def encode_8bit(pointmap, mask, T_world_from_cam=None,
+                percentiles=CLIP_PERCENTILES) -> EncodedPointmap:
     """Metric camera-frame pointmap (T, H, W, 3) + mask -> Kinema4D 8-bit form."""
-    q, centre, scale, mask, T_cam0_from_cam = normalise(pointmap, mask, T_world_from_cam)
+    _check_percentiles(percentiles)
+    q, centre, scale, mask, T_cam0_from_cam = normalise(pointmap, mask, T_world_from_cam,
+                                                        percentiles)
     values = np.clip(np.rint((q + 1.0) * 127.5), 0, 255).astype(np.uint8)
     values[~mask] = 0
     return EncodedPointmap(values, centre, scale, mask, T_cam0_from_cam)
 
 
-def encode_lossless(pointmap, mask, T_world_from_cam=None, *, dtype="float32") -> EncodedPointmap:
+def encode_lossless(pointmap, mask, T_world_from_cam=None, *, dtype="float32",
+                    percentiles=CLIP_PERCENTILES) -> EncodedPointmap:
     """float32: the metric points themselves (in first-frame camera coordinates, exact).
-    float16: normalised unclipped coordinates (p - centre) / scale as float16."""
+    float16: normalised unclipped coordinates (p - centre) / scale as float16, NaN off
+    the mask (0 is a valid normalised point)."""
     if dtype not in ("float16", "float32"):
         raise InvalidArgument.for_field("dtype", "must be float16 or float32")
-    _, centre, scale, mask, T_cam0_from_cam = normalise(pointmap, mask, T_world_from_cam)
+    _check_percentiles(percentiles)
+    _, centre, scale, mask, T_cam0_from_cam = normalise(pointmap, mask, T_world_from_cam,
+                                                        percentiles)
     p_cam0 = _to_cam0(np.asarray(pointmap, np.float64), mask, T_cam0_from_cam)
     if dtype == "float32":
         values = p_cam0.astype(np.float32)
     else:
         q = (p_cam0 - centre[:, None, None, :]) / scale[:, None, None, None]
-        q[~mask] = 0.0
+        q[~mask] = np.nan
         values = q.astype(np.float16)
     return EncodedPointmap(values, centre, scale, mask, T_cam0_from_cam)
 
 
-def decode(encoded: EncodedPointmap) -> np.ndarray:
-    """-> metric pointmap (T, H, W, 3) float32 in each frame's OWN camera coordinates,
-    zeros off the mask."""
+def decode(encoded: EncodedPointmap, frame: str = "camera") -> np.ndarray:
+    """-> metric pointmap (T, H, W, 3) float32, zeros off the mask, in each frame's OWN
+    camera coordinates (frame="camera") or the first frame's (frame="first_camera")."""
+    if frame not in ("camera", "first_camera"):
+        raise InvalidArgument.for_field("frame", "must be 'camera' or 'first_camera'")
     v = encoded.values
     if v.dtype == np.uint8:
         q = v.astype(np.float64) / 127.5 - 1.0
@@ -130,11 +140,29 @@ def decode(encoded: EncodedPointmap) -> np.ndarray:
             + encoded.centre[:, None, None, :]
     else:
         p_cam0 = v.astype(np.float64)
-    T_cam_from_cam0 = invert_rigid(encoded.T_cam0_from_cam)
-    p = np.einsum("tij,thwj->thwi", T_cam_from_cam0[:, :3, :3], p_cam0) \
-        + T_cam_from_cam0[:, None, None, :3, 3]
+    if frame == "first_camera":
+        p = p_cam0
+    else:
+        T_cam_from_cam0 = invert_rigid(encoded.T_cam0_from_cam)
+        p = np.einsum("tij,thwj->thwi", T_cam_from_cam0[:, :3, :3], p_cam0) \
+            + T_cam_from_cam0[:, None, None, :3, 3]
     p[~encoded.mask] = 0.0
     return p.astype(np.float32)
+
+
+def mask_from_values(values: np.ndarray) -> np.ndarray:
+    """Recover the mask from encoded values alone (T, H, W): 8-bit and float32 store
+    exact zeros (black) off the robot, float16 stores NaN."""
+    if values.dtype == np.float16:
+        return np.all(np.isfinite(values), axis=-1)
+    return np.any(values != 0, axis=-1)
+
+
+def _check_percentiles(percentiles) -> None:
+    lo, hi = (float(p) for p in percentiles)
+    if not (0.0 <= lo < hi <= 100.0):
+        raise InvalidArgument.for_field("clip_percentiles",
+                                        f"need 0 <= low < high <= 100, got {lo}, {hi}")
 
 
 def quantisation_step(encoded: EncodedPointmap) -> np.ndarray:

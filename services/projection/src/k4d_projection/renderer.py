@@ -26,8 +26,11 @@ DEFAULT_OUTPUTS = ("depth", "mask", "link_id", "pointmap", "normals", "rgb")
 DEFAULT_MEMORY_BUDGET_BYTES = 4 << 30
 _OUTPUT_BYTES_PER_PIXEL = {"depth": 4, "mask": 1, "link_id": 2, "pointmap": 12,
                            "pointmap_world": 12, "normals": 12, "rgb": 3}
-_WORK_BYTES_PER_PIXEL = 4 + 2 + 4  # z-buffer, link buffer, primitive buffer
-_RAY_CHUNK = 1 << 21  # rays per cast call: bounds the transient ray buffers (~100 MB)
+_WORK_BYTES_PER_PIXEL = 4 + 2 + 4 + 1 + 8  # z-buffer (-> depth), link id, triangle, mask,
+# + worst-case candidate pixel list of one link (int64 per pixel)
+_RAY_CHUNK = 1 << 21  # rays per cast call: bounds the transient ray buffers
+_ASSEMBLE_CHUNK_PIXELS = 1 << 21  # pixels per output-assembly step
+_TRANSIENT_BYTES = _RAY_CHUNK * 96 + _ASSEMBLE_CHUNK_PIXELS * 128
 _AMBIENT = 0.3  # headlight lambert: rgb = colour * (ambient + (1 - ambient) * cos)
 
 
@@ -55,10 +58,37 @@ class RenderResult:
         return {k: getattr(self, k) for k in OUTPUTS if getattr(self, k) is not None}
 
 
+class RenderWorkspace:
+    """Reusable big buffers for `RobotRenderer.render` (pinocchio's model/data split).
+
+    A long-lived caller (service thread, benchmark, batch job) keeps one workspace per
+    thread so repeated renders do not page-fault ~0.7 GB of fresh memory each time (that
+    costs more than the ray casting on this machine). Arrays returned by a render that
+    used a workspace are VIEWS into it, valid until the next render with it.
+    """
+
+    def __init__(self):
+        self._buffers: dict[str, np.ndarray] = {}
+
+    def array(self, name: str, shape, dtype) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        buffer = self._buffers.get(name)
+        if buffer is None or buffer.nbytes < nbytes:
+            buffer = np.empty(nbytes, np.uint8)
+            self._buffers[name] = buffer
+        return buffer[:nbytes].view(dtype).reshape(shape)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.nbytes for b in self._buffers.values())
+
+
 def estimate_bytes(num_frames: int, height: int, width: int, outputs) -> int:
     pixels = int(num_frames) * int(height) * int(width)
-    per_pixel = _WORK_BYTES_PER_PIXEL + sum(_OUTPUT_BYTES_PER_PIXEL[o] for o in set(outputs))
-    return pixels * per_pixel + _RAY_CHUNK * 64
+    extra = set(outputs) - {"depth", "mask", "link_id"}  # those live in the work buffers
+    per_pixel = _WORK_BYTES_PER_PIXEL + sum(_OUTPUT_BYTES_PER_PIXEL[o] for o in extra)
+    return pixels * per_pixel + _TRANSIENT_BYTES
 
 
 class RobotRenderer:
@@ -90,9 +120,12 @@ class RobotRenderer:
         return sum(len(m.faces) for m in self.link_meshes)
 
     def render(self, poses: np.ndarray, camera: Camera, outputs=DEFAULT_OUTPUTS,
-               memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES) -> RenderResult:
+               memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
+               workspace: RenderWorkspace | None = None) -> RenderResult:
         """poses: (T, L, 4, 4) T_base_from_link (FK output); camera: extrinsics map the
-        base (or world, with camera.T_world_from_base) frame into the camera."""
+        base (or world, with camera.T_world_from_base) frame into the camera.
+        workspace: reuse buffers across calls (results are then views into it)."""
+        ws = RenderWorkspace() if workspace is None else workspace
         # 1. check inputs
         outputs = self._check_outputs(outputs)
         poses = self._check_poses(poses)
@@ -106,10 +139,10 @@ class RobotRenderer:
         # 2. cast every link's rays and keep the nearest hit per pixel
         grid = PixelGrid(camera)
         T_cam_from_link = camera.T_cam_from_base[None, None] @ poses  # (T, L, 4, 4)
-        zbuf, link_buf, prim_buf = self._zbuffer(grid, T_cam_from_link)
+        zbuf, link_buf, prim_buf = self._zbuffer(grid, T_cam_from_link, ws)
         # 3. assemble the requested images
         return self._assemble(grid, camera, T_cam_from_link, zbuf, link_buf, prim_buf,
-                              outputs, (T, H, W))
+                              outputs, (T, H, W), ws)
 
     # ---- steps ------------------------------------------------------------------
     def _check_outputs(self, outputs) -> set[str]:
@@ -139,14 +172,16 @@ class RobotRenderer:
                 "transform")
         return poses
 
-    def _zbuffer(self, grid: PixelGrid, T_cam_from_link: np.ndarray):
+    def _zbuffer(self, grid: PixelGrid, T_cam_from_link: np.ndarray, ws: RenderWorkspace):
         """Nearest hit per pixel over all links: (z (N,) float32 inf = miss, link (N,) int16,
         global triangle id (N,) int32) with N = T * H * W."""
         T = T_cam_from_link.shape[0]
         n_pixels = T * grid.width * grid.height
-        zbuf = np.full(n_pixels, np.inf, np.float32)
-        link_buf = np.full(n_pixels, -1, np.int16)
-        prim_buf = np.zeros(n_pixels, np.int32)
+        zbuf = ws.array("depth", (n_pixels,), np.float32)
+        zbuf.fill(np.inf)
+        link_buf = ws.array("link_id", (n_pixels,), np.int16)
+        link_buf.fill(-1)
+        prim_buf = ws.array("triangle", (n_pixels,), np.int32)  # read only where hit
         T_link_from_cam = invert_rigid(T_cam_from_link).astype(np.float32)
         for mesh, scene, face_offset in zip(self.link_meshes, self._scenes, self._face_offset,
                                             strict=True):
@@ -195,38 +230,46 @@ class RobotRenderer:
         prim_buf[where] = prim[hit] + face_offset
 
     def _assemble(self, grid, camera, T_cam_from_link, zbuf, link_buf, prim_buf, outputs,
-                  shape) -> RenderResult:
+                  shape, ws: RenderWorkspace) -> RenderResult:
         T, H, W = shape
         hw = H * W
-        mask = np.isfinite(zbuf)
-        depth = np.where(mask, zbuf, np.float32(0.0))
-        result = RenderResult(depth=depth.reshape(T, H, W), mask=mask.reshape(T, H, W),
+        mask = np.isfinite(zbuf, out=ws.array("mask", zbuf.shape, bool))
+        images = {name: ws.array(name, (T * hw, channels), dtype)
+                  for name, channels, dtype in (("pointmap", 3, np.float32),
+                                                ("pointmap_world", 3, np.float32),
+                                                ("normals", 3, np.float32), ("rgb", 3, np.uint8))
+                  if name in outputs}
+        for image in images.values():
+            image.fill(0)
+        T_world_from_cam = invert_rigid(camera.T_cam_from_world).astype(np.float32)
+        # Per-hit temporaries (~100 bytes each) are made a few frames at a time so memory
+        # stays bounded however much of the image the robot covers.
+        frames_per_chunk = max(1, _ASSEMBLE_CHUNK_PIXELS // hw)
+        for t0 in range(0, T, frames_per_chunk):
+            lo, hi = t0 * hw, min(T, t0 + frames_per_chunk) * hw
+            hit_idx = np.flatnonzero(mask[lo:hi]) + lo
+            directions = grid.directions[hit_idx % hw]  # (M, 3), z == 1
+            p_cam = directions * zbuf[hit_idx, None]
+            if "pointmap" in images:
+                images["pointmap"][hit_idx] = p_cam
+            if "pointmap_world" in images:
+                images["pointmap_world"][hit_idx] = p_cam @ T_world_from_cam[:3, :3].T \
+                    + T_world_from_cam[:3, 3]
+            if "normals" in images or "rgb" in images:
+                normals, rgb_linear = self._surface(grid, hit_idx, link_buf, prim_buf,
+                                                    T_cam_from_link, directions, hw)
+                if "normals" in images:
+                    images["normals"][hit_idx] = normals
+                if "rgb" in images:
+                    images["rgb"][hit_idx] = np.clip(np.rint(rgb_linear * 255.0), 0, 255)
+        np.copyto(zbuf, np.float32(0.0), where=~mask)  # the z-buffer becomes the depth image
+        result = RenderResult(depth=zbuf.reshape(T, H, W), mask=mask.reshape(T, H, W),
                               link_id=link_buf.reshape(T, H, W))
-        hit_idx = np.flatnonzero(mask)
-        pixel = hit_idx % hw
-        directions = grid.directions[pixel]  # (M, 3), z == 1
-        p_cam = directions * zbuf[hit_idx, None]
-        if "pointmap" in outputs:
-            result.pointmap = _scatter(hit_idx, p_cam, (T, H, W, 3))
-        if "pointmap_world" in outputs:
-            T_world_from_cam = invert_rigid(camera.T_cam_from_world)
-            p_world = p_cam @ T_world_from_cam[:3, :3].T.astype(np.float32) \
-                + T_world_from_cam[:3, 3].astype(np.float32)
-            result.pointmap_world = _scatter(hit_idx, p_world, (T, H, W, 3))
-        if "normals" in outputs or "rgb" in outputs:
-            normals, rgb_linear = self._surface(grid, hit_idx, link_buf, prim_buf, T_cam_from_link,
-                                                directions, hw)
-            if "normals" in outputs:
-                result.normals = _scatter(hit_idx, normals, (T, H, W, 3))
-            if "rgb" in outputs:
-                rgb = np.clip(np.rint(rgb_linear * 255.0), 0, 255).astype(np.uint8)
-                result.rgb = _scatter(hit_idx, rgb, (T, H, W, 3))
-        if "depth" not in outputs:
-            result.depth = None
-        if "mask" not in outputs:
-            result.mask = None
-        if "link_id" not in outputs:
-            result.link_id = None
+        for name, image in images.items():
+            setattr(result, name, image.reshape(T, H, W, 3))
+        for name in ("depth", "mask", "link_id"):
+            if name not in outputs:
+                setattr(result, name, None)
         return result
 
     def _surface(self, grid, hit_idx, link_buf, prim_buf, T_cam_from_link, directions, hw):
@@ -249,9 +292,3 @@ class RobotRenderer:
         normals *= np.where(cos > 0, np.float32(-1.0), np.float32(1.0))[:, None]
         shade = _AMBIENT + (1.0 - _AMBIENT) * np.abs(cos)
         return normals, colour * shade[:, None]
-
-
-def _scatter(flat_idx: np.ndarray, values: np.ndarray, shape) -> np.ndarray:
-    out = np.zeros((int(np.prod(shape[:-1])), shape[-1]), values.dtype)
-    out[flat_idx] = values
-    return out.reshape(shape)

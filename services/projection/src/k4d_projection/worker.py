@@ -1,0 +1,88 @@
+"""Kafka stage `k4d.sim.kinematics` -> projection -> `k4d.sim.projected`.
+
+For each KinematicsCompleted: skip a cancelled job (marker `jobs/<id>/cancel`: emit
+SimulationFailed{CANCELLED}), load the link poses from the object store, ray-cast the
+robot into the job's camera and store depth, pointmap, mask, link_id and rgb at the
+deterministic keys `jobs/<id>/projection/<name>`, then publish ProjectionCompleted. A
+redelivered event rewrites the same bytes. Bad input raises InvalidArgument/NotFound,
+which the StageWorker sends to the dead-letter topic at once.
+"""
+
+from __future__ import annotations
+
+import time
+
+from google.protobuf.message import DecodeError
+from google.protobuf.timestamp_pb2 import Timestamp
+from k4d.bus import StageWorker, event_headers
+from k4d.bus.topics import SIM_FAILED, SIM_KINEMATICS, SIM_PROJECTED
+from k4d.errors import InvalidArgument
+from k4d.store import get_array, job_key, put_array, validate_key
+from k4d.tensor_io import TensorRef
+from k4d_kinematics.registry import RobotRegistry
+from kinema4d.v1 import common_pb2, events_pb2
+
+from k4d_projection.api import RendererCache, camera_from_proto, robot_from_ref
+from k4d_projection.renderer import DEFAULT_MEMORY_BUDGET_BYTES, RenderWorkspace
+
+STAGE = "projection"
+GROUP_ID = "k4d-projection"
+STAGE_OUTPUTS = ("depth", "pointmap", "mask", "link_id", "rgb")
+
+
+class ProjectionStage:
+    def __init__(self, bus, store, renderers: RendererCache | None = None,
+                 memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES):
+        self.bus, self.store = bus, store
+        self.registry = RobotRegistry(store)
+        self.renderers = renderers or RendererCache()
+        self.memory_budget_bytes = memory_budget_bytes
+        self.workspace = RenderWorkspace()  # one message at a time: reuse the buffers
+
+    def handle(self, message) -> None:
+        started = time.perf_counter()
+        event = events_pb2.KinematicsCompleted()
+        try:
+            event.ParseFromString(message.value)
+        except DecodeError:
+            raise InvalidArgument.for_field("event", "not a KinematicsCompleted payload") from None
+        job_id = event.header.job_id or message.job_id or ""
+        if not job_id:
+            raise InvalidArgument.for_field("header.job_id", "missing")
+        validate_key(f"jobs/{job_id}", "header.job_id")
+        traceparent = message.header("traceparent") or event.header.traceparent
+        if self.store.exists(f"jobs/{job_id}/cancel"):
+            self._publish(SIM_FAILED, job_id, message.attempt, traceparent,
+                          events_pb2.SimulationFailed(error=common_pb2.ErrorInfo(
+                              code="CANCELLED", stage=STAGE, message="cancelled")))
+            return
+        model = robot_from_ref(event.spec.robot, self.store, self.registry, "spec.robot")
+        camera = camera_from_proto(event.spec.camera, "spec.camera")
+        poses = get_array(self.store, TensorRef.from_proto(event.poses, "poses"), field="poses")
+        if list(event.link_names) and list(event.link_names) != model.link_names:
+            raise InvalidArgument.for_field("link_names", "do not match the robot's links")
+        renderer = self.renderers.get(model, collision=False)
+        result = renderer.render(poses, camera, outputs=STAGE_OUTPUTS,
+                                 memory_budget_bytes=self.memory_budget_bytes,
+                                 workspace=self.workspace)
+        refs = {name: put_array(self.store, job_key(job_id, STAGE, name), array).to_proto()
+                for name, array in result.arrays().items()}
+        done = events_pb2.ProjectionCompleted(spec=event.spec, joints=event.joints,
+                                              poses=event.poses, **refs)
+        done.stage_seconds["kinematics"] = event.seconds
+        done.stage_seconds[STAGE] = time.perf_counter() - started
+        self._publish(SIM_PROJECTED, job_id, message.attempt, traceparent, done)
+
+    def _publish(self, topic: str, job_id: str, attempt: int, traceparent: str, event) -> None:
+        created = Timestamp()
+        created.GetCurrentTime()
+        event.header.CopyFrom(events_pb2.EventHeader(job_id=job_id, stage=STAGE, attempt=attempt,
+                                                     created_at=created, traceparent=traceparent))
+        self.bus.publish(topic, job_id, event.SerializeToString(),
+                         event_headers(job_id, attempt=1))
+
+
+def build_worker(config, bus, store) -> StageWorker:
+    """Entry point `k4d.workers`: the projection stage worker."""
+    stage = ProjectionStage(bus, store)
+    return StageWorker.from_config(config, bus, SIM_KINEMATICS, GROUP_ID, stage.handle)
