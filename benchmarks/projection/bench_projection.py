@@ -82,53 +82,56 @@ def main() -> None:
     for view, (eye, target, fovy) in VIEWS.items():
         camera = Camera.look_at(eye, target, width=args.width, height=args.height,
                                 fovy_deg=fovy)
+        measure_view(view, model, renderer, joints, camera, args.repeats)
 
-        workspace = RenderWorkspace()  # what a long-lived service thread keeps
 
-        def ours_cold():  # fresh output memory every call (one-shot CLI)
-            return renderer.render(forward_kinematics(model, joints), camera, DEFAULT_OUTPUTS)
+def measure_view(view, model, renderer, joints, camera, repeats: int) -> None:
+    T = joints.shape[0]
+    workspace = RenderWorkspace()  # what a long-lived service thread keeps
 
-        def ours_full():
-            return renderer.render(forward_kinematics(model, joints), camera, DEFAULT_OUTPUTS,
-                                   workspace=workspace)
+    def ours_cold():  # fresh output memory every call (one-shot CLI)
+        return renderer.render(forward_kinematics(model, joints), camera, DEFAULT_OUTPUTS)
 
-        def ours_depth():
-            return renderer.render(forward_kinematics(model, joints), camera,
-                                   ("depth", "mask", "link_id"), workspace=workspace)
+    def ours_full():
+        return renderer.render(forward_kinematics(model, joints), camera, DEFAULT_OUTPUTS,
+                               workspace=workspace)
 
-        poses = forward_kinematics(model, joints)
-        reference = MujocoReference(renderer.link_meshes, camera)
-        try:
-            reference.render_depth(poses[:2])  # warm up GL
-            cold_med, cold_min, _ = timed(ours_cold, args.repeats)
-            full_med, full_min, result = timed(ours_full, args.repeats)
-            depth_med, depth_min, _ = timed(ours_depth, args.repeats)
-            mj_med, mj_min, mj_depth = timed(lambda: reference.render_depth(poses), args.repeats)
-        finally:
-            reference.close()
+    def ours_depth():
+        return renderer.render(forward_kinematics(model, joints), camera,
+                               ("depth", "mask", "link_id"), workspace=workspace)
 
-        ious, errors = [], []
-        for t in range(T):
-            a, b = result.mask[t], mj_depth[t] > 0
-            ious.append((a & b).sum() / max((a | b).sum(), 1))
-            both = a & b
-            errors.append(np.median(np.abs(result.depth[t][both] - mj_depth[t][both])))
-        ms = 1000.0 / T
-        print(f"\nview {view!r}: robot covers {result.mask.mean():.1%} of pixels")
-        print(f"  ours, all outputs (depth, pointmap, mask, link_id, normals, rgb), reused "
-              f"workspace: {full_med:.3f} s for {T} frames = {full_med * ms:.1f} ms/frame "
-              f"(best {full_min * ms:.1f})")
-        print(f"  ours, all outputs, fresh memory per call: {cold_med:.3f} s = "
-              f"{cold_med * ms:.1f} ms/frame (best {cold_min * ms:.1f})")
-        print(f"  ours, depth + mask + link_id only:  {depth_med * ms:.1f} ms/frame "
-              f"(best {depth_min * ms:.1f})")
-        print(f"  MuJoCo OSMesa depth render:          {mj_med * ms:.1f} ms/frame "
-              f"(best {mj_min * ms:.1f})")
-        print(f"  ratio ours(all outputs) / MuJoCo(depth): {full_med / mj_med:.2f}x; "
-              f"ours(depth) / MuJoCo(depth): {depth_med / mj_med:.2f}x")
-        print(f"  accuracy vs MuJoCo: mask IoU min {min(ious):.4f} mean {np.mean(ious):.4f}; "
-              f"median |depth error| max over frames {max(errors) * 1e6:.1f} um")
+    poses = forward_kinematics(model, joints)
+    reference = MujocoReference(renderer.link_meshes, camera)
+    try:
+        reference.render_depth(poses[:2])  # warm up GL
+        cold_med, cold_min, _ = timed(ours_cold, repeats)
+        full_med, full_min, result = timed(ours_full, repeats)
+        depth_med, depth_min, _ = timed(ours_depth, repeats)
+        mj_med, mj_min, mj_depth = timed(lambda: reference.render_depth(poses), repeats)
+    finally:
+        reference.close()
 
+    ious, errors = [], []
+    for t in range(T):
+        a, b = result.mask[t], mj_depth[t] > 0
+        ious.append((a & b).sum() / max((a | b).sum(), 1))
+        both = a & b
+        errors.append(np.median(np.abs(result.depth[t][both] - mj_depth[t][both])))
+    ms = 1000.0 / T
+    print(f"\nview {view!r}: robot covers {result.mask.mean():.1%} of pixels")
+    print(f"  ours, all outputs (depth, pointmap, mask, link_id, normals, rgb), reused "
+          f"workspace: {full_med:.3f} s for {T} frames = {full_med * ms:.1f} ms/frame "
+          f"(best {full_min * ms:.1f})")
+    print(f"  ours, all outputs, fresh memory per call: {cold_med:.3f} s = "
+          f"{cold_med * ms:.1f} ms/frame (best {cold_min * ms:.1f})")
+    print(f"  ours, depth + mask + link_id only: {depth_med:.3f} s = {depth_med * ms:.1f} "
+          f"ms/frame (best {depth_min * ms:.1f})")
+    print(f"  MuJoCo OSMesa depth render:        {mj_med:.3f} s = {mj_med * ms:.1f} ms/frame "
+          f"(best {mj_min * ms:.1f})")
+    print(f"  ratio ours(all outputs) / MuJoCo(depth): {full_med / mj_med:.2f}x; "
+          f"ours(depth) / MuJoCo(depth): {depth_med / mj_med:.2f}x")
+    print(f"  accuracy vs MuJoCo: mask IoU min {min(ious):.4f} mean {np.mean(ious):.4f}; "
+          f"median |depth error| max over frames {max(errors) * 1e6:.1f} um")
 
 if __name__ == "__main__":
     main()

@@ -21,9 +21,8 @@ from k4d_kinematics.proto_actions import read_tensor_data
 from k4d_kinematics.registry import RobotRegistry
 from k4d_kinematics.robots import BUILTIN_ROBOTS, load_robot
 from k4d_kinematics.validation import validate_joints
-from kinema4d.v1 import common_pb2
+from kinema4d.v1 import common_pb2, projection_pb2_grpc
 from kinema4d.v1 import projection_pb2 as ppb
-from kinema4d.v1 import projection_pb2_grpc
 
 from k4d_projection import codecs
 from k4d_projection.camera import Camera
