@@ -156,7 +156,8 @@ def write_rollout(out_dir: str | os.PathLike, result, summary: dict, *, fps: flo
             "frames": gen.rgb.shape[0], "seed": summary["seed"]}
     paths["viewer"] = write_viewer(out / VIEWER_HTML, gen.rgb, gen.pointmap, mask, title=title,
                                    static_world=gen.static_world, info=info, fps=fps / 2,
-                                   max_points=viewer_points, focal_px=focal_px)
+                                   max_points=viewer_points, focal_px=focal_px,
+                                   focus=result.projection.mask)
     summary = dict(summary, outputs={k: p.name for k, p in paths.items()})
     paths["summary"] = write_json(out / SUMMARY_JSON, summary)
     return paths

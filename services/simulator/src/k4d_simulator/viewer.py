@@ -22,22 +22,29 @@ STATIC_WORLD_NOTICE = ("static-world backend: the robot is composited onto the U
 
 
 def sample_frames(rgb: np.ndarray, pointmap: np.ndarray, mask: np.ndarray | None = None,
-                  max_points: int = DEFAULT_MAX_POINTS):
-    """Subsample every frame on one regular pixel grid.
+                  max_points: int = DEFAULT_MAX_POINTS, focus: np.ndarray | None = None):
+    """Subsample every frame on one regular pixel grid (one grid for all frames: points
+    stay put where the scene does), twice as dense inside `focus` (the robot).
 
     rgb: (T, H, W, 3) uint8; pointmap: (T, H, W, 3) float32 camera frame (zeros = no
-    point); mask: optional (T, H, W) bool. Returns ([(xyz (n, 3) float32,
-    colour (n, 3) uint8) per frame, only valid points kept], the pixel stride).
+    point); mask: optional (T, H, W) bool; focus: optional (T, H, W) bool. Returns
+    ([(xyz (n, 3) float32, colour (n, 3) uint8) per frame], the coarse pixel stride).
     """
     T, H, W = pointmap.shape[:3]
     stride = max(1, math.ceil(math.sqrt(H * W / max_points)))
+    fine = max(1, stride // 2)
+    coarse_grid = np.zeros((H, W), bool)
+    coarse_grid[::stride, ::stride] = True
+    fine_grid = np.zeros((H, W), bool)
+    fine_grid[::fine, ::fine] = True
     frames = []
-    for t in range(T):  # one grid for all frames: points stay put where the scene does
-        xyz = pointmap[t, ::stride, ::stride].reshape(-1, 3).astype(np.float32)
-        colour = rgb[t, ::stride, ::stride].reshape(-1, 3)
+    for t in range(T):
+        pick = coarse_grid if focus is None else coarse_grid | (fine_grid & focus[t])
+        xyz = pointmap[t][pick].astype(np.float32)
+        colour = rgb[t][pick]
         valid = np.all(np.isfinite(xyz), axis=1) & (xyz[:, 2] > 0)
         if mask is not None:
-            valid &= mask[t, ::stride, ::stride].reshape(-1)
+            valid &= mask[t][pick]
         frames.append((xyz[valid], colour[valid]))
     return frames, stride
 
@@ -67,10 +74,11 @@ def write_viewer(path: str | Path, rgb: np.ndarray, pointmap: np.ndarray,
                  mask: np.ndarray | None = None, *, title: str = "Kinema4D rollout",
                  static_world: bool = False, info: dict | None = None,
                  fps: float = 12.0, max_points: int = DEFAULT_MAX_POINTS,
-                 focal_px: float | None = None) -> Path:
-    """Write the viewer HTML; returns its path. `info` lines show under the title."""
+                 focal_px: float | None = None, focus: np.ndarray | None = None) -> Path:
+    """Write the viewer HTML; returns its path. `info` lines show under the title;
+    `focus` (T, H, W) bool pixels (the robot) get a denser sampling."""
     path = Path(path)
-    frames, stride = sample_frames(rgb, pointmap, mask, max_points)
+    frames, stride = sample_frames(rgb, pointmap, mask, max_points, focus)
     data = _encode(frames)
     data.update({"stride": stride, "fps": fps, "width": int(pointmap.shape[2]), "height": int(pointmap.shape[1]),
                  "focal": float(focal_px or pointmap.shape[2] * 0.75)})
