@@ -99,6 +99,27 @@ def test_fk_on_a_user_urdf_path(tmp_path, capsys):
                          "--out", str(tmp_path / "p.npz")], capsys)
     assert code == 0, err
     np.testing.assert_allclose(np.load(tmp_path / "p.npz")["poses"][0, 1, :3, 3], [0, 0, 0.25])
+    np.save(tmp_path / "t.npy", np.load(tmp_path / "p.npz")["poses"][:, 1])
+    code, _, err = _run(["ik", "--robot", str(urdf), "--targets", str(tmp_path / "t.npy"),
+                         "--out", str(tmp_path / "s.npz")], capsys)
+    assert code == 0, err
+    np.testing.assert_allclose(np.load(tmp_path / "s.npz")["joints"], [[0.25]], atol=1e-4)
+
+
+def test_fk_on_a_user_xacro_path(tmp_path, capsys):
+    from importlib.metadata import distribution
+
+    xacro = distribution("rtb-data").locate_file(
+        "rtbdata/xacro/trossen_descriptions/urdf/wx250s.urdf.xacro")
+    model = load_robot(str(xacro))
+    assert model.link_names[0] == "/base_link"  # xacro arg robot_name defaults to ""
+    np.save(tmp_path / "q.npy", model.mid_configuration[None])
+    code, _, err = _run(["fk", "--robot", str(xacro), "--joints", str(tmp_path / "q.npy"),
+                         "--out", str(tmp_path / "p.npz")], capsys)
+    assert code == 0, err
+    wx = load_robot("widowx250s")
+    np.testing.assert_allclose(np.load(tmp_path / "p.npz")["poses"][0],
+                               forward_kinematics(wx, wx.mid_configuration), atol=1e-12)
 
 
 def test_kinematics_solve_writes_the_trajectory(tmp_path, capsys):
