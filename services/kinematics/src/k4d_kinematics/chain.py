@@ -7,6 +7,7 @@ origins once, so the hot loop touches only the moving joints.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,7 +50,12 @@ class SerialChain:
 
 
 def build_chain(model: RobotModel, link: str | None = None) -> SerialChain:
-    link = link or model.ee_link
+    """The chain from the root to `link` (default: the end effector); cached per model."""
+    return _build_chain(model, link or model.ee_link)
+
+
+@functools.lru_cache(maxsize=128)
+def _build_chain(model: RobotModel, link: str) -> SerialChain:
     tree = model.tree
     path = []
     index = model.link_index(link)
