@@ -46,6 +46,9 @@ def test_gen_cli_torch_and_onnx_agree(tiny_model_dir, inputs, tmp_path, onnx_cac
     import imageio.v2 as imageio
 
     assert len(imageio.mimread(tmp_path / "torch" / "rgb.mp4")) == 5
+    if (tmp_path / "torch" / "pointmap_k4d.mp4").exists():  # with the projection codec
+        meta8 = json.loads((tmp_path / "torch" / "pointmap_k4d.json").read_text())
+        assert len(meta8["scale"]) == 5 and len(meta8["centre"][0]) == 3
 
 
 def test_gen_cli_official_layout_model(tmp_path, inputs):

@@ -35,3 +35,14 @@ def test_gen_static_world_rejects_bad_inputs(robot_inputs):
     with pytest.raises(InvalidArgument) as err:
         StaticWorldGenerator()(image[:10], intrinsics=INTRINSICS, **robot)
     assert err.value.violations[0].field == "robot_rgb"
+
+
+def test_gen_static_world_recovers_intrinsics_from_robot_pointmap(robot_inputs):
+    from k4d_generator.static_world import intrinsics_from_pointmap
+
+    _, robot = robot_inputs  # the synthetic robot is projected with (40, 40, 23.5, 15.5)
+    got = intrinsics_from_pointmap(robot["robot_pointmap"], robot["robot_mask"])
+    assert np.allclose(got, INTRINSICS, atol=1e-3)
+    image, _ = robot_inputs
+    result = StaticWorldGenerator()(image, **robot)
+    assert np.allclose(result.metadata["intrinsics"], INTRINSICS, atol=1e-3)

@@ -3,8 +3,9 @@
     rgb.mp4                 generated RGB video (H.264, fps from the model)
     pointmap.npz            pointmap (T, H, W, 3) float32 camera frame (metres),
                             mask (T, H, W) bool (every generated pixel is valid), rgb (T, H, W, 3)
-    pointmap_k4d.mp4/.json  the Kinema4D 8-bit pointmap video + per-frame centre/scale,
-                            written when the projection package's codec is installed
+    pointmap_k4d.mp4/.json  the Kinema4D 8-bit pointmap video (lossless RGB H.264) + per-frame
+                            centre/scale; written with the projection package's codec
+                            (`k4d_projection.codecs`) when it is installed
     generation.json         the result's metadata (model, backend, seed, guidance, timings)
 """
 
@@ -53,9 +54,15 @@ def write_result(result, out_dir: str | Path, fps: int = 24) -> dict[str, str]:
                                   "rgb": result.rgb})
     written["pointmap_npz"] = str(out / POINTMAP_NPZ)
     codec = _pointmap_codec()
-    if codec is not None and hasattr(codec, "write_pointmap_video"):
-        codec.write_pointmap_video(out / POINTMAP_VIDEO, result.pointmap, mask, fps=fps)
+    if codec is not None:
+        encoded = codec.encode_8bit(result.pointmap, mask)
+        codec.write_video(out / POINTMAP_VIDEO, encoded.values, fps=fps)
+        (out / POINTMAP_VIDEO_META).write_text(json.dumps({
+            "format": codec.FORMAT_8BIT, "frame": "first_frame_camera_opencv", "units": "metres",
+            "decode": "p = (v / 127.5 - 1) * scale[t] + centre[t]", "fps": fps,
+            "centre": encoded.centre.tolist(), "scale": encoded.scale.tolist()}, indent=1))
         written["pointmap_video"] = str(out / POINTMAP_VIDEO)
+        written["pointmap_video_meta"] = str(out / POINTMAP_VIDEO_META)
     else:
         result.metadata["pointmap_video"] = ("not written: k4d_projection.codecs (the Kinema4D "
                                              "8-bit codec) is not installed")

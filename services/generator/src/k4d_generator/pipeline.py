@@ -161,7 +161,7 @@ class Kinema4DPipeline:
         """(1, 4 + 16, F, h, 2w): first-frame mask + latents of [image | uniform pointmap]
         followed by zero frames."""
         t, h, w = self.info.num_frames, self.info.height, self.info.width
-        rgb = torch.from_numpy(image).float().div(255.0).mul(2.0).sub(1.0)
+        rgb = torch.from_numpy(np.array(image)).float().div(255.0).mul(2.0).sub(1.0)
         pm = torch.from_numpy(uniform_pointmap(h, w)).float().mul(2.0).sub(1.0)
         first = torch.cat([rgb, pm], dim=1).permute(2, 0, 1)[None, :, None]
         video = torch.cat([first, first.new_zeros(1, 3, t - 1, h, 2 * w)], dim=2)

@@ -38,19 +38,43 @@ def plane_pointmap(height: int, width: int, fx: float, fy: float, cx: float, cy:
                      np.full_like(u, depth_m)], axis=-1).astype(np.float32)
 
 
+def intrinsics_from_pointmap(pointmap: np.ndarray, mask: np.ndarray
+                             ) -> tuple[float, float, float, float]:
+    """(fx, fy, cx, cy) recovered from a pinhole-projected pointmap by least squares on
+    u = fx * x / z + cx and v = fy * y / z + cy over the masked pixels; a 60 degree field of
+    view centred on the image when fewer than 16 valid points exist."""
+    _, height, width = mask.shape
+    t, v, u = np.nonzero(mask & (pointmap[..., 2] > 1e-6))
+    if u.size < 16:
+        f = (width / 2.0) / np.tan(np.radians(30.0))
+        return (f, f, (width - 1) / 2.0, (height - 1) / 2.0)
+    points = pointmap[t, v, u].astype(np.float64)
+    x_over_z, y_over_z = points[:, 0] / points[:, 2], points[:, 1] / points[:, 2]
+    fx, cx = np.linalg.lstsq(np.stack([x_over_z, np.ones_like(x_over_z)], 1), u, rcond=None)[0]
+    fy, cy = np.linalg.lstsq(np.stack([y_over_z, np.ones_like(y_over_z)], 1), v, rcond=None)[0]
+    if not (fx > 0 and fy > 0):
+        f = (width / 2.0) / np.tan(np.radians(30.0))
+        return (f, f, (width - 1) / 2.0, (height - 1) / 2.0)
+    return (float(fx), float(fy), float(cx), float(cy))
+
+
 class StaticWorldGenerator:
     """Composites the robot condition onto the unchanged initial scene."""
 
     name = "static-world"
 
     def __call__(self, image: np.ndarray, robot_rgb: np.ndarray, robot_pointmap: np.ndarray,
-                 robot_mask: np.ndarray, intrinsics: tuple[float, float, float, float],
+                 robot_mask: np.ndarray,
+                 intrinsics: tuple[float, float, float, float] | None = None,
                  scene_depth_m: float | None = None, seed: int = 0, **_ignored
                  ) -> GenerationResult:
-        """image (H, W, 3) uint8; robot_* (T, H, W, ...); intrinsics (fx, fy, cx, cy) pixels."""
+        """image (H, W, 3) uint8; robot_* (T, H, W, ...); intrinsics (fx, fy, cx, cy) pixels,
+        recovered from the robot pointmap when not given."""
         started = time.perf_counter()
         robot = RobotCondition(robot_rgb, robot_pointmap, robot_mask)
         self.check_inputs(image, robot, intrinsics)
+        if intrinsics is None:
+            intrinsics = intrinsics_from_pointmap(robot_pointmap, robot_mask)
         fx, fy, cx, cy = (float(v) for v in intrinsics)
         height, width = image.shape[:2]
         depth = scene_depth_m if scene_depth_m is not None else plane_depth(robot_pointmap,
@@ -61,7 +85,7 @@ class StaticWorldGenerator:
         pointmap = np.where(mask, robot_pointmap, plane[None]).astype(np.float32)
         metadata = {"generator": self.name, "generated": False, "note": STATIC_WORLD_NOTE,
                     "backend": {"backend": self.name}, "seed": int(seed),
-                    "scene_plane_depth_m": depth, "pointmap_units": "metres",
+                    "scene_plane_depth_m": depth, "intrinsics": [fx, fy, cx, cy], "pointmap_units": "metres",
                     "timings_s": {"total": time.perf_counter() - started}}
         return GenerationResult(rgb, pointmap, metadata)
 
@@ -74,6 +98,8 @@ class StaticWorldGenerator:
         if t < 1:
             raise InvalidArgument.for_field("robot_rgb", "must be a (T, H, W, 3) uint8 array")
         check_robot("robot", robot, (t, *image.shape[:2]))
+        if intrinsics is None:
+            return
         if len(intrinsics) != 4 or not all(np.isfinite(v) for v in intrinsics) \
                 or intrinsics[0] <= 0 or intrinsics[1] <= 0:
             raise InvalidArgument.for_field("intrinsics", "must be (fx, fy, cx, cy), fx, fy > 0")

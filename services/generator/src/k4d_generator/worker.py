@@ -1,0 +1,182 @@
+"""Kafka stage `k4d.sim.projected` -> generation -> `k4d.sim.completed`, plus hot reload
+on `k4d.model.published`.
+
+For each ProjectionCompleted: skip a cancelled job (marker `jobs/<id>/cancel`: emit
+SimulationFailed{CANCELLED}); load the initial image and the robot condition; sample
+with the job's model (loaded on first use; an empty model = the static-world generator),
+publishing SimulationProgress per step on `k4d.sim.progress` and checking the cancel
+marker between steps; store rgb, pointmap and rgb.mp4 at `jobs/<id>/generation/<name>`;
+publish SimulationCompleted. Sampling is seeded, so a redelivered event rewrites the same
+bytes. Bad input raises InvalidArgument/NotFound, which the StageWorker sends to the
+dead-letter topic at once.
+
+Model announcements are broadcast: every generator process listens on
+`k4d.model.published` in its own consumer group and reloads when the model it serves
+gets a new version.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from google.protobuf.message import DecodeError
+from google.protobuf.timestamp_pb2 import Timestamp
+from k4d.bus import StageWorker, event_headers
+from k4d.bus.topics import MODEL_PUBLISHED, SIM_COMPLETED, SIM_FAILED, SIM_PROJECTED
+from k4d.errors import Cancelled, InvalidArgument
+from k4d.store import get_array, job_key, put_array, validate_key
+from k4d.telemetry import get_logger
+from k4d.tensor_io import TensorRef, from_tensor_data
+from kinema4d.v1 import common_pb2, events_pb2, simulator_pb2
+
+from k4d_generator.api import model_info_proto, sampling_kwargs
+from k4d_generator.server import generator_settings
+from k4d_generator.service import STATIC_WORLD, ModelManager, model_ref_string
+
+STAGE = "generation"
+GROUP_ID = "k4d-generator"
+SIM_PROGRESS = "k4d.sim.progress"  # ADR 000
+log = get_logger(__name__)
+
+
+class GenerationStage:
+    def __init__(self, bus, store, manager: ModelManager):
+        self.bus, self.store, self.manager = bus, store, manager
+
+    def handle(self, message) -> None:
+        started = time.perf_counter()
+        event = events_pb2.ProjectionCompleted()
+        try:
+            event.ParseFromString(message.value)
+        except DecodeError:
+            raise InvalidArgument.for_field("event", "not a ProjectionCompleted payload") from None
+        job_id = event.header.job_id or message.job_id or ""
+        if not job_id:
+            raise InvalidArgument.for_field("header.job_id", "missing")
+        validate_key(f"jobs/{job_id}", "header.job_id")
+        traceparent = message.header("traceparent") or event.header.traceparent
+        context = (job_id, message.attempt, traceparent)
+        if self._cancelled(job_id):
+            self._fail_cancelled(context)
+            return
+        spec = event.spec
+        image = from_tensor_data(spec.initial_image, self.store, "spec.initial_image")
+        robot = {name: get_array(self.store, TensorRef.from_proto(getattr(event, name), name),
+                                 field=name) for name in ("rgb", "pointmap", "mask")}
+        kwargs = sampling_kwargs(spec.sampling)
+        if spec.model.name or spec.model.uri:
+            self._ensure_loaded(spec.model, kwargs["backend"] or "torch",
+                                spec.sampling.precision)
+        else:
+            kwargs["backend"] = STATIC_WORLD
+        try:
+            result = self.manager.generate(
+                image, robot["rgb"], robot["pointmap"], robot["mask"],
+                callback=lambda done, total: self._progress(context, done, total),
+                should_cancel=lambda: self._cancelled(job_id), **kwargs)
+        except Cancelled:
+            self._fail_cancelled(context)
+            return
+        outputs = {name: put_array(self.store, job_key(job_id, STAGE, name), array)
+                   for name, array in (("rgb", result.rgb), ("pointmap", result.pointmap))}
+        video_uri = self._store_video(job_id, result)
+        info = result.metadata.get("model") or {"name": STATIC_WORLD, "variant": STATIC_WORLD}
+        sim_result = simulator_pb2.SimulationResult(
+            rgb=outputs["rgb"].to_proto(), pointmap=outputs["pointmap"].to_proto(),
+            robot_pointmap=event.pointmap, robot_mask=event.mask, robot_rgb=event.rgb,
+            joints=event.joints, poses=event.poses, rgb_video_uri=video_uri,
+            model=model_info_proto({**info, "loaded": True}))
+        for stage, seconds in event.stage_seconds.items():
+            sim_result.stage_seconds[stage] = seconds
+        sim_result.stage_seconds[STAGE] = time.perf_counter() - started
+        self._publish(SIM_COMPLETED, context, events_pb2.SimulationCompleted(result=sim_result))
+
+    def _ensure_loaded(self, ref: common_pb2.ModelRef, backend: str, precision: str) -> None:
+        wanted = model_ref_string(ref.name, ref.version, ref.uri)
+        loaded = self.manager.loaded
+        if loaded is not None and loaded.backend == backend and (loaded.ref == wanted or (
+                loaded.info.get("name") == ref.name and ref.version in (
+                    "", loaded.info.get("version")))):
+            return
+        self.manager.load(wanted, backend, precision or None)
+
+    def _store_video(self, job_id: str, result) -> str:
+        from k4d_generator.outputs import write_video
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = write_video(Path(tmp) / "rgb.mp4", result.rgb, int(result.metadata.get(
+                "fps", 24)))
+            return self.store.put_file(job_key(job_id, STAGE, "rgb.mp4"), path).uri
+
+    def _cancelled(self, job_id: str) -> bool:
+        return self.store.exists(f"jobs/{job_id}/cancel")
+
+    def _fail_cancelled(self, context) -> None:
+        self._publish(SIM_FAILED, context, events_pb2.SimulationFailed(error=common_pb2.ErrorInfo(
+            code="CANCELLED", stage=STAGE, message="cancelled")))
+
+    def _progress(self, context, done: int, total: int) -> None:
+        self._publish(SIM_PROGRESS, context, events_pb2.SimulationProgress(
+            progress=common_pb2.Progress(stage=STAGE, step=done, total=total,
+                                         message="sampling")))
+
+    def _publish(self, topic: str, context, event) -> None:
+        job_id, attempt, traceparent = context
+        created = Timestamp()
+        created.GetCurrentTime()
+        event.header.CopyFrom(events_pb2.EventHeader(job_id=job_id, stage=STAGE, attempt=attempt,
+                                                     created_at=created, traceparent=traceparent))
+        self.bus.publish(topic, job_id, event.SerializeToString(),
+                         event_headers(job_id, attempt=1))
+
+
+class ModelReloader:
+    """Handles `k4d.model.published`: reload when the served model gets a new version."""
+
+    def __init__(self, manager: ModelManager):
+        self.manager = manager
+
+    def handle(self, message) -> None:
+        event = events_pb2.ModelPublished()
+        try:
+            event.ParseFromString(message.value)
+        except DecodeError:
+            raise InvalidArgument.for_field("event", "not a ModelPublished payload") from None
+        reloaded = self.manager.on_model_published(event.model.name, event.model.version)
+        if reloaded is not None:
+            log.info("hot-reloaded model", extra={"model": reloaded.ref})
+
+
+class GeneratorWorker:
+    """The stage worker and the reload listener, run together (`run(stop_event)`)."""
+
+    def __init__(self, stage_worker: StageWorker, reload_worker: StageWorker):
+        self.stage_worker, self.reload_worker = stage_worker, reload_worker
+
+    def run(self, stop_event: threading.Event) -> None:
+        reload_thread = threading.Thread(target=self.reload_worker.run, args=(stop_event,),
+                                         name="generator-reload", daemon=True)
+        reload_thread.start()
+        try:
+            self.stage_worker.run(stop_event)
+        finally:
+            stop_event.set()
+            reload_thread.join(timeout=10)
+
+
+def build_worker(config, bus, store, manager: ModelManager | None = None) -> GeneratorWorker:
+    """Entry point `k4d.workers`: the generation stage worker + model hot reload."""
+    settings = generator_settings()
+    manager = manager or ModelManager(store, cache_dir=settings["cache_dir"] or None,
+                                      device=settings["device"])
+    stage = GenerationStage(bus, store, manager)
+    reload_group = f"{GROUP_ID}-reload-{socket.gethostname()}-{os.getpid()}"
+    return GeneratorWorker(
+        StageWorker.from_config(config, bus, SIM_PROJECTED, GROUP_ID, stage.handle),
+        StageWorker.from_config(config, bus, MODEL_PUBLISHED, reload_group,
+                                ModelReloader(manager).handle))

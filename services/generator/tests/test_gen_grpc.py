@@ -1,0 +1,109 @@
+"""GeneratorService over a real loopback gRPC server (port 0): readiness follows LoadModel,
+Generate streams one progress message per step then the result (large outputs as refs),
+model listing/info from the registry, error codes."""
+
+from __future__ import annotations
+
+import grpc
+import numpy as np
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from k4d.config import Config
+from k4d.grpc_server import create_server
+from k4d.store import LocalStore
+from k4d.tensor_io import from_tensor_data, to_tensor
+from k4d_generator import registry
+from k4d_generator.server import SERVICE_NAME, register_service
+from kinema4d.v1 import common_pb2, generator_pb2, generator_pb2_grpc
+
+
+@pytest.fixture
+def store(tmp_path, tiny_model_dir):
+    store = LocalStore(tmp_path / "store")
+    registry.publish(store, tiny_model_dir, "tiny", "1")
+    return store
+
+
+@pytest.fixture
+def channel(store, tmp_path):
+    config = Config(grpc_host="127.0.0.1", grpc_port=0, inline_limit_bytes=16 * 1024)
+    env = {"K4D_GENERATOR_CACHE_DIR": str(tmp_path / "cache")}
+    server, port = create_server(config, [lambda s, c: register_service(s, c, store=store,
+                                                                         env=env)])
+    server.start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    yield channel
+    channel.close()
+    server.stop(0)
+
+
+def _data(array):
+    return common_pb2.TensorData(inline=to_tensor(np.ascontiguousarray(array)))
+
+
+def _request(make_robot, **sampling):
+    image, robot = make_robot()
+    return generator_pb2.GenerateRequest(
+        image=_data(image), robot_rgb=_data(robot["robot_rgb"]),
+        robot_pointmap=_data(robot["robot_pointmap"]), robot_mask=_data(robot["robot_mask"]),
+        sampling=generator_pb2.SamplingParams(**sampling), job_id="job-7")
+
+
+def _health(channel) -> int:
+    stub = health_pb2_grpc.HealthStub(channel)
+    return stub.Check(health_pb2.HealthCheckRequest(service=SERVICE_NAME)).status
+
+
+def test_gen_grpc_readiness_load_generate_stream(channel, store, make_robot):
+    stub = generator_pb2_grpc.GeneratorServiceStub(channel)
+    assert _health(channel) == health_pb2.HealthCheckResponse.NOT_SERVING
+    with pytest.raises(grpc.RpcError) as err:
+        list(stub.Generate(_request(make_robot, num_steps=2)))
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+    loaded = stub.LoadModel(generator_pb2.LoadModelRequest(
+        model=common_pb2.ModelRef(name="tiny"), backend="torch"))
+    assert loaded.model.loaded and loaded.model.name == "tiny" and loaded.model.version == "1"
+    assert loaded.model.num_frames == 5 and '"variant": "act"' in loaded.model.config_json
+    assert _health(channel) == health_pb2.HealthCheckResponse.SERVING
+
+    responses = list(stub.Generate(_request(make_robot, num_steps=3, seed=11)))
+    progress = [r.progress for r in responses if r.WhichOneof("event") == "progress"]
+    assert [(p.step, p.total, p.stage) for p in progress] == [(1, 3, "generation"),
+                                                              (2, 3, "generation"),
+                                                              (3, 3, "generation")]
+    result = responses[-1].result
+    assert result.seed == 11 and result.metric and result.model.name == "tiny"
+    assert result.rgb.WhichOneof("kind") == "ref"  # 23 KiB > the 16 KiB inline limit
+    assert result.rgb.ref.uri.endswith("jobs/job-7/generation/rgb")
+    rgb = from_tensor_data(result.rgb, store)
+    pointmap = from_tensor_data(result.pointmap, store)
+    assert rgb.shape == (5, 32, 48, 3) and pointmap.dtype == np.float32
+
+
+def test_gen_grpc_models_info_and_errors(channel, make_robot):
+    stub = generator_pb2_grpc.GeneratorServiceStub(channel)
+    listed = stub.ListModels(generator_pb2.ListModelsRequest()).models
+    assert [(m.name, m.version, m.loaded) for m in listed] == [("tiny", "1", False)]
+    info = stub.GetModelInfo(generator_pb2.GetModelInfoRequest(
+        model=common_pb2.ModelRef(name="tiny"))).model
+    assert len(info.manifest_sha256) == 64 and info.uri.endswith("models/tiny/1")
+    with pytest.raises(grpc.RpcError) as err:
+        stub.GetModelInfo(generator_pb2.GetModelInfoRequest(
+            model=common_pb2.ModelRef(name="nope")))
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    with pytest.raises(grpc.RpcError) as err:
+        stub.LoadModel(generator_pb2.LoadModelRequest(model=common_pb2.ModelRef(name="tiny"),
+                                                      backend="tensorrt"))
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    with pytest.raises(grpc.RpcError) as err:
+        list(stub.Generate(_request(make_robot, backend="jax")))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+    static = list(stub.Generate(_request(make_robot, backend="static-world")))
+    assert static[-1].result.model.variant == "static-world"
+    bad = _request(make_robot, backend="static-world")
+    bad.robot_mask.CopyFrom(_data(np.zeros((5, 32, 48), np.uint8)))
+    with pytest.raises(grpc.RpcError) as err:
+        list(stub.Generate(bad))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
