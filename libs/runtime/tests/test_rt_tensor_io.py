@@ -132,3 +132,13 @@ def test_tensor_data_unset_or_bad_ref_is_invalid_argument(local_store):
     with pytest.raises(InvalidArgument) as info:
         tio.from_tensor_data(bad_ref, local_store, "req.depth")
     assert info.value.violations[0].field == "req.depth.ref.sha256"
+
+
+@pytest.mark.parametrize("shape", [(0, 2**62), (2**61, 8), (1,) * 9])
+def test_rt_hostile_shapes_are_invalid_argument(shape):
+    from k4d.errors import InvalidArgument
+    from k4d.tensor_io import array_from_bytes
+
+    with pytest.raises(InvalidArgument) as info:
+        array_from_bytes(b"", "float32", shape, field="joints")
+    assert info.value.violations[0].field == "joints.shape"

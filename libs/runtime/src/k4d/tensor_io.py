@@ -8,6 +8,7 @@ C-order, little-endian element bytes; dtype and shape travel next to them.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -86,6 +87,11 @@ def array_to_bytes(array: np.ndarray) -> bytes:
     return np.ascontiguousarray(little).tobytes()
 
 
+# Bounds on any shape read from the wire (far above any real rollout).
+MAX_RANK = 8
+MAX_ELEMENTS = 2**40
+
+
 def array_from_bytes(data: bytes, dtype: str, shape: Sequence[int], field: str = "") -> np.ndarray:
     """Rebuild an array from raw bytes; InvalidArgument when the size does not match."""
     prefix = f"{field}." if field else ""
@@ -93,7 +99,12 @@ def array_from_bytes(data: bytes, dtype: str, shape: Sequence[int], field: str =
     shape = tuple(int(d) for d in shape)
     if any(d < 0 for d in shape):
         raise InvalidArgument.for_field(prefix + "shape", f"negative dimension in {shape}")
-    expected = int(np.prod(shape, dtype=np.int64)) * np_dtype.itemsize
+    # Python ints: a hostile shape must not overflow int64 or reach numpy's
+    # "array is too big" (a zero dimension makes the byte count 0 for any others).
+    if len(shape) > MAX_RANK or math.prod(max(d, 1) for d in shape) > MAX_ELEMENTS:
+        raise InvalidArgument.for_field(
+            prefix + "shape", f"{shape} exceeds {MAX_RANK} dimensions or {MAX_ELEMENTS} elements")
+    expected = math.prod(shape) * np_dtype.itemsize
     if len(data) != expected:
         raise InvalidArgument.for_field(
             prefix + "data", f"has {len(data)} bytes, dtype {dtype} shape {shape} needs {expected}")
