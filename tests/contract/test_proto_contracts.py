@@ -66,8 +66,13 @@ def test_committed_stubs_match_generated(tmp_path):
 
 
 def test_every_service_is_importable_with_health_names():
-    from kinema4d.v1 import (generator_pb2, kinematics_pb2, projection_pb2, simulator_pb2,
-                             trainer_pb2)
+    from kinema4d.v1 import (
+        generator_pb2,
+        kinematics_pb2,
+        projection_pb2,
+        simulator_pb2,
+        trainer_pb2,
+    )
 
     names = {m.DESCRIPTOR.services_by_name[s].full_name
              for m, s in [(kinematics_pb2, "KinematicsService"), (projection_pb2, "ProjectionService"),
