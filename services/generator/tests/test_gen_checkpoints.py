@@ -186,3 +186,25 @@ def test_gen_registry_publish_fetch_verify(make_tiny, tmp_path):
         registry.fetch(store, "tiny-demo", "9", tmp_path / "cache3")
     with pytest.raises(InvalidArgument):
         registry.parse_registry_ref("registry:../etc")
+
+
+def test_gen_lora_files_written_by_diffusers_are_read(tmp_path):
+    """diffusers' own `save_lora_weights` (what the official trainer calls) writes the keys
+    and alpha metadata `read_lora` expects; our writer produces the same keys."""
+    from diffusers import WanImageToVideoPipeline
+
+    down, up = torch.randn(4, 8), torch.randn(6, 4)
+    layers = {"blocks.0.attn1.to_q.lora_A.weight": down, "blocks.0.attn1.to_q.lora_B.weight": up}
+    WanImageToVideoPipeline.save_lora_weights(tmp_path / "plain", transformer_lora_layers=layers)
+    WanImageToVideoPipeline.save_lora_weights(
+        tmp_path / "alpha", transformer_lora_layers=layers,
+        transformer_lora_adapter_metadata={"r": 4, "lora_alpha": 2})
+    plain = read_lora(tmp_path / "plain" / LORA_FILE_NAME)
+    alpha = read_lora(tmp_path / "alpha" / LORA_FILE_NAME)
+    assert plain.alpha is None and alpha.alpha == 2.0
+    layer = plain.layers["blocks.0.attn1.to_q"]
+    assert torch.equal(layer.down, down) and torch.equal(layer.up, up)
+    write_lora(tmp_path / "ours.safetensors", {"blocks.0.attn1.to_q": (down, up)})
+    with safe_open(str(tmp_path / "plain" / LORA_FILE_NAME), framework="pt") as theirs, \
+            safe_open(str(tmp_path / "ours.safetensors"), framework="pt") as ours:
+        assert set(theirs.keys()) == set(ours.keys())
