@@ -60,9 +60,10 @@ class Open3DLinkScene:
         # immutable (and safe to share between threads) from here on.
         self.cast(np.array([[0, 0, 0, 0, 0, 1]], np.float32))
 
-    def cast(self, rays: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def cast(self, rays: np.ndarray, t_max: np.ndarray | None = None):
         """rays (N, 6) float32 [origin, direction] -> (t_hit (N,) float32, inf on miss;
-        primitive id (N,) int64). t is in units of the direction's length."""
+        primitive id (N,) int64). t is in units of the direction's length. Open3D has no
+        per-ray far limit, so `t_max` is ignored (the caller's z-test still applies)."""
         result = self._scene.cast_rays(self._o3c.Tensor.from_numpy(rays), nthreads=0)
         return result["t_hit"].numpy(), result["primitive_ids"].numpy().astype(np.int64)
 
@@ -78,10 +79,14 @@ class EmbreeLinkScene:
         TriangleMesh(scene=self._scene, vertices=np.ascontiguousarray(vertices, np.float32),
                      indices=np.ascontiguousarray(faces, np.int32))
 
-    def cast(self, rays: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def cast(self, rays: np.ndarray, t_max: np.ndarray | None = None):
+        """As Open3DLinkScene.cast; `t_max` (N,) ends each ray there (Embree's tfar), so
+        rays already hit nearer by another link stop traversing early."""
         origins = np.ascontiguousarray(rays[:, :3], np.float32)
         directions = np.ascontiguousarray(rays[:, 3:], np.float32)
-        out = self._scene.run(origins, directions, output=True)
+        dists = None if t_max is None else np.ascontiguousarray(
+            np.minimum(t_max, np.float32(3.0e38)), np.float32)
+        out = self._scene.run(origins, directions, dists=dists, output=True)
         prim = np.asarray(out["primID"]).astype(np.int64)
         t_hit = np.asarray(out["tfar"], np.float32).copy()
         t_hit[prim < 0] = np.inf

@@ -183,13 +183,23 @@ class RobotRenderer:
         link_buf.fill(-1)
         prim_buf = ws.array("triangle", (n_pixels,), np.int32)  # read only where hit
         T_link_from_cam = invert_rigid(T_cam_from_link).astype(np.float32)
-        for mesh, scene, face_offset in zip(self.link_meshes, self._scenes, self._face_offset,
-                                            strict=True):
+        hulls = [np.matmul(mesh.hull_vertices[None],
+                           np.swapaxes(T_cam_from_link[:, mesh.link_index, :3, :3], 1, 2))
+                 + T_cam_from_link[:, mesh.link_index, None, :3, 3]  # (T, K, 3)
+                 for mesh in self.link_meshes]
+        # Near links first: a pixel already hit nearer than a link's closest hull point
+        # cannot be hit by that link, so its ray is skipped (exact occlusion culling).
+        nearest = [hull[..., 2].min(axis=1) for hull in hulls]  # (T,) per link
+        order = np.argsort([np.median(z) for z in nearest], kind="stable")
+        for i in order:
+            mesh, scene, face_offset = self.link_meshes[i], self._scenes[i], self._face_offset[i]
             link = mesh.link_index
-            hull_cam = np.matmul(mesh.hull_vertices[None],
-                                 np.swapaxes(T_cam_from_link[:, link, :3, :3], 1, 2)) \
-                + T_cam_from_link[:, link, None, :3, 3]  # (T, K, 3)
-            pixels, counts = grid.candidate_pixels(hull_cam)
+            pixels, counts = grid.candidate_pixels(hulls[i])
+            if len(pixels):
+                frame = np.repeat(np.arange(T), counts)
+                open_ = zbuf[pixels] > nearest[i][frame]
+                pixels = pixels[open_]
+                counts = np.bincount(frame[open_], minlength=T)
             # Cast in chunks of whole frames to bound the transient ray buffers.
             frame_end = np.cumsum(counts)
             t0 = 0
@@ -222,8 +232,9 @@ class RobotRenderer:
 
     @staticmethod
     def _cast_and_merge(scene, link_index, face_offset, rays, idx, zbuf, link_buf, prim_buf):
-        t_hit, prim = scene.cast(rays)
-        hit = np.flatnonzero(t_hit < zbuf[idx])  # inf (miss) never wins
+        current = zbuf[idx]
+        t_hit, prim = scene.cast(rays, current)
+        hit = np.flatnonzero(t_hit < current)  # inf (miss) never wins
         where = idx[hit]
         zbuf[where] = t_hit[hit]
         link_buf[where] = link_index
@@ -234,6 +245,7 @@ class RobotRenderer:
         T, H, W = shape
         hw = H * W
         mask = np.isfinite(zbuf, out=ws.array("mask", zbuf.shape, bool))
+        np.copyto(zbuf, np.float32(0.0), where=~mask)  # the z-buffer becomes the depth image
         images = {name: ws.array(name, (T * hw, channels), dtype)
                   for name, channels, dtype in (("pointmap", 3, np.float32),
                                                 ("pointmap_world", 3, np.float32),
@@ -262,7 +274,6 @@ class RobotRenderer:
                     images["normals"][hit_idx] = normals
                 if "rgb" in images:
                     images["rgb"][hit_idx] = np.clip(np.rint(rgb_linear * 255.0), 0, 255)
-        np.copyto(zbuf, np.float32(0.0), where=~mask)  # the z-buffer becomes the depth image
         result = RenderResult(depth=zbuf.reshape(T, H, W), mask=mask.reshape(T, H, W),
                               link_id=link_buf.reshape(T, H, W))
         for name, image in images.items():
