@@ -55,6 +55,8 @@ class Cluster:
             "K4D_WORKER_MAX_ATTEMPTS": "3", "K4D_WORKER_BACKOFF_S": "0.2",
             "K4D_LOG_LEVEL": "INFO", "OTEL_SERVICE_NAME": name, "OMP_NUM_THREADS": "1",
         })
+        if name == "simulator":  # every open Watch stream holds a server thread
+            env["K4D_GRPC_MAX_WORKERS"] = "64"
         return env
 
     def start(self, name: str, worker: bool = True, timeout_s: float = 120) -> None:
