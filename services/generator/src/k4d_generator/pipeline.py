@@ -78,7 +78,6 @@ class Kinema4DPipeline:
         self.device = torch.device(device)
         self.model_id = model_id or model_id_of(components)
         self.temporal_stride = 2 ** sum(self.vae.config.temperal_downsample)
-        self.spatial_stride = 2 ** len(self.vae.config.temperal_downsample)
 
     @classmethod
     def from_pretrained(cls, ref: str | Path, backend: str = "torch", precision: str | None = None,
