@@ -28,7 +28,8 @@ class PixelGrid:
         self.distorted = camera.has_distortion
         # (H*W, 3) float32 camera-frame directions with z == 1 (hit distance == depth).
         self.directions = camera.ray_directions().reshape(-1, 3).astype(np.float32)
-        self.inverse_norm = (1.0 / np.linalg.norm(self.directions, axis=1)).astype(np.float32)
+        self.unit_directions = (self.directions
+                                / np.linalg.norm(self.directions, axis=1, keepdims=True))
         theta = 2.0 * np.pi * np.arange(_DOP_DIRECTIONS) / _DOP_DIRECTIONS
         self._dop_normals = np.stack([np.cos(theta), np.sin(theta)], axis=1)  # (D, 2)
         # Edges facing right bound x from above, edges facing left from below; the two

@@ -106,8 +106,8 @@ class RobotRenderer:
         self._face_offset = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32)
         self._face_normals = np.concatenate([m.face_normals for m in self.link_meshes]
                                             or [np.zeros((0, 3), np.float32)])
-        self._face_rgb = np.concatenate([m.face_rgb for m in self.link_meshes]
-                                        or [np.zeros((0, 3), np.float32)])
+        self._face_rgb255 = np.concatenate([m.face_rgb for m in self.link_meshes]
+                                           or [np.zeros((0, 3), np.float32)]) * np.float32(255)
 
     @classmethod
     def from_robot(cls, model, collision: bool = False, engine: str = "open3d"):
@@ -260,20 +260,20 @@ class RobotRenderer:
         for t0 in range(0, T, frames_per_chunk):
             lo, hi = t0 * hw, min(T, t0 + frames_per_chunk) * hw
             hit_idx = np.flatnonzero(mask[lo:hi]) + lo
-            directions = grid.directions[hit_idx % hw]  # (M, 3), z == 1
-            p_cam = directions * zbuf[hit_idx, None]
+            frame, pixel = np.divmod(hit_idx, hw)
+            p_cam = grid.directions[pixel] * zbuf[hit_idx, None]  # directions have z == 1
             if "pointmap" in images:
                 images["pointmap"][hit_idx] = p_cam
             if "pointmap_world" in images:
                 images["pointmap_world"][hit_idx] = p_cam @ T_world_from_cam[:3, :3].T \
                     + T_world_from_cam[:3, 3]
             if "normals" in images or "rgb" in images:
-                normals, rgb_linear = self._surface(grid, hit_idx, link_buf, prim_buf,
-                                                    T_cam_from_link, directions, hw)
+                normals, rgb = self._surface(grid, hit_idx, frame, pixel, link_buf, prim_buf,
+                                             T_cam_from_link)
                 if "normals" in images:
                     images["normals"][hit_idx] = normals
                 if "rgb" in images:
-                    images["rgb"][hit_idx] = np.clip(np.rint(rgb_linear * 255.0), 0, 255)
+                    images["rgb"][hit_idx] = rgb
         result = RenderResult(depth=zbuf.reshape(T, H, W), mask=mask.reshape(T, H, W),
                               link_id=link_buf.reshape(T, H, W))
         for name, image in images.items():
@@ -283,23 +283,27 @@ class RobotRenderer:
                 setattr(result, name, None)
         return result
 
-    def _surface(self, grid, hit_idx, link_buf, prim_buf, T_cam_from_link, directions, hw):
-        """Camera-frame unit normals facing the camera and lambert-shaded colour per hit."""
+    def _surface(self, grid, hit_idx, frame, pixel, link_buf, prim_buf, T_cam_from_link):
+        """Per hit (M,): camera-frame unit normals facing the camera (M, 3) float32 and the
+        lambert-shaded colour (M, 3) uint8."""
         triangle = prim_buf[hit_idx]
-        colour = self._face_rgb[triangle]
         n_link = self._face_normals[triangle]
         T, L = T_cam_from_link.shape[:2]
         # Rotate each hit's normal by its (frame, link) rotation: 9 gathers from a tiny
         # table beat a batched (M, 3, 3) einsum by ~2x.
         R_rows = np.ascontiguousarray(
             T_cam_from_link[..., :3, :3].reshape(T * L, 9).T.astype(np.float32))  # (9, T*L)
-        frame_link = (hit_idx // hw) * L + link_buf[hit_idx]
+        frame_link = frame * L + link_buf[hit_idx]
         normals = np.empty_like(n_link)
         for i in range(3):
             normals[:, i] = (np.take(R_rows[3 * i], frame_link) * n_link[:, 0]
                              + np.take(R_rows[3 * i + 1], frame_link) * n_link[:, 1]
                              + np.take(R_rows[3 * i + 2], frame_link) * n_link[:, 2])
-        cos = np.einsum("ij,ij->i", normals, directions) * grid.inverse_norm[hit_idx % hw]
+        cos = np.einsum("ij,ij->i", normals, grid.unit_directions[pixel])
         normals *= np.where(cos > 0, np.float32(-1.0), np.float32(1.0))[:, None]
-        shade = _AMBIENT + (1.0 - _AMBIENT) * np.abs(cos)
-        return normals, colour * shade[:, None]
+        shade = np.abs(cos)
+        shade *= np.float32(1.0 - _AMBIENT)
+        shade += np.float32(_AMBIENT)
+        rgb = self._face_rgb255[triangle] * shade[:, None]
+        rgb += np.float32(0.5)  # round half up; colour * shade <= 255, so no clipping
+        return normals, rgb.astype(np.uint8)
