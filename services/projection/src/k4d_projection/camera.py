@@ -201,12 +201,14 @@ class Camera:
                 f"{v.field}: {v.description}" for v in vs), vs) from None
 
     @classmethod
-    def load(cls, path: str | Path) -> Camera:
+    def load(cls, path: str | Path, field_prefix: str = "camera") -> Camera:
+        """Read a camera JSON file; errors name fields as `camera.fx` etc."""
         try:
             d = json.loads(Path(path).read_text())
-        except json.JSONDecodeError as exc:
-            raise InvalidArgument.for_field("camera", f"{path} is not valid JSON: {exc}") from None
-        return cls.from_dict(d)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise InvalidArgument.for_field(field_prefix, f"{path} is not valid JSON: "
+                                            f"{exc}") from None
+        return cls.from_dict(d, field_prefix=field_prefix)
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
