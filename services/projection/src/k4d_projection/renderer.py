@@ -4,9 +4,10 @@ shaded robot-only RGB image per frame.
 Design (measured, see docs/projection.md): one static ray-casting scene per link,
 built once in the LINK frame. Per frame, pixel rays are moved into each link's
 frame (a rigid transform, which keeps hit distances unchanged) and only rays that
-can meet the link's projected convex hull are cast; a z-buffer keeps the nearest
-hit. Rebuilding one scene of posed triangles per frame costs ~60 ms of BVH build
-per frame for the Panda and was 10x slower.
+can meet the link's projected convex hull, and are not already hit nearer than the
+link's closest point, are cast; a z-buffer keeps the nearest hit. Rebuilding one
+scene of posed triangles per frame costs ~60 ms of BVH build per frame for the Panda
+and was 10x slower.
 """
 
 from __future__ import annotations
