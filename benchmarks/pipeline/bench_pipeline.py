@@ -121,17 +121,20 @@ def bench_cluster(model: Path, workdir: Path, sequential: int = 5, concurrent: i
         spec = example_spec(EXAMPLE, model)
         submit = lambda: stub.Submit(simulator_pb2.SubmitRequest(spec=spec)).job_id  # noqa: E731
         wait_terminal(stub, [submit()], timeout_s=180)  # warm every worker
-        shares, latencies = [], []
+        shares, latencies, computes, seq_ids = [], [], [], []
         for _ in range(sequential):
             t0 = time.perf_counter()
             job_id = submit()
+            seq_ids.append(job_id)
             for update in stub.Watch(simulator_pb2.WatchRequest(job_id=job_id), timeout=180):
                 job = update.job
             latency = time.perf_counter() - t0
             assert job.state == simulator_pb2.JOB_STATE_SUCCEEDED, job
             compute = sum(job.result.stage_seconds.values())
             latencies.append(latency)
+            computes.append(compute)
             shares.append((latency - compute) / compute)
+        hops = _hop_latencies(cluster.broker, seq_ids)
         t0 = time.perf_counter()
         with ThreadPoolExecutor(8) as pool:
             ids = list(pool.map(lambda _: submit(), range(concurrent)))
@@ -140,15 +143,63 @@ def bench_cluster(model: Path, workdir: Path, sequential: int = 5, concurrent: i
         ok = sum(j.state == simulator_pb2.JOB_STATE_SUCCEEDED for j in final.values())
         print("== cluster: tansu broker + moto S3 + 4 services as processes, tiny model "
               "(5 frames at 32x48, 2 steps)")
-        print(f"end-to-end latency per job, median of {sequential}: {statistics.median(latencies):.3f} s")
+        print(f"end-to-end latency per job (Submit -> Watch sees SUCCEEDED), median of "
+              f"{sequential}: {statistics.median(latencies):.3f} s; stage compute (sum of "
+              f"stage_seconds, incl. each stage's S3 reads/writes): "
+              f"{statistics.median(computes):.3f} s")
         print(f"pipeline overhead (broker hops, S3, serialization): "
               f"{100 * statistics.median(shares):.0f} % of stage compute")
+        print("per hop (event time minus the previous event's time minus the stage's own "
+              "seconds), median: " + ", ".join(f"{k} {1000 * v:.0f} ms" for k, v in hops.items()))
         print(f"throughput: {concurrent} concurrent jobs in {elapsed:.1f} s = "
               f"{60 * ok / elapsed:.1f} jobs/min ({ok}/{concurrent} succeeded)")
     finally:
         cluster.stop_all()
         s3p.stop()
         broker.stop()
+
+
+def _hop_latencies(broker: str, job_ids: list[str]) -> dict[str, float]:
+    """Median transport time of each hop, from the events' own timestamps: the time
+    between two consecutive events of a job minus the compute the later stage reported."""
+    from k4d.bus.kafka import KafkaBus
+    from k4d_simulator import events as ev
+    from kinema4d.v1 import events_pb2
+
+    wanted = {ev.TOPIC_REQUESTED: events_pb2.SimulationRequested,
+              ev.TOPIC_KINEMATICS: events_pb2.KinematicsCompleted,
+              ev.TOPIC_PROJECTED: events_pb2.ProjectionCompleted,
+              ev.TOPIC_COMPLETED: events_pb2.SimulationCompleted}
+    seen: dict[tuple[str, str], object] = {}
+    with KafkaBus(broker, client_id="bench-reader", session_timeout_ms=3000,
+                  max_poll_interval_ms=6000) as bus:
+        consumer = bus.consumer(list(wanted), f"bench-reader-{time.monotonic_ns()}")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(seen) < 4 * len(job_ids):
+            for message in consumer.poll(0.5, max_records=500):
+                event = wanted[message.topic].FromString(message.value)
+                if event.header.job_id in job_ids:
+                    seen.setdefault((event.header.job_id, message.topic), event)
+        consumer.close()
+
+    def t(job_id, topic):
+        return seen[(job_id, topic)].header.created_at.ToNanoseconds() / 1e9
+
+    hops: dict[str, list[float]] = {"submit->kinematics": [], "kinematics->projection": [],
+                                    "projection->generation": []}
+    for j in job_ids:
+        if len([k for k in seen if k[0] == j]) < 4:
+            continue
+        kin, proj = seen[(j, ev.TOPIC_KINEMATICS)], seen[(j, ev.TOPIC_PROJECTED)]
+        done = seen[(j, ev.TOPIC_COMPLETED)]
+        hops["submit->kinematics"].append(
+            t(j, ev.TOPIC_KINEMATICS) - t(j, ev.TOPIC_REQUESTED) - kin.seconds)
+        hops["kinematics->projection"].append(
+            t(j, ev.TOPIC_PROJECTED) - t(j, ev.TOPIC_KINEMATICS) - proj.stage_seconds["projection"])
+        hops["projection->generation"].append(
+            t(j, ev.TOPIC_COMPLETED) - t(j, ev.TOPIC_PROJECTED)
+            - done.result.stage_seconds["generation"])
+    return {k: statistics.median(v) for k, v in hops.items() if v}
 
 
 def main() -> int:
