@@ -179,3 +179,29 @@ def test_cancelled_job_stops(cluster, stub):
         assert final[job_id].state == S.JOB_STATE_CANCELLED, final[job_id]
     assert final[long_job].progress.step < 400
     assert not any(completion_events(cluster, [queued, long_job]).values())
+
+
+def test_restarted_simulator_rebuilds_every_job_by_replay(cluster, stub):
+    job_ids = [submit(stub, e2e_spec(cluster.model_dir), key=f"replay-{i}") for i in range(3)]
+    before = wait_terminal(stub, job_ids, timeout_s=120)
+    listed_before = stub.ListJobs(simulator_pb2.ListJobsRequest(page_size=500)).jobs
+    cluster.kill("simulator")
+    cluster.start("simulator", worker=False)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        listed = stub.ListJobs(simulator_pb2.ListJobsRequest(page_size=500)).jobs
+        if len(listed) >= len(listed_before) and all(
+                stub.Get(simulator_pb2.GetRequest(job_id=j)).job.state == before[j].state
+                for j in job_ids if any(x.job_id == j for x in listed)):
+            break
+        time.sleep(0.2)
+    for job_id in job_ids:
+        after = stub.Get(simulator_pb2.GetRequest(job_id=job_id)).job
+        after.result.presigned_urls.clear()
+        expected = simulator_pb2.Job()
+        expected.CopyFrom(before[job_id])
+        expected.result.presigned_urls.clear()
+        assert after == expected
+    again = stub.Submit(simulator_pb2.SubmitRequest(spec=e2e_spec(cluster.model_dir),
+                                                    idempotency_key="replay-0"))
+    assert again.deduplicated and again.job_id == job_ids[0]
