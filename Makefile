@@ -25,6 +25,7 @@ setup: $(STAMP)
 
 # Idempotent: re-runs only when the pins or a package's pyproject change.
 $(STAMP): constraints.txt libs/runtime/pyproject.toml services/*/pyproject.toml
+	bash tools/install-system-deps.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	# CPU torch first, pinned: an unpinned torch pulls a multi-GB CUDA build.
