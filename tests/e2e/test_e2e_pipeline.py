@@ -205,3 +205,35 @@ def test_restarted_simulator_rebuilds_every_job_by_replay(cluster, stub):
     again = stub.Submit(simulator_pb2.SubmitRequest(spec=e2e_spec(cluster.model_dir),
                                                     idempotency_key="replay-0"))
     assert again.deduplicated and again.job_id == job_ids[0]
+
+
+def test_no_model_runs_the_labelled_static_world_backend(cluster, stub, store):
+    job_id = submit(stub, e2e_spec(None))
+    job = wait_terminal(stub, [job_id], timeout_s=120)[job_id]
+    assert job.state == S.JOB_STATE_SUCCEEDED, (job.error, cluster.logs())
+    assert job.result.model.name == "static-world" or job.result.model.variant == "static-world"
+    rgb = get_array(store, TensorRef.from_proto(job.result.rgb))
+    mask = get_array(store, TensorRef.from_proto(job.result.robot_mask))
+    robot_rgb = get_array(store, TensorRef.from_proto(job.result.robot_rgb))
+    np.testing.assert_array_equal(rgb[mask], robot_rgb[mask])  # composited robot
+
+
+@pytest.mark.slow
+def test_projection_worker_killed_twice_under_load(cluster, stub, store):
+    """Heavier variant: 12 jobs, the projection worker SIGKILLed twice while they flow."""
+    spec = e2e_spec(cluster.model_dir, steps=4)
+    job_ids = [submit(stub, spec) for _ in range(12)]
+    for _ in range(2):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            jobs = [stub.Get(simulator_pb2.GetRequest(job_id=j)).job for j in job_ids]
+            if any(j.progress.stage == "kinematics" for j in jobs):
+                break
+            time.sleep(0.05)
+        cluster.kill("projection")
+        cluster.start("projection")
+    final = wait_terminal(stub, job_ids, timeout_s=400)
+    assert all(x.state == S.JOB_STATE_SUCCEEDED for x in final.values()), cluster.logs()
+    for job_id, completions in completion_events(cluster, job_ids).items():
+        assert len({(c.result.rgb.uri, c.result.rgb.sha256) for c in completions}) == 1
+        check_result(store, final[job_id])
