@@ -93,6 +93,13 @@ class SimulatorServicer(simulator_pb2_grpc.SimulatorServiceServicer):
                             key, PRESIGN_EXPIRES_S)
                     except InvalidArgument:
                         pass  # a ref into another store: the URI is all we can give
+            video = job.result.rgb_video_uri
+            if video and "rgb_video" not in job.result.presigned_urls:
+                try:
+                    job.result.presigned_urls["rgb_video"] = self.store.presign_get(
+                        self.store.key_for_uri(video), PRESIGN_EXPIRES_S)
+                except InvalidArgument:
+                    pass
         return job
 
     def Get(self, request, context):
