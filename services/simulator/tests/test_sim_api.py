@@ -168,6 +168,13 @@ def test_cancel_queued_job_is_immediate_and_running_job_gets_marker(service):
     job = stub.Cancel(simulator_pb2.CancelRequest(job_id=running)).job
     assert job.state == S.JOB_STATE_RUNNING and job.cancel_requested
     assert store.exists(ev.cancel_marker_key(running))
+    # a restarted simulator knows of the request from the marker alone
+    fresh = SimulatorServicer(bus, store, JobTable())
+    for topic in (ev.TOPIC_REQUESTED, ev.TOPIC_KINEMATICS):
+        for message in bus.consumer(topic, f"replay-{topic}").poll(1.0, max_records=50):
+            fresh.table.apply(topic, message.value)
+    restored = fresh.Get(simulator_pb2.GetRequest(job_id=running), None).job
+    assert restored.state == S.JOB_STATE_RUNNING and restored.cancel_requested
 
 
 def test_dead_letter_becomes_a_failed_event_naming_the_stage(service):

@@ -102,13 +102,22 @@ class SimulatorServicer(simulator_pb2_grpc.SimulatorServiceServicer):
                     pass
         return job
 
+    def _current(self, job_id: str) -> simulator_pb2.Job:
+        """The job, with a cancel request restored from its store marker: the marker is
+        the durable record of a request made before this process started."""
+        job = self.table.get(job_id)
+        if not job.cancel_requested and not is_terminal(job.state) and \
+                self.store.exists(ev.cancel_marker_key(job_id)):
+            job = self.table.mark_cancel_requested(job_id)
+        return job
+
     def Get(self, request, context):
         _require_id(request.job_id)
-        return simulator_pb2.GetResponse(job=self._view(self.table.get(request.job_id)))
+        return simulator_pb2.GetResponse(job=self._view(self._current(request.job_id)))
 
     def Watch(self, request, context):
         _require_id(request.job_id)
-        job, version = self.table.get(request.job_id), self.table.version(request.job_id)
+        job, version = self._current(request.job_id), self.table.version(request.job_id)
         yield simulator_pb2.WatchResponse(job=self._view(job))
         while not is_terminal(job.state) and context.is_active():
             job, new_version = self.table.wait_for_change(request.job_id, version,
