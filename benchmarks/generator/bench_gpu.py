@@ -30,7 +30,6 @@ def _random_transformer(config: dict, dtype: torch.dtype, device: str, layers: i
     """The transformer with random weights built directly on `device` in `dtype`
     (never materialised in fp32 on the host)."""
     from diffusers.models.transformers.transformer_wan import WanRotaryPosEmbed
-
     from k4d_generator.model import Kinema4DTransformer3DModel
 
     config = dict(config, num_layers=layers or config["num_layers"])
@@ -107,8 +106,6 @@ def bench_rollout(model_config, device: str) -> dict:
     """Full sample with random full-size components in bf16 (VAE and CLIP in fp32)."""
     import numpy as np
     from diffusers import AutoencoderKLWan
-    from transformers import CLIPVisionConfig, CLIPVisionModel
-
     from k4d_generator.backends.torch_backend import TorchBackend
     from k4d_generator.checkpoints import (
         ModelComponents,
@@ -117,6 +114,7 @@ def bench_rollout(model_config, device: str) -> dict:
         default_scheduler,
     )
     from k4d_generator.pipeline import Kinema4DPipeline
+    from transformers import CLIPVisionConfig, CLIPVisionModel
 
     transformer = _random_transformer(model_config.transformer, torch.bfloat16, device, None)
     encoder = CLIPVisionModel(CLIPVisionConfig(**model_config.image_encoder)).eval()

@@ -53,11 +53,13 @@ def estimate(transformer_config, vae_config, num_frames: int, height: int, width
     # residual stream + normed copy + q, k, v, attention out + the FFN hidden layer.
     per_token = 7 * dim + transformer_config.ffn_dim
     denoiser = batch * tokens * per_token * bytes_per_element
-    # VAE decode: the widest decoder stage at full resolution over a causal chunk of frames,
-    # plus the decoded clip itself, in float32.
+    # VAE decode: the widest decoder stage at full resolution over a causal chunk of 4
+    # frames, with its caches and the residual branch (x8, calibrated on the `small` config
+    # where sampling grew RSS by ~190 MiB), plus the decoded clip itself, in float32; and a
+    # fixed 256 MiB for allocator and kernel workspaces.
     widest = vae_config.base_dim * max(vae_config.dim_mult)
     pixels = height * 2 * width
-    vae = 4 * (widest * pixels * 4 * 3) + 4 * 3 * num_frames * pixels
+    vae = 8 * (widest * pixels * 4 * 3) + 4 * 3 * num_frames * pixels + 256 * 2**20
     return MemoryEstimate(int(denoiser), int(vae),
                           available if available is not None else available_bytes(device), device)
 

@@ -60,6 +60,10 @@ class OnnxRuntimeBackend:
                                 for x in inputs)
                 export_denoiser(self.transformer, example, path)
             options = self._ort.SessionOptions()
+            # ORT's idle intra-op threads busy-spin by default; between denoiser calls that
+            # steals the cores the VAE and scheduler (torch) need, so let them sleep.
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            options.add_session_config_entry("session.inter_op.allow_spinning", "0")
             if self.threads:
                 options.intra_op_num_threads = self.threads
             self._sessions[shape_key] = self._ort.InferenceSession(
