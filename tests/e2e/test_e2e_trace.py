@@ -75,6 +75,8 @@ def test_one_trace_id_from_submit_through_every_stage(own_broker, s3_server, tin
         stop.set()
         server.stop(0)
         feed.stop()
+        servicer.bus.close()
+        servicer.store.close()
         for thread in threads:
             thread.join(15)
         for close in closers:

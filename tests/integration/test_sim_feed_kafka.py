@@ -1,13 +1,18 @@
 """The simulator's JobFeed over the real Kafka-protocol broker: a second feed (a restarted
 simulator) rebuilds the same table by replaying the topics, and dead letters become
-SimulationFailed events naming the stage."""
+SimulationFailed events naming the stage.
+
+The test runs its own broker: on the session broker, stage workers of the e2e cluster
+(if that fixture is up) would consume these hand-made events and answer them."""
 
 from __future__ import annotations
 
 import time
 
 import pytest
+from k4d import local_servers
 from k4d.bus import dlq, event_headers
+from k4d.bus.kafka import KafkaBus
 from k4d_simulator import events as ev
 from k4d_simulator.feed import JobFeed
 from k4d_simulator.jobs import JobTable
@@ -24,6 +29,16 @@ def _wait(predicate, timeout_s=30.0):
             return True
         time.sleep(0.05)
     return False
+
+
+@pytest.fixture
+def kafka_bus(tmp_path):
+    broker = local_servers.start_broker(log_dir=tmp_path / "broker")
+    bus = KafkaBus(broker.address, client_id="k4d-feed-test", session_timeout_ms=3000,
+                   max_poll_interval_ms=6000)
+    yield bus
+    bus.close()
+    broker.stop()
 
 
 def test_feed_replays_into_an_identical_table_and_bridges_dead_letters(kafka_bus):

@@ -145,3 +145,14 @@ def test_cancel_request_recorded_until_terminal():
     assert table.mark_cancel_requested("j").cancel_requested
     with pytest.raises(NotFound):
         table.mark_cancel_requested("other")
+
+
+def test_ignored_duplicate_terminal_event_does_not_move_updated_at():
+    table = JobTable()
+    for e in _events("j", 1000.0, outcome="INTERNAL"):
+        table.apply(*e)
+    before = table.get("j")
+    late = events_pb2.SimulationFailed(header=ev.header("j", "projection", now_s=5000.0),
+                                       error=common_pb2.ErrorInfo(code="INTERNAL", message="dup"))
+    assert table.apply(ev.TOPIC_FAILED, late) is False
+    assert table.get("j") == before

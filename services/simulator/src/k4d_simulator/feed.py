@@ -6,8 +6,9 @@ the JobTable, plus the dead-letter bridge.
   replay. It never commits; the table, not the offset, is its state.
 - Dead letters: a message on `<input topic>.dlq` means the stage consuming that topic
   gave up on the job. The feed turns it into a `k4d.sim.failed` event naming the stage and
-  the reason (published once per simulator while the job is not yet terminal; a
-  duplicate from a replay is harmless because the table ignores later terminal events).
+  the reason, published while the job is not yet terminal in its table. A replay may
+  publish a duplicate (when it reads the dead letter before the failure); the table folds
+  the first failure in the topic and ignores later terminal events, so state is the same.
 """
 
 from __future__ import annotations
@@ -102,6 +103,8 @@ class JobFeed:
         job_id = failure.header.job_id
         if job_id in self.table and is_terminal(self.table.get(job_id).state):
             return
+        # Not applied here: the table takes it from k4d.sim.failed like any other event,
+        # so a replay (which may see the dead letter again and publish a duplicate) folds
+        # the first failure in the topic's order and rebuilds the same record.
         self.bus.publish(ev.TOPIC_FAILED, job_id, failure.SerializeToString(),
                          event_headers(job_id, message.attempt))
-        self.table.apply(ev.TOPIC_FAILED, failure)

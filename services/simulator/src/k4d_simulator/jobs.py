@@ -79,6 +79,11 @@ class JobTable:
             self._fold(record, topic, event, dict(headers or {}))
             changed = record.job.SerializeToString(deterministic=True) != before
             if changed:
+                # Only events that changed the record move updated_at: an ignored duplicate
+                # (a replay's second failure) must not, or replays would differ.
+                created = event.header.created_at
+                if _ts_ns(created) > _ts_ns(record.job.updated_at):
+                    record.job.updated_at.CopyFrom(created)
                 record.version += 1
                 self._changed.notify_all()
             return changed
@@ -122,8 +127,6 @@ class JobTable:
                 self._advance(job, S.JOB_STATE_CANCELLED if cancelled else S.JOB_STATE_FAILED)
         else:
             raise InvalidArgument.for_field("topic", f"not a k4d.sim topic: {topic!r}")
-        if _ts_ns(created) > _ts_ns(job.updated_at):
-            job.updated_at.CopyFrom(created)
 
     @staticmethod
     def _advance(job: simulator_pb2.Job, state: int) -> None:
