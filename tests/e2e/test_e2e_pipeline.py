@@ -237,3 +237,35 @@ def test_projection_worker_killed_twice_under_load(cluster, stub, store):
     for job_id, completions in completion_events(cluster, job_ids).items():
         assert len({(c.result.rgb.uri, c.result.rgb.sha256) for c in completions}) == 1
         check_result(store, final[job_id])
+
+
+def test_poison_message_retried_then_dead_lettered_with_a_failed_event(cluster, stub, store):
+    """A ProjectionCompleted whose robot mask fails its sha256 check: the generator retries
+    it (K4D_WORKER_MAX_ATTEMPTS=3, backoff), then dead-letters it, and the job fails naming
+    the generation stage and the reason."""
+    from k4d.bus import event_headers
+    from k4d.store import put_array
+
+    job_id = f"sim-poison-{time.monotonic_ns():x}"
+    spec = e2e_spec(cluster.model_dir)
+    refs = {name: put_array(store, f"jobs/{job_id}/projection/{name}", array).to_proto()
+            for name, array in (("rgb", np.zeros((5, 32, 48, 3), np.uint8)),
+                                ("pointmap", np.zeros((5, 32, 48, 3), np.float32)),
+                                ("mask", np.zeros((5, 32, 48), bool)))}
+    refs["mask"].sha256 = "0" * 64  # what a corrupted or tampered object looks like
+    event = events_pb2.ProjectionCompleted(header=ev.header(job_id, "projection"), spec=spec,
+                                           **refs)
+    with KafkaBus(cluster.broker, client_id="e2e-poison") as bus:
+        bus.publish(ev.TOPIC_PROJECTED, job_id, event.SerializeToString(), event_headers(job_id))
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            job = stub.Get(simulator_pb2.GetRequest(job_id=job_id)).job
+        except grpc.RpcError:
+            job = None
+        if job is not None and job.state == S.JOB_STATE_FAILED:
+            break
+        time.sleep(0.2)
+    assert job is not None and job.state == S.JOB_STATE_FAILED, (job, cluster.logs())
+    assert job.error.stage == "generation" and job.error.code == "DATA_LOSS"
+    assert "after 3 attempt(s)" in job.error.message and "corrupt" in job.error.message
