@@ -196,7 +196,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--configs", nargs="+", default=["tiny", "small"])
     parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=2, help="torch and ORT intra-op threads")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch and ORT intra-op threads (1: on a shared box, idle OpenMP/ORT "
+                             "threads spin while a sibling is descheduled, which inflates both "
+                             "wall and CPU time at random)")
     parser.add_argument("--peak-memory-child", nargs=2, metavar=("CONFIG", "MODE"))
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
