@@ -65,3 +65,19 @@ def test_embedded_with_a_real_tiny_model_goes_through_the_sampler(tiny_model, tm
     assert main(_example(again, "--model", str(tiny_model), "--frames", "5", "--downscale", "15",
                          "--steps", "2", "--seed", "7")) == 0
     np.testing.assert_array_equal(load_npz(again / "pointmap.npz")["rgb"], world["rgb"])
+
+
+@pytest.mark.integration
+def test_embedded_with_a_registry_model_records_name_and_version(tiny_model, tmp_path,
+                                                                 monkeypatch):
+    store_uri = (tmp_path / "store").resolve().as_uri()
+    assert main(["generate", "publish", "--model", str(tiny_model), "--name", "pick-act",
+                 "--version", "7", "--store", store_uri]) == 0
+    monkeypatch.setenv("K4D_STORE_URI", store_uri)
+    out = tmp_path / "registry"
+    assert main(_example(out, "--model", "pick-act/7", "--frames", "5", "--downscale", "15",
+                         "--steps", "1")) == 0
+    model = json.loads((out / "summary.json").read_text())["model"]
+    assert (model["name"], model["version"]) == ("pick-act", "7")
+    assert main(_example(tmp_path / "missing", "--model", "pick-act/8", "--frames", "5",
+                         "--downscale", "15")) == 2

@@ -112,9 +112,9 @@ class StageCores:
                   clip: tuple[int, int, int] | None = None):
         """A loaded Kinema4DPipeline for the model (cached per model and backend)."""
         from k4d_generator.pipeline import Kinema4DPipeline
+        from k4d_generator.service import model_ref_string
 
-        ref = model_ref.uri or (f"registry:{model_ref.name}/{model_ref.version}"
-                                if model_ref.version else f"registry:{model_ref.name}")
+        ref = model_ref_string(model_ref.name, model_ref.version, model_ref.uri)
         backend = sampling.backend or "torch"
         key = (ref, backend, sampling.precision, clip)
         if key not in self._pipelines:
