@@ -156,3 +156,20 @@ def test_ignored_duplicate_terminal_event_does_not_move_updated_at():
                                        error=common_pb2.ErrorInfo(code="INTERNAL", message="dup"))
     assert table.apply(ev.TOPIC_FAILED, late) is False
     assert table.get("j") == before
+
+
+def test_prometheus_view_of_the_table():
+    from k4d_simulator.metrics import JobTableCollector
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    table = JobTable()
+    for e in _events("a", 1000.0) + _events("b", 1001.0, outcome="INTERNAL"):
+        table.apply(*e)
+    table.apply(*_events("a", 1000.0)[-1])  # a redelivered completion
+    registry = CollectorRegistry()
+    registry.register(JobTableCollector(table))
+    text = generate_latest(registry).decode()
+    assert 'k4d_simulator_jobs{state="succeeded"} 1.0' in text
+    assert 'k4d_simulator_jobs{state="failed"} 1.0' in text
+    assert 'k4d_simulator_jobs{state="queued"} 0.0' in text
+    assert "k4d_simulator_ignored_terminal_events_total 1.0" in text

@@ -179,6 +179,20 @@ class JobTable:
             record = self._record(job_id)
             return record.completion_events, record.terminal_events
 
+    def state_counts(self) -> dict[int, int]:
+        """Number of jobs per JobState (every state present, zeros included)."""
+        counts = dict.fromkeys(_STATE_RANK, 0)
+        counts.pop(S.JOB_STATE_UNSPECIFIED)
+        with self._changed:
+            for record in self._records.values():
+                counts[record.job.state] = counts.get(record.job.state, 0) + 1
+        return counts
+
+    def ignored_terminal_events(self) -> int:
+        """Terminal events that changed nothing (redelivered completions, late failures)."""
+        with self._changed:
+            return sum(max(0, r.terminal_events - 1) for r in self._records.values())
+
     def version(self, job_id: str) -> int:
         with self._changed:
             return self._record(job_id).version

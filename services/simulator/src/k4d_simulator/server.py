@@ -22,6 +22,10 @@ def build_servicer(config, bus=None, store=None) -> tuple[SimulatorServicer, Job
 
 
 def register_service(server, config) -> list[str]:
+    from k4d_simulator.metrics import JobTableCollector
+    from prometheus_client import REGISTRY
+
     servicer, _feed = build_servicer(config)
+    REGISTRY.register(JobTableCollector(servicer.table))  # served on the process's /metrics
     simulator_pb2_grpc.add_SimulatorServiceServicer_to_server(servicer, server)
     return [SERVICE_NAME]
