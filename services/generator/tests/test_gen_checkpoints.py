@@ -208,3 +208,22 @@ def test_gen_lora_files_written_by_diffusers_are_read(tmp_path):
     with safe_open(str(tmp_path / "plain" / LORA_FILE_NAME), framework="pt") as theirs, \
             safe_open(str(tmp_path / "ours.safetensors"), framework="pt") as ours:
         assert set(theirs.keys()) == set(ours.keys())
+
+
+def test_gen_official_base_with_sharded_weights(make_tiny, tmp_path):
+    """The 14B base ships sharded (`diffusion_pytorch_model-0000x-of-0000y.safetensors` +
+    index): the loader reads every shard."""
+    components, lora = make_tiny("act")
+    save_official(components, tmp_path / "base", tmp_path / "kinema4d", lora=lora)
+    transformer_dir = tmp_path / "base" / "transformer"
+    state = load_file(str(transformer_dir / "diffusion_pytorch_model.safetensors"))
+    keys = sorted(state)
+    shards = {"diffusion_pytorch_model-00001-of-00002.safetensors": keys[: len(keys) // 2],
+              "diffusion_pytorch_model-00002-of-00002.safetensors": keys[len(keys) // 2:]}
+    for shard, names in shards.items():
+        save_file({k: state[k] for k in names}, str(transformer_dir / shard))
+    (transformer_dir / "diffusion_pytorch_model.safetensors").unlink()
+    (transformer_dir / "diffusion_pytorch_model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {k: s for s, names in shards.items() for k in names}}))
+    loaded = load_official(tmp_path / "base", tmp_path / "kinema4d", **TINY)
+    assert torch.equal(_forward(loaded.transformer), _forward(_fused_reference(components, lora)))

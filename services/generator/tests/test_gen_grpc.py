@@ -107,3 +107,28 @@ def test_gen_grpc_models_info_and_errors(channel, make_robot):
     with pytest.raises(grpc.RpcError) as err:
         list(stub.Generate(bad))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_gen_grpc_startup_model_sets_readiness(store, tmp_path, tiny_model_dir):
+    """K4D_GENERATOR_MODEL loads in the background; health turns SERVING when it is loaded."""
+    import time
+
+    config = Config(grpc_host="127.0.0.1", grpc_port=0)
+    env = {"K4D_GENERATOR_MODEL": "registry:tiny/1",
+           "K4D_GENERATOR_CACHE_DIR": str(tmp_path / "cache")}
+    server, port = create_server(config, [lambda s, c: register_service(s, c, store=store,
+                                                                         env=env)])
+    server.start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        deadline = time.monotonic() + 60
+        while _health(channel) != health_pb2.HealthCheckResponse.SERVING:
+            assert time.monotonic() < deadline, "model never became ready"
+            time.sleep(0.1)
+        stub = generator_pb2_grpc.GeneratorServiceStub(channel)
+        info = stub.GetModelInfo(generator_pb2.GetModelInfoRequest(
+            model=common_pb2.ModelRef(name="tiny"))).model
+        assert info.loaded and info.backend == "torch"
+    finally:
+        channel.close()
+        server.stop(0)
