@@ -151,14 +151,21 @@ def _official_freqs(model, f, h, w_half):
 
 
 def _official_forward(model, hidden_states, timestep, image_embeds, arm_cond_ori):
-    """The released `WanTransformer3DModelDembSameRope.forward` (act), step by step."""
+    """The released `WanTransformer3DModelDembSameRope.forward`, step by step, for its `act`
+    file and its `pmcond` file (the two differ only where marked)."""
+    act = model.config.variant == "act"
     hidden_states = hidden_states.clone()
-    arm = arm_cond_ori[:, :, 1:]
+    arm = arm_cond_ori[:, :, 1:] if act else arm_cond_ori
     feat = model.arm_cond_proj(arm[:, 4:].permute(0, 2, 3, 4, 1)).permute(0, 4, 1, 2, 3)
     trans = torch.zeros_like(hidden_states)
-    trans[:, 20:, 1:] = feat
-    hidden_states += trans
-    hidden_states[:, 16:20, 1:] = arm[:, :4]
+    if act:
+        trans[:, 20:, 1:] = feat
+        hidden_states += trans
+        hidden_states[:, 16:20, 1:] = arm[:, :4]
+    else:
+        trans[:, 20:, :, :, trans.shape[4] // 2:] = feat
+        hidden_states += trans
+        hidden_states[:, 16:20, :, :, hidden_states.shape[4] // 2:] = arm[:, :4]
     b, _, f, h, w = hidden_states.shape
     x = model.patch_embedding(hidden_states)
     d0, d1 = model.learnable_domain_embeddings.chunk(2, dim=0)
@@ -172,10 +179,13 @@ def _official_forward(model, hidden_states, timestep, image_embeds, arm_cond_ori
     img = emb.image_embedder(image_embeds)
     a = model.patch_embedding_arm(arm_cond_ori)
     a = model.arm_act(model.arm_ln(a.permute(0, 2, 3, 4, 1))).permute(0, 4, 1, 2, 3)
-    e0, e1 = model.arm_domain_emb.chunk(2, dim=0)
-    gw = model.arm_pos_emb.shape[-1]
-    a = torch.cat([a[..., :gw] + model.arm_pos_emb + e0[..., None, None, None],
-                   a[..., gw:] + model.arm_pos_emb + e1[..., None, None, None]], dim=4)
+    if act:
+        e0, e1 = model.arm_domain_emb.chunk(2, dim=0)
+        gw = model.arm_pos_emb.shape[-1]
+        a = torch.cat([a[..., :gw] + model.arm_pos_emb + e0[..., None, None, None],
+                       a[..., gw:] + model.arm_pos_emb + e1[..., None, None, None]], dim=4)
+    else:
+        a = a + model.arm_pos_emb
     a = model.arm_patch_proj(a.flatten(2).transpose(1, 2))
     context = torch.cat([img, a], dim=1)
     for block in model.blocks:
@@ -186,8 +196,9 @@ def _official_forward(model, hidden_states, timestep, image_embeds, arm_cond_ori
     return x.flatten(6, 7).flatten(4, 5).flatten(2, 3)
 
 
-def test_gen_forward_equals_official_rederivation(make_tiny):
-    model = make_tiny("act")[0].transformer
+@pytest.mark.parametrize("variant", ["act", "pmcond"])
+def test_gen_forward_equals_official_rederivation(make_tiny, variant):
+    model = make_tiny(variant)[0].transformer
     x, t, img, arm = _inputs(model)
     with torch.no_grad():
         ours = model(x, t, img, arm).sample
