@@ -95,3 +95,14 @@ def test_gen_cli_static_world_subprocess(inputs, tmp_path):
     meta = json.loads((out / "generation.json").read_text())
     assert meta["generator"] == "static-world" and meta["generated"] is False
     assert np.load(out / "pointmap.npz")["pointmap"].shape == (5, 32, 48, 3)
+
+
+def test_gen_cli_init_model_refuses_what_host_memory_cannot_hold(tmp_path, capsys):
+    import psutil
+
+    if psutil.virtual_memory().available > 200 * 2**30:
+        pytest.skip("this machine could hold a random wan14b")
+    assert main(["generate", "init-model", "--config", "wan14b", "--out",
+                 str(tmp_path / "w")]) == 2
+    assert "GiB of host memory" in capsys.readouterr().err
+    assert not (tmp_path / "w").exists()

@@ -53,7 +53,7 @@ def register(subparsers) -> None:
     sub = p.add_subparsers(dest="generate_command", metavar="SUBCOMMAND")
 
     init = sub.add_parser("init-model", help="write a random model of a named size (tests, demos)")
-    init.add_argument("--config", default="tiny", help="tiny | small | wan14b (wan14b: ~60 GB)")
+    init.add_argument("--config", default="tiny", help="tiny | small | wan14b (wan14b: ~120 GiB RAM)")
     init.add_argument("--out", required=True)
     init.add_argument("--layout", default="k4d", choices=LAYOUTS,
                       help="k4d: our layout; official: OUT/base (Wan diffusers) + OUT/kinema4d")
@@ -174,6 +174,7 @@ def run_init_model(args) -> int:
     from k4d_generator.model.configs import get_model_config
 
     config = get_model_config(args.config, args.variant)
+    _ensure_host_memory_for(config)
     components, lora = build_components(config, seed=args.seed, lora_fused=False)
     out = Path(args.out)
     if args.layout == "official":
@@ -184,6 +185,21 @@ def run_init_model(args) -> int:
                       "variant": args.variant, "clip": [config.num_frames, config.height,
                                                         config.width]}))
     return 0
+
+
+def _ensure_host_memory_for(config) -> None:
+    """Refuse (ResourceExhausted) a random fp32 model that cannot fit in free host memory
+    (wan14b needs ~120 GiB: weights plus save buffers), instead of being killed by the OOM killer half-way."""
+    import psutil
+    from k4d.errors import ResourceExhausted
+
+    from k4d_generator.checkpoints import transformer_parameter_count
+
+    needed = 2 * 4 * transformer_parameter_count(config.transformer)  # weights + save buffers
+    free = psutil.virtual_memory().available
+    if needed > free:
+        raise ResourceExhausted(f"a random {config.name} model needs about {needed / 2**30:.0f} "
+                                f"GiB of host memory; {free / 2**30:.0f} GiB is free")
 
 
 def _open_store(uri):
