@@ -89,7 +89,7 @@ def test_poll_wakes_up_on_publish():
 def test_open_bus_in_process_without_bootstrap():
     assert isinstance(open_bus(load_config(env={})), InProcessBus)
     assert topics.dlq(topics.SIM_REQUESTED) == "k4d.sim.requested.dlq"
-    assert len(set(topics.ALL_TOPICS)) == 8
+    assert len(set(topics.ALL_TOPICS)) == 9
 
 
 def run_worker_until(worker, done, timeout_s=5.0):

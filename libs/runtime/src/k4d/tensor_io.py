@@ -136,6 +136,10 @@ def should_inline(nbytes: int, limit_bytes: int = INLINE_LIMIT_BYTES) -> bool:
 
 # --- files ------------------------------------------------------------------------
 
+# mkstemp creates 0600; written outputs are meant to be shared like any other file.
+_DEFAULT_FILE_MODE = 0o644
+
+
 def _atomic_write(path: Path, write) -> None:
     """Write through a temp file in the same directory, then rename: readers never
     see a half-written file."""
@@ -144,6 +148,7 @@ def _atomic_write(path: Path, write) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
+        os.chmod(tmp, _DEFAULT_FILE_MODE)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

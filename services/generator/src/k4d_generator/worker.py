@@ -27,7 +27,13 @@ from pathlib import Path
 from google.protobuf.message import DecodeError
 from google.protobuf.timestamp_pb2 import Timestamp
 from k4d.bus import StageWorker, event_headers
-from k4d.bus.topics import MODEL_PUBLISHED, SIM_COMPLETED, SIM_FAILED, SIM_PROJECTED
+from k4d.bus.topics import (
+    MODEL_PUBLISHED,
+    SIM_COMPLETED,
+    SIM_FAILED,
+    SIM_PROGRESS,
+    SIM_PROJECTED,
+)
 from k4d.errors import Cancelled, InvalidArgument
 from k4d.store import get_array, job_key, put_array, validate_key
 from k4d.telemetry import get_logger
@@ -40,7 +46,6 @@ from k4d_generator.service import STATIC_WORLD, ModelManager, model_ref_string
 
 STAGE = "generation"
 GROUP_ID = "k4d-generator"
-SIM_PROGRESS = "k4d.sim.progress"  # ADR 000
 log = get_logger(__name__)
 
 

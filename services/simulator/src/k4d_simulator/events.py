@@ -10,14 +10,16 @@ from __future__ import annotations
 import time
 
 from google.protobuf import timestamp_pb2
+from k4d.bus import topics
 from kinema4d.v1 import events_pb2
 
-TOPIC_REQUESTED = "k4d.sim.requested"
-TOPIC_KINEMATICS = "k4d.sim.kinematics"
-TOPIC_PROJECTED = "k4d.sim.projected"
-TOPIC_COMPLETED = "k4d.sim.completed"
-TOPIC_FAILED = "k4d.sim.failed"
-TOPIC_PROGRESS = "k4d.sim.progress"
+# The runtime owns the topic names; these aliases read better in this module's callers.
+TOPIC_REQUESTED = topics.SIM_REQUESTED
+TOPIC_KINEMATICS = topics.SIM_KINEMATICS
+TOPIC_PROJECTED = topics.SIM_PROJECTED
+TOPIC_COMPLETED = topics.SIM_COMPLETED
+TOPIC_FAILED = topics.SIM_FAILED
+TOPIC_PROGRESS = topics.SIM_PROGRESS
 
 PAYLOAD_TYPES = {
     TOPIC_REQUESTED: events_pb2.SimulationRequested,
