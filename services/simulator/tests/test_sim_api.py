@@ -13,6 +13,7 @@ from k4d.bus import InProcessBus, dlq, event_headers
 from k4d.config import Config
 from k4d.grpc_client import field_violations
 from k4d.grpc_server import create_server
+from k4d.stage_events import cancel_marker_key
 from k4d.store import LocalStore, put_array
 from k4d.tensor_io import to_tensor
 from k4d_simulator import events as ev
@@ -161,13 +162,13 @@ def test_cancel_queued_job_is_immediate_and_running_job_gets_marker(service):
     queued = stub.Submit(simulator_pb2.SubmitRequest(spec=make_spec())).job_id
     job = stub.Cancel(simulator_pb2.CancelRequest(job_id=queued)).job
     assert job.state == S.JOB_STATE_CANCELLED and job.cancel_requested
-    assert store.exists(ev.cancel_marker_key(queued))
+    assert store.exists(cancel_marker_key(queued))
     running = stub.Submit(simulator_pb2.SubmitRequest(spec=make_spec())).job_id
     publish_stage_events(bus, store, running, complete=False)
     wait_state(stub, running, S.JOB_STATE_RUNNING)
     job = stub.Cancel(simulator_pb2.CancelRequest(job_id=running)).job
     assert job.state == S.JOB_STATE_RUNNING and job.cancel_requested
-    assert store.exists(ev.cancel_marker_key(running))
+    assert store.exists(cancel_marker_key(running))
     # a restarted simulator knows of the request from the marker alone
     fresh = SimulatorServicer(bus, store, JobTable())
     for topic in (ev.TOPIC_REQUESTED, ev.TOPIC_KINEMATICS):

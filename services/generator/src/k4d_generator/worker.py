@@ -25,17 +25,21 @@ import time
 from pathlib import Path
 
 from google.protobuf.message import DecodeError
-from google.protobuf.timestamp_pb2 import Timestamp
-from k4d.bus import StageWorker, event_headers
+from k4d.bus import StageWorker
 from k4d.bus.topics import (
     MODEL_PUBLISHED,
     SIM_COMPLETED,
-    SIM_FAILED,
     SIM_PROGRESS,
     SIM_PROJECTED,
 )
 from k4d.errors import Cancelled, InvalidArgument
-from k4d.store import get_array, job_key, put_array, validate_key
+from k4d.stage_events import (
+    is_cancelled,
+    publish_cancelled,
+    publish_stage_event,
+    read_stage_event,
+)
+from k4d.store import get_array, job_key, put_array
 from k4d.telemetry import get_logger
 from k4d.tensor_io import TensorRef, from_tensor_data
 from kinema4d.v1 import common_pb2, events_pb2, simulator_pb2
@@ -55,19 +59,10 @@ class GenerationStage:
 
     def handle(self, message) -> None:
         started = time.perf_counter()
-        event = events_pb2.ProjectionCompleted()
-        try:
-            event.ParseFromString(message.value)
-        except DecodeError:
-            raise InvalidArgument.for_field("event", "not a ProjectionCompleted payload") from None
-        job_id = event.header.job_id or message.job_id or ""
-        if not job_id:
-            raise InvalidArgument.for_field("header.job_id", "missing")
-        validate_key(f"jobs/{job_id}", "header.job_id")
-        traceparent = message.header("traceparent") or event.header.traceparent
-        context = (job_id, message.attempt, traceparent)
-        if self._cancelled(job_id):
-            self._fail_cancelled(context)
+        event, context = read_stage_event(message, events_pb2.ProjectionCompleted, STAGE)
+        job_id = context.job_id
+        if is_cancelled(self.store, job_id):
+            publish_cancelled(self.bus, context)
             return
         spec = event.spec
         image = from_tensor_data(spec.initial_image, self.store, "spec.initial_image")
@@ -83,9 +78,9 @@ class GenerationStage:
             result = self.manager.generate(
                 image, robot["rgb"], robot["pointmap"], robot["mask"],
                 callback=lambda done, total: self._progress(context, done, total),
-                should_cancel=lambda: self._cancelled(job_id), **kwargs)
+                should_cancel=lambda: is_cancelled(self.store, job_id), **kwargs)
         except Cancelled:
-            self._fail_cancelled(context)
+            publish_cancelled(self.bus, context)
             return
         outputs = {name: put_array(self.store, job_key(job_id, STAGE, name), array)
                    for name, array in (("rgb", result.rgb), ("pointmap", result.pointmap))}
@@ -99,7 +94,8 @@ class GenerationStage:
         for stage, seconds in event.stage_seconds.items():
             sim_result.stage_seconds[stage] = seconds
         sim_result.stage_seconds[STAGE] = time.perf_counter() - started
-        self._publish(SIM_COMPLETED, context, events_pb2.SimulationCompleted(result=sim_result))
+        publish_stage_event(self.bus, SIM_COMPLETED, context,
+                            events_pb2.SimulationCompleted(result=sim_result))
 
     def _ensure_loaded(self, ref: common_pb2.ModelRef, backend: str, precision: str) -> None:
         wanted = model_ref_string(ref.name, ref.version, ref.uri)
@@ -118,26 +114,10 @@ class GenerationStage:
                 "fps", 24)))
             return self.store.put_file(job_key(job_id, STAGE, "rgb.mp4"), path).uri
 
-    def _cancelled(self, job_id: str) -> bool:
-        return self.store.exists(f"jobs/{job_id}/cancel")
-
-    def _fail_cancelled(self, context) -> None:
-        self._publish(SIM_FAILED, context, events_pb2.SimulationFailed(error=common_pb2.ErrorInfo(
-            code="CANCELLED", stage=STAGE, message="cancelled")))
-
     def _progress(self, context, done: int, total: int) -> None:
-        self._publish(SIM_PROGRESS, context, events_pb2.SimulationProgress(
+        publish_stage_event(self.bus, SIM_PROGRESS, context, events_pb2.SimulationProgress(
             progress=common_pb2.Progress(stage=STAGE, step=done, total=total,
                                          message="sampling")))
-
-    def _publish(self, topic: str, context, event) -> None:
-        job_id, attempt, traceparent = context
-        created = Timestamp()
-        created.GetCurrentTime()
-        event.header.CopyFrom(events_pb2.EventHeader(job_id=job_id, stage=STAGE, attempt=attempt,
-                                                     created_at=created, traceparent=traceparent))
-        self.bus.publish(topic, job_id, event.SerializeToString(),
-                         event_headers(job_id, attempt=1))
 
 
 class ModelReloader:

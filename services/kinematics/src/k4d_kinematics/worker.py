@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import time
 
-from google.protobuf.message import DecodeError
-from google.protobuf.timestamp_pb2 import Timestamp
-from k4d.bus import StageWorker, event_headers
-from k4d.bus.topics import SIM_FAILED, SIM_KINEMATICS, SIM_REQUESTED
+from k4d.bus import StageWorker
+from k4d.bus.topics import SIM_KINEMATICS, SIM_REQUESTED
 from k4d.errors import InvalidArgument
-from k4d.store import job_key, put_array, validate_key
-from kinema4d.v1 import common_pb2, events_pb2
+from k4d.stage_events import (
+    is_cancelled,
+    publish_cancelled,
+    publish_stage_event,
+    read_stage_event,
+)
+from k4d.store import job_key, put_array
+from kinema4d.v1 import events_pb2
 
 from .api import ik_options
 from .proto_actions import action_spec_from_proto, read_tensor_data
@@ -37,20 +41,10 @@ class KinematicsStage:
 
     def handle(self, message) -> None:
         started = time.perf_counter()
-        request = events_pb2.SimulationRequested()
-        try:
-            request.ParseFromString(message.value)
-        except DecodeError:
-            raise InvalidArgument.for_field("event", "not a SimulationRequested payload") from None
-        job_id = request.header.job_id or message.job_id or ""
-        if not job_id:
-            raise InvalidArgument.for_field("header.job_id", "missing")
-        validate_key(f"jobs/{job_id}", "header.job_id")
-        traceparent = message.header("traceparent") or request.header.traceparent
-        if self.store.exists(f"jobs/{job_id}/cancel"):
-            self._publish(SIM_FAILED, job_id, message.attempt, traceparent,
-                          events_pb2.SimulationFailed(error=common_pb2.ErrorInfo(
-                              code="CANCELLED", stage=STAGE, message="cancelled")))
+        request, context = read_stage_event(message, events_pb2.SimulationRequested, STAGE)
+        job_id = context.job_id
+        if is_cancelled(self.store, job_id):
+            publish_cancelled(self.bus, context)
             return
         spec = request.spec
         model = self._robot(spec.robot)
@@ -63,7 +57,7 @@ class KinematicsStage:
             spec=spec, joint_names=model.joint_names, link_names=model.link_names,
             joints=joints.to_proto(), poses=poses.to_proto(),
             failed_frames=int((~result.success).sum()), seconds=time.perf_counter() - started)
-        self._publish(SIM_KINEMATICS, job_id, message.attempt, traceparent, event)
+        publish_stage_event(self.bus, SIM_KINEMATICS, context, event)
 
     def _robot(self, ref):
         source = ref.WhichOneof("source")
@@ -75,14 +69,6 @@ class KinematicsStage:
 
     def _read(self, msg, field: str, max_elements: int):
         return read_tensor_data(msg, self.store, field, max_elements)
-
-    def _publish(self, topic: str, job_id: str, attempt: int, traceparent: str, event) -> None:
-        created = Timestamp()
-        created.GetCurrentTime()
-        event.header.CopyFrom(events_pb2.EventHeader(job_id=job_id, stage=STAGE, attempt=attempt,
-                                                     created_at=created, traceparent=traceparent))
-        self.bus.publish(topic, job_id, event.SerializeToString(),
-                         event_headers(job_id, attempt=1))
 
 
 def build_worker(config, bus, store) -> StageWorker:

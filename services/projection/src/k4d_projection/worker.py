@@ -12,15 +12,19 @@ from __future__ import annotations
 
 import time
 
-from google.protobuf.message import DecodeError
-from google.protobuf.timestamp_pb2 import Timestamp
-from k4d.bus import StageWorker, event_headers
-from k4d.bus.topics import SIM_FAILED, SIM_KINEMATICS, SIM_PROJECTED
+from k4d.bus import StageWorker
+from k4d.bus.topics import SIM_KINEMATICS, SIM_PROJECTED
 from k4d.errors import InvalidArgument
-from k4d.store import get_array, job_key, put_array, validate_key
+from k4d.stage_events import (
+    is_cancelled,
+    publish_cancelled,
+    publish_stage_event,
+    read_stage_event,
+)
+from k4d.store import get_array, job_key, put_array
 from k4d.tensor_io import TensorRef
 from k4d_kinematics.registry import RobotRegistry
-from kinema4d.v1 import common_pb2, events_pb2
+from kinema4d.v1 import events_pb2
 
 from k4d_projection.api import RendererCache, camera_from_proto, robot_from_ref
 from k4d_projection.renderer import DEFAULT_MEMORY_BUDGET_BYTES, RenderWorkspace
@@ -41,20 +45,10 @@ class ProjectionStage:
 
     def handle(self, message) -> None:
         started = time.perf_counter()
-        event = events_pb2.KinematicsCompleted()
-        try:
-            event.ParseFromString(message.value)
-        except DecodeError:
-            raise InvalidArgument.for_field("event", "not a KinematicsCompleted payload") from None
-        job_id = event.header.job_id or message.job_id or ""
-        if not job_id:
-            raise InvalidArgument.for_field("header.job_id", "missing")
-        validate_key(f"jobs/{job_id}", "header.job_id")
-        traceparent = message.header("traceparent") or event.header.traceparent
-        if self.store.exists(f"jobs/{job_id}/cancel"):
-            self._publish(SIM_FAILED, job_id, message.attempt, traceparent,
-                          events_pb2.SimulationFailed(error=common_pb2.ErrorInfo(
-                              code="CANCELLED", stage=STAGE, message="cancelled")))
+        event, context = read_stage_event(message, events_pb2.KinematicsCompleted, STAGE)
+        job_id = context.job_id
+        if is_cancelled(self.store, job_id):
+            publish_cancelled(self.bus, context)
             return
         model = robot_from_ref(event.spec.robot, self.store, self.registry, "spec.robot")
         camera = camera_from_proto(event.spec.camera, "spec.camera")
@@ -71,15 +65,7 @@ class ProjectionStage:
                                               poses=event.poses, **refs)
         done.stage_seconds["kinematics"] = event.seconds
         done.stage_seconds[STAGE] = time.perf_counter() - started
-        self._publish(SIM_PROJECTED, job_id, message.attempt, traceparent, done)
-
-    def _publish(self, topic: str, job_id: str, attempt: int, traceparent: str, event) -> None:
-        created = Timestamp()
-        created.GetCurrentTime()
-        event.header.CopyFrom(events_pb2.EventHeader(job_id=job_id, stage=STAGE, attempt=attempt,
-                                                     created_at=created, traceparent=traceparent))
-        self.bus.publish(topic, job_id, event.SerializeToString(),
-                         event_headers(job_id, attempt=1))
+        publish_stage_event(self.bus, SIM_PROJECTED, context, done)
 
 
 def build_worker(config, bus, store) -> StageWorker:

@@ -14,6 +14,7 @@ import uuid
 
 from k4d.bus import event_headers
 from k4d.errors import InvalidArgument
+from k4d.stage_events import cancel_marker_key
 from k4d.store import job_key, put_array
 from k4d.telemetry import inject_trace_headers
 from k4d.tensor_io import from_tensor_data
@@ -107,7 +108,7 @@ class SimulatorServicer(simulator_pb2_grpc.SimulatorServiceServicer):
         the durable record of a request made before this process started."""
         job = self.table.get(job_id)
         if not job.cancel_requested and not is_terminal(job.state) and \
-                self.store.exists(ev.cancel_marker_key(job_id)):
+                self.store.exists(cancel_marker_key(job_id)):
             job = self.table.mark_cancel_requested(job_id)
         return job
 
@@ -142,7 +143,7 @@ class SimulatorServicer(simulator_pb2_grpc.SimulatorServiceServicer):
         job = self.table.get(request.job_id)
         if is_terminal(job.state):
             return simulator_pb2.CancelResponse(job=self._view(job))
-        self.store.put_bytes(ev.cancel_marker_key(request.job_id),
+        self.store.put_bytes(cancel_marker_key(request.job_id),
                              f"cancel requested at {time.time():.3f}\n".encode(), "text/plain")
         if job.state == S.JOB_STATE_QUEUED:
             failed = events_pb2.SimulationFailed(

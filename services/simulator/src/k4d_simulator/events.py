@@ -56,8 +56,3 @@ def header(job_id: str, stage: str, attempt: int = 1, traceparent: str = "",
            now_s: float | None = None) -> events_pb2.EventHeader:
     return events_pb2.EventHeader(job_id=job_id, stage=stage, attempt=attempt,
                                   created_at=timestamp_now(now_s), traceparent=traceparent)
-
-
-def cancel_marker_key(job_id: str) -> str:
-    """Object-store key whose presence tells every stage worker to stop the job (ADR 000)."""
-    return f"jobs/{job_id}/cancel"
