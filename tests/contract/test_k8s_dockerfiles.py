@@ -28,8 +28,10 @@ TORCH_FREE = ("kinematics", "projection")
 # Services whose image also runs a Kafka stage worker (`k4d serve <name> --worker`, entry
 # point group k4d.workers). The simulator reads its job feed inside the server instead.
 STAGE_WORKERS = {"kinematics", "projection", "generator", "trainer"}
-# Declared in DESIGN.md and deployed, but its issue has not been worked yet: the strict
-# xfail turns into a failure the day the entry points exist, so it gets removed then.
+# Declared in DESIGN.md, its image and manifests ready, but its issue has not been worked
+# yet, so no overlay deploys it (infra/k8s/components/trainer is opt-in) and the Tiltfile
+# does not build it. The strict xfail turns into a failure the day the entry points exist:
+# remove it then and enable the component.
 NOT_YET_IMPLEMENTED = {"trainer"}
 APP_USER = "10001:10001"
 

@@ -1,7 +1,9 @@
 """Render every kustomization and validate every resource offline.
 
 Built-in kinds go through kubernetes-validate (strict), custom resources through the
-vendored upstream CRDs (infra/k8s/crds). Needs the static kubectl from
+vendored upstream CRDs (infra/k8s/crds). The opt-in trainer component
+(infra/k8s/components/trainer), which no overlay includes while the trainer has no code, is
+rendered and validated enabled on top of each overlay ("overlays/prod+trainer"). Needs the static kubectl from
 infra/tools/install-kubectl.sh (`make setup`); without it these tests fail, never skip.
 """
 
@@ -12,13 +14,17 @@ import hashlib
 import importlib.util
 import re
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
+from k4d.config import SERVICE_PORTS
 
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "infra" / "k8s"
-KUSTOMIZATIONS = ["base", "overlays/dev", "overlays/prod", "jobs/train"]
+DEFAULT_OVERLAYS = ["base", "overlays/dev", "overlays/prod"]
+KUSTOMIZATIONS = DEFAULT_OVERLAYS + ["jobs/train"]
+WITH_TRAINER = [f"{o}+trainer" for o in DEFAULT_OVERLAYS]
 
 
 def _manifests_tool():
@@ -35,8 +41,10 @@ tool = _manifests_tool()
 
 
 def _render(kustomization: str) -> list[dict]:
+    """"DIR" or "DIR+component+...": DIR with those infra/k8s/components enabled."""
+    directory, *components = kustomization.split("+")
     try:
-        return tool.render(K8S / kustomization)
+        return tool.render(K8S / directory, components=tuple(K8S / "components" / c for c in components))
     except tool.KubectlMissing as error:
         pytest.fail(str(error), pytrace=False)
 
@@ -54,7 +62,7 @@ def test_kubectl_is_installed():
         pytest.fail(str(error), pytrace=False)
 
 
-@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS + WITH_TRAINER)
 def test_every_resource_validates(kustomization):
     docs = _render(kustomization)
     assert docs, f"{kustomization} rendered nothing"
@@ -65,7 +73,8 @@ def test_every_resource_validates(kustomization):
 @pytest.mark.parametrize("kustomization,kinds", [
     ("base", {"Namespace", "ConfigMap", "Deployment", "Service", "ServiceAccount",
               "PodDisruptionBudget", "ServiceMonitor", "Kafka", "KafkaNodePool", "KafkaTopic",
-              "Tenant", "OpenTelemetryCollector", "Role", "RoleBinding"}),
+              "Tenant", "OpenTelemetryCollector"}),
+    ("base+trainer", {"Role", "RoleBinding", "Deployment", "ServiceMonitor"}),
     ("overlays/dev", {"Secret", "Deployment", "Kafka", "Tenant"}),
     ("overlays/prod", {"HorizontalPodAutoscaler", "ScaledObject", "Deployment", "Kafka"}),
     ("jobs/train", {"PyTorchJob", "ConfigMap", "ServiceAccount"}),
@@ -76,11 +85,48 @@ def test_render_holds_the_expected_kinds(kustomization, kinds):
 
 
 def test_everything_lands_in_the_k4d_namespace():
-    for kustomization in KUSTOMIZATIONS:
+    for kustomization in KUSTOMIZATIONS + WITH_TRAINER:
         for doc in _render(kustomization):
             if doc["kind"] == "Namespace":
                 continue
             assert doc["metadata"].get("namespace") == "k4d", tool.resource_id(doc)
+
+
+def _serves(service: str) -> bool:
+    """Whether services/<service> registers `k4d serve <service>` (a k4d.services entry point)."""
+    project = tomllib.loads((REPO / "services" / service / "pyproject.toml").read_text())["project"]
+    return service in project.get("entry-points", {}).get("k4d.services", {})
+
+
+@pytest.mark.parametrize("kustomization", DEFAULT_OVERLAYS)
+def test_default_overlays_deploy_only_services_that_can_start(kustomization):
+    """A Deployment whose `k4d serve <name>` has no entry point would crash-loop. The trainer
+    has no code yet, so components/trainer stays out of every overlay; the day services/trainer
+    registers its server this fails until the component is added to the overlays (and the
+    Tiltfile builds the trainer again)."""
+    docs = _render(kustomization)
+    deployed = {d["metadata"]["name"] for d in docs if d["kind"] == "Deployment"}
+    startable = {s for s in SERVICE_PORTS if _serves(s)}
+    assert deployed == startable, (
+        f"deployed {sorted(deployed)}, startable {sorted(startable)}: enable or disable the "
+        "service's component (infra/k8s/README.md)")
+    # Nothing of a disabled component (its ServiceAccount, RBAC, monitor) leaks in either.
+    leaked = [tool.resource_id(d) for d in docs
+              if d["metadata"].get("labels", {}).get("app.kubernetes.io/name") in
+              set(SERVICE_PORTS) - startable]
+    assert not leaked, leaked
+
+
+@pytest.mark.parametrize("kustomization", DEFAULT_OVERLAYS)
+def test_default_overlays_leave_training_jobs_out(kustomization):
+    """jobs/train is applied on its own (docs/operations.md, "Training run")."""
+    assert "jobs/train" not in (K8S / kustomization / "kustomization.yaml").read_text()
+    assert not [d for d in _render(kustomization) if d["kind"] == "PyTorchJob"]
+
+
+def test_trainer_component_is_a_kustomize_component():
+    text = (K8S / "components" / "trainer" / "kustomization.yaml").read_text()
+    assert "kind: Component" in text and "trainer.yaml" in text
 
 
 def test_missing_kubectl_fails_with_install_instructions(monkeypatch, tmp_path):

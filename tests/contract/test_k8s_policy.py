@@ -1,5 +1,8 @@
 """Our own rules for the rendered manifests, beyond schema validity.
 
+Every overlay is checked as shipped and with the opt-in trainer component enabled
+("overlays/prod+trainer"), so the trainer's manifests are ready for the day it exists.
+
 Security (non-root, read-only root fs, no privileges), resources, native gRPC probes on the
 ports of k4d.config.SERVICE_PORTS, the GPU placement of the generator, graceful shutdown,
 and the wiring between resources (config -> Kafka/MinIO/OTel, topics -> events.proto,
@@ -19,7 +22,11 @@ from k4d.config import ENV_VARS, SERVICE_PORTS, load_config
 
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "infra" / "k8s"
-OVERLAYS = ["base", "overlays/dev", "overlays/prod"]
+DEFAULT_OVERLAYS = ["base", "overlays/dev", "overlays/prod"]
+# Opt-in kustomize components (infra/k8s/components/<name>) deploying one service each; no
+# overlay includes them yet (the trainer has no code), so they are rendered added on top.
+OPT_IN_SERVICES = {"trainer"}
+OVERLAYS = DEFAULT_OVERLAYS + [f"{o}+trainer" for o in DEFAULT_OVERLAYS]
 WORKLOAD_RENDERS = OVERLAYS + ["jobs/train"]
 # Created out of band outside dev (docs/operations.md): allowed to be absent from a render.
 EXTERNAL_SECRETS = {"k4d-s3-credentials", "k4d-minio-config"}
@@ -40,10 +47,17 @@ tool = _manifests_tool()
 
 
 def _render(kustomization: str) -> list[dict]:
+    """"DIR" or "DIR+component+...": DIR with those infra/k8s/components enabled."""
+    directory, *components = kustomization.split("+")
     try:
-        return tool.render(K8S / kustomization)
+        return tool.render(K8S / directory, components=tuple(K8S / "components" / c for c in components))
     except tool.KubectlMissing as error:
         pytest.fail(str(error), pytrace=False)
+
+
+def _deployed_services(kustomization: str) -> set[str]:
+    enabled = set(kustomization.split("+")[1:])
+    return set(SERVICE_PORTS) - (OPT_IN_SERVICES - enabled)
 
 
 def _kind(docs, kind):
@@ -109,7 +123,8 @@ def test_pods_run_unprivileged(kustomization):
             assert sc.get("runAsUser", APP_UID) != 0, where
 
 
-@pytest.mark.parametrize("kustomization", ["base", "overlays/prod", "jobs/train"])
+@pytest.mark.parametrize("kustomization", ["base", "overlays/prod", "base+trainer",
+                                           "overlays/prod+trainer", "jobs/train"])
 def test_root_filesystem_is_read_only_with_writable_scratch(kustomization):
     for workload, pod in _pod_specs(_render(kustomization)):
         volumes = {v["name"]: v for v in pod.get("volumes", [])}
@@ -123,8 +138,9 @@ def test_root_filesystem_is_read_only_with_writable_scratch(kustomization):
                 assert "sizeLimit" in volumes[mounts[path]]["emptyDir"], f"{where}: unbounded {path}"
 
 
-def test_only_dev_relaxes_the_read_only_root_for_tilt_live_update():
-    for _, pod in _pod_specs(_render("overlays/dev")):
+@pytest.mark.parametrize("kustomization", ["overlays/dev", "overlays/dev+trainer"])
+def test_only_dev_relaxes_the_read_only_root_for_tilt_live_update(kustomization):
+    for _, pod in _pod_specs(_render(kustomization)):
         for container in pod["containers"]:
             assert container["securityContext"]["readOnlyRootFilesystem"] is False
 
@@ -136,9 +152,15 @@ def test_only_the_trainer_gets_an_api_token(kustomization):
         pod = deployment["spec"]["template"]["spec"]
         expected = deployment["metadata"]["name"] == "trainer"
         assert pod.get("automountServiceAccountToken") is expected, tool.resource_id(deployment)
-    (binding,) = _kind(docs, "RoleBinding")
+    bindings, roles = _kind(docs, "RoleBinding"), _kind(docs, "Role")
+    if "trainer" not in _deployed_services(kustomization):
+        assert not bindings and not roles, "RBAC without the trainer that uses it"
+        return
+    (binding,) = bindings
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "trainer", "namespace": "k4d"}]
-    (role,) = _kind(docs, "Role")
+    (role,) = roles
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}
     for rule in role["rules"]:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"]
 
@@ -180,7 +202,8 @@ def test_only_gpu_workloads_ask_for_gpus():
     for kustomization in WORKLOAD_RENDERS:
         for workload, pod in _pod_specs(_render(kustomization)):
             wants_gpu = "nvidia.com/gpu" in str(pod["containers"][0].get("resources"))
-            assert wants_gpu == (("generator" in workload and kustomization != "overlays/dev")
+            in_dev = kustomization.startswith("overlays/dev")
+            assert wants_gpu == (("generator" in workload and not in_dev)
                                  or "PyTorchJob" in workload), workload
 
 
@@ -190,8 +213,9 @@ def test_only_gpu_workloads_ask_for_gpus():
 @pytest.mark.parametrize("kustomization", OVERLAYS)
 def test_every_service_is_deployed_with_its_ports(kustomization):
     deployments = _by_name(_render(kustomization), "Deployment")
-    assert set(deployments) == set(SERVICE_PORTS)
-    for name, (grpc_port, metrics_port) in SERVICE_PORTS.items():
+    assert set(deployments) == _deployed_services(kustomization)
+    for name in deployments:
+        grpc_port, metrics_port = SERVICE_PORTS[name]
         container = deployments[name]["spec"]["template"]["spec"]["containers"][0]
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
         assert ports == {"grpc": grpc_port, "metrics": metrics_port}, name
@@ -272,7 +296,7 @@ def test_references_resolve_inside_the_render(kustomization):
     config_maps = set(_by_name(docs, "ConfigMap"))
     secrets = set(_by_name(docs, "Secret"))
     accounts = set(_by_name(docs, "ServiceAccount"))
-    if kustomization in ("overlays/dev",):
+    if kustomization.startswith("overlays/dev"):
         allowed_missing_secrets = set()
     else:
         allowed_missing_secrets = EXTERNAL_SECRETS
@@ -324,7 +348,7 @@ def test_services_and_monitors_select_real_pods_and_ports(kustomization):
         assert all(e["port"] in port_names for e in monitor["spec"]["endpoints"])
     for budget in _kind(docs, "PodDisruptionBudget"):
         assert len(selected(budget["spec"]["selector"]["matchLabels"])) == 1, tool.resource_id(budget)
-    assert {m["metadata"]["name"] for m in _kind(docs, "ServiceMonitor")} == set(SERVICE_PORTS)
+    assert {m["metadata"]["name"] for m in _kind(docs, "ServiceMonitor")} == _deployed_services(kustomization)
 
 
 def _event_topics() -> list[str]:
@@ -356,8 +380,9 @@ def test_every_event_topic_and_its_dlq_exists(kustomization):
         assert min_isr < replicas or replicas == 1, name
 
 
-def test_prod_autoscaling_targets_and_bounds():
-    docs = _render("overlays/prod")
+@pytest.mark.parametrize("kustomization", ["overlays/prod", "overlays/prod+trainer"])
+def test_prod_autoscaling_targets_and_bounds(kustomization):
+    docs = _render(kustomization)
     deployments = _by_name(docs, "Deployment")
     hpa_targets = [h["spec"]["scaleTargetRef"]["name"] for h in _kind(docs, "HorizontalPodAutoscaler")]
     keda = _kind(docs, "ScaledObject")
@@ -386,8 +411,9 @@ def test_prod_autoscaling_targets_and_bounds():
         assert hpa["spec"]["maxReplicas"] <= 12
 
 
-def test_dev_runs_one_of_everything():
-    docs = _render("overlays/dev")
+@pytest.mark.parametrize("kustomization", ["overlays/dev", "overlays/dev+trainer"])
+def test_dev_runs_one_of_everything(kustomization):
+    docs = _render(kustomization)
     for deployment in _kind(docs, "Deployment"):
         assert deployment["spec"]["replicas"] == 1, tool.resource_id(deployment)
     assert [p["spec"]["replicas"] for p in _kind(docs, "KafkaNodePool")] == [1]
