@@ -41,7 +41,7 @@ test-all: setup
 	$(PY) -m pytest -m "not gpu" $(PYTEST_ARGS)
 
 lint: setup
-	$(VENV)/bin/ruff check libs services tests tools benchmarks
+	$(VENV)/bin/ruff check libs services tests tools benchmarks infra
 	cd proto && ../$(VENV)/bin/buf lint
 
 demo: setup
