@@ -1,6 +1,7 @@
 """`k4d serve` and `k4d up`, in-process for argument errors and as real subprocesses with a
 throw-away service plug-in (entry points declared by a dist-info on PYTHONPATH)."""
 
+import argparse
 import os
 import signal
 import subprocess
@@ -9,7 +10,7 @@ import textwrap
 import time
 
 import pytest
-from k4d.cli.main import main
+from k4d.cli.main import main, run_handler
 from k4d.cli.up import plan_ports
 from k4d.local_servers import free_port, s3_server_available
 
@@ -60,6 +61,17 @@ def test_serve_unknown_service_is_one_line_and_exit_2(capsys):
     assert err[-1].startswith("k4d serve: error: service: unknown service 'no-such-service'")
     assert serve.main(["no-such-service", "--port", "0"]) == 2
     assert capsys.readouterr().err.startswith("k4d serve: error: service: unknown service")
+
+
+@pytest.mark.parametrize("error", [NotADirectoryError(20, "Not a directory", "/dev/null/x"),
+                                   FileExistsError(17, "File exists", "/dev/null")])
+def test_path_errors_from_a_handler_are_one_line_and_exit_2(capsys, error):
+    def handler(args):
+        raise error
+
+    assert run_handler(argparse.Namespace(command="fk", handler=handler)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("k4d fk: error: ") and err.count("\n") == 1
 
 
 def test_up_rejects_bad_options(capsys):

@@ -152,6 +152,16 @@ def test_fk_bad_input_exits_2_with_one_line(tmp_path, capsys, setup, argv_tail, 
     assert message in _one_error_line(err)
 
 
+def test_out_path_under_a_file_exits_2_with_one_line(tmp_path, capsys):
+    model = load_robot("panda")
+    np.save(tmp_path / "q.npy", model.mid_configuration)
+    (tmp_path / "file").write_text("")
+    code, _, err = _run(["fk", "--robot", "panda", "--joints", str(tmp_path / "q.npy"),
+                         "--out", str(tmp_path / "file" / "o.npz")], capsys)
+    assert code == 2
+    assert _one_error_line(err).startswith("k4d fk: error: ")
+
+
 def test_fk_clip_flag_clamps(tmp_path, capsys):
     np.save(tmp_path / "q.npy", np.zeros((1, 8)))
     code, _, err = _run(["fk", "--robot", "panda", "--joints", str(tmp_path / "q.npy"), "--clip",

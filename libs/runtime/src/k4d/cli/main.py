@@ -37,20 +37,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+# A user-given path that cannot be read or written is bad input, not a crash.
+PATH_ERRORS = (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError,
+               PermissionError)
+
+
+def run_handler(args: argparse.Namespace) -> int:
+    """Run the parsed command; domain and path errors become one stderr line + exit code."""
     try:
         code = args.handler(args)
     except K4DError as exc:
         sys.stderr.write(f"k4d {args.command}: error: {exc}\n")
         return exc.cli_exit_code
-    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+    except PATH_ERRORS as exc:
         sys.stderr.write(f"k4d {args.command}: error: {exc}\n")
         return 2
     except KeyboardInterrupt:
         return 130
     return int(code or 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_handler(build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

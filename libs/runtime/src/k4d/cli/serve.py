@@ -6,20 +6,14 @@ from __future__ import annotations
 import sys
 
 from k4d.cli import builtin
-from k4d.cli.main import _Parser
-from k4d.errors import K4DError
+from k4d.cli.main import _Parser, run_handler
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="k4d")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     builtin.register_serve(sub)
-    args = parser.parse_args(["serve", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return int(args.handler(args) or 0)
-    except K4DError as exc:
-        sys.stderr.write(f"k4d serve: error: {exc}\n")
-        return exc.cli_exit_code
+    return run_handler(parser.parse_args(["serve", *(sys.argv[1:] if argv is None else argv)]))
 
 
 if __name__ == "__main__":
