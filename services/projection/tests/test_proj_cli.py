@@ -90,6 +90,7 @@ def test_user_urdf_poses_input_video_and_world_pointmap(tmp_path, camera_file):
     ("pose_link_mismatch", "poses"),
     ("missing_joints_file", "no such file"),
     ("over_budget", "memory budget"),
+    ("unwritable_video", "no such file"),
 ])
 def test_bad_input_exits_2_with_one_line(case, message, tmp_path, camera_file, capsys):
     q = np.zeros((2, 8))
@@ -108,6 +109,8 @@ def test_bad_input_exits_2_with_one_line(case, message, tmp_path, camera_file, c
         robot = "no_such_robot"
     elif case == "over_budget":
         extra = ["--memory-budget-mb", "1", "--clip"]
+    elif case == "unwritable_video":  # ffmpeg would only report a broken pipe
+        extra = ["--clip", "--video", str(tmp_path / "no_dir" / "robot.mp4")]
     np.save(tmp_path / "q.npy", q)
     source = ["--joints", str(tmp_path / "q.npy")]
     if case == "pose_link_mismatch":

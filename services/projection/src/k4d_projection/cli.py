@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 from k4d.errors import InvalidArgument
+from k4d.tensor_io import save_npz
 
 from k4d_projection.camera import Camera
 from k4d_projection.renderer import DEFAULT_MEMORY_BUDGET_BYTES, DEFAULT_OUTPUTS, RobotRenderer
@@ -58,7 +59,7 @@ def run_project(args) -> int:
     renderer = RobotRenderer.from_robot(model, collision=args.collision, engine=args.engine)
     result = renderer.render(poses, camera, outputs=outputs,
                              memory_budget_bytes=args.memory_budget_mb << 20)
-    _save_npz(args.out, **result.arrays(), **extra)
+    save_npz(args.out, {**result.arrays(), **extra}, compressed=False)
     if args.video:
         from k4d_projection import codecs
 
@@ -101,8 +102,3 @@ def _read_poses(path: str, link_names: list[str]) -> np.ndarray:
         poses = poses[None]
     return poses.astype(np.float64)
 
-
-def _save_npz(path: str, **arrays) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as handle:  # np.savez would append .npz to other names
-        np.savez(handle, **arrays)

@@ -224,6 +224,10 @@ def write_video(path: str | Path, frames: np.ndarray, fps: int = 24,
     frames = np.asarray(frames)
     if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8:
         raise InvalidArgument.for_field("frames", "expected (T, H, W, 3) uint8")
+    # Open the file here first: ffmpeg reports an unwritable path only as a broken pipe,
+    # while open() raises the OSError (FileNotFound, Permission, IsADirectory) it is.
+    with open(path, "wb"):
+        pass
     if lossless:
         kwargs = dict(codec="libx264rgb", pixelformat="rgb24",
                       output_params=["-crf", "0", "-preset", "ultrafast"])
