@@ -142,3 +142,17 @@ def test_rt_hostile_shapes_are_invalid_argument(shape):
     with pytest.raises(InvalidArgument) as info:
         array_from_bytes(b"", "float32", shape, field="joints")
     assert info.value.violations[0].field == "joints.shape"
+
+
+def test_tensor_data_max_elements_is_checked_before_any_fetch(local_store):
+    from kinema4d.v1 import common_pb2
+
+    small = tio.to_tensor_data(np.zeros((2, 3), np.float32))
+    assert tio.from_tensor_data(small, None, "q", max_elements=6).shape == (2, 3)
+    # A ref that would fail to fetch: the size guard must answer first.
+    huge_ref = common_pb2.TensorData(ref=common_pb2.TensorRef(
+        uri="file:///missing", sha256="0" * 64, dtype="float32", shape=[0, 2**62]))
+    for data, limit in ((small, 5), (huge_ref, 1000)):
+        with pytest.raises(InvalidArgument) as info:
+            tio.from_tensor_data(data, local_store, "q", max_elements=limit)
+        assert info.value.violations[0].field == "q.shape"

@@ -72,3 +72,19 @@ def test_stage_stores_outputs_and_emits_completion(tmp_path):
     assert cancelled.header.job_id == "job-3" and cancelled.error.code == "CANCELLED"
     assert sorted(m.job_id for m in dead) == ["job-2", "job-4"]
     assert all(m.header("k4d-error-type") == "InvalidArgument" for m in dead)
+
+
+def test_robot_ref_outside_the_store_names_the_field(tmp_path):
+    import pytest
+    from k4d.errors import InvalidArgument
+    from k4d_kinematics.proto_actions import robot_from_ref
+    from k4d_kinematics.registry import RobotRegistry
+
+    registry = RobotRegistry(LocalStore(tmp_path / "store"), cache_dir=tmp_path / "cache")
+    assert robot_from_ref(common_pb2.RobotRef(name="panda"), registry).name == "panda"
+    for uri in ("s3://elsewhere/robots/x/bundle", "file:///etc/passwd", "http://[bad"):
+        with pytest.raises(InvalidArgument) as error:
+            robot_from_ref(common_pb2.RobotRef(bundle_uri=uri), registry, field="spec.robot")
+        assert error.value.violations[0].field == "spec.robot.bundle_uri"
+    with pytest.raises(InvalidArgument, match="set name or bundle_uri"):
+        robot_from_ref(common_pb2.RobotRef(), registry, field="spec.robot")

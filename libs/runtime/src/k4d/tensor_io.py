@@ -281,9 +281,18 @@ def to_tensor_data(array: np.ndarray, store=None, key: str | None = None,
     return common_pb2.TensorData(ref=put_array(store, key, array).to_proto())
 
 
-def from_tensor_data(msg, store=None, field: str = "tensor") -> np.ndarray:
-    """proto `TensorData` -> numpy (fetching and verifying a ref through `store`)."""
+def from_tensor_data(msg, store=None, field: str = "tensor",
+                     max_elements: int | None = None) -> np.ndarray:
+    """proto `TensorData` -> numpy (fetching and verifying a ref through `store`).
+    `max_elements` bounds the declared shape before any bytes are decoded or fetched."""
     kind = msg.WhichOneof("kind")
+    if max_elements is not None:
+        shape = msg.inline.shape if kind == "inline" else msg.ref.shape if kind == "ref" else []
+        # Exact integer arithmetic: numpy's int64 product overflows on hostile shapes, and a
+        # zero-size array with a 2**62 dimension still cannot be reshaped.
+        if any(d < 0 or d > max_elements for d in shape) or math.prod(shape) > max_elements:
+            raise InvalidArgument.for_field(f"{field}.shape", f"invalid or larger than "
+                                            f"{max_elements} elements: {list(shape)}")
     if kind == "inline":
         return from_tensor(msg.inline, f"{field}.inline")
     if kind == "ref":

@@ -13,7 +13,7 @@ import tempfile
 
 import numpy as np
 from k4d.errors import InvalidArgument
-from k4d.tensor_io import INLINE_LIMIT_BYTES, to_tensor_data
+from k4d.tensor_io import INLINE_LIMIT_BYTES, from_tensor_data, to_tensor_data
 from kinema4d.v1 import kinematics_pb2 as kpb
 from kinema4d.v1 import kinematics_pb2_grpc
 
@@ -21,7 +21,7 @@ from .actions import ActionSpec
 from .bundles import BundleLimits
 from .fk import forward_kinematics
 from .ik import IKOptions, solve_ik
-from .proto_actions import action_spec_from_proto, read_tensor_data
+from .proto_actions import action_spec_from_proto, robot_from_ref
 from .registry import PREFIX, RobotRegistry
 from .robots import BUILTIN_ROBOTS, load_robot
 from .trajectory import solve_actions
@@ -139,22 +139,10 @@ class KinematicsServicer(kinematics_pb2_grpc.KinematicsServiceServicer):
     # --- helpers ------------------------------------------------------------------
 
     def _robot(self, ref):
-        source = ref.WhichOneof("source")
-        if source == "name":
-            if ref.name in BUILTIN_ROBOTS:
-                return load_robot(ref.name)
-            return self.registry.load(ref.name)  # never a server-side file path
-        if source == "bundle_uri":
-            try:
-                key = self.store.key_for_uri(ref.bundle_uri)
-            except Exception:
-                raise InvalidArgument.for_field("robot.bundle_uri", "not a URI of this object "
-                                                "store") from None
-            return self.registry.load_bundle(key)
-        raise InvalidArgument.for_field("robot", "set name or bundle_uri")
+        return robot_from_ref(ref, self.registry)
 
     def _array(self, msg, field: str, max_elements: int) -> np.ndarray:
-        return read_tensor_data(msg, self.store, field, max_elements)
+        return from_tensor_data(msg, self.store, field, max_elements)
 
     def _out(self, array: np.ndarray, key: str):
         return to_tensor_data(np.ascontiguousarray(array), self.store, key, self.inline_limit_bytes)

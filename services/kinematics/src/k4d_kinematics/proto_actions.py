@@ -1,4 +1,5 @@
-"""ActionSequence proto -> ActionSpec, shared by the gRPC servicer and the stage worker.
+"""Proto messages -> core inputs (RobotRef -> RobotModel, ActionSequence -> ActionSpec),
+shared by the gRPC servicer and the stage worker.
 
 The proto carries no dataset units for the gripper: it is already an opening in [0, 1].
 A preset fills type/frame/rotation/dt when the message leaves them unspecified, and its
@@ -6,7 +7,6 @@ position/rotation scales apply to the values."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
@@ -15,6 +15,9 @@ from k4d.tensor_io import from_tensor_data
 from kinema4d.v1 import kinematics_pb2 as kpb
 
 from .actions import DEFAULT_NUM_FRAMES, PRESETS, ActionSpec, validate_spec
+from .model import RobotModel
+from .registry import RobotRegistry
+from .robots import BUILTIN_ROBOTS, load_robot
 
 TYPES = {kpb.ACTION_TYPE_JOINT_POSITIONS: "joint_position",
          kpb.ACTION_TYPE_JOINT_DELTAS: "joint_delta",
@@ -30,15 +33,25 @@ ReadArray = Callable[[object, str, int], np.ndarray]  # (TensorData, field, max 
 
 
 def read_tensor_data(msg, store, field: str, max_elements: int) -> np.ndarray:
-    """TensorData -> numpy with a size guard checked before any bytes are touched."""
-    kind = msg.WhichOneof("kind")
-    shape = msg.inline.shape if kind == "inline" else msg.ref.shape if kind == "ref" else []
-    # Exact integer arithmetic: numpy's int64 product overflows on hostile shapes, and a
-    # zero-size array with a 2**62 dimension still cannot be reshaped.
-    if any(d < 0 or d > max_elements for d in shape) or math.prod(shape) > max_elements:
-        raise InvalidArgument.for_field(f"{field}.shape", f"invalid or larger than "
-                                        f"{max_elements} elements: {list(shape)}")
-    return from_tensor_data(msg, store, field)
+    """TensorData -> numpy with a size guard checked before any bytes are touched (kept for
+    other services' imports; the guard lives in `k4d.tensor_io.from_tensor_data`)."""
+    return from_tensor_data(msg, store, field, max_elements)
+
+
+def robot_from_ref(ref, registry: RobotRegistry, field: str = "robot") -> RobotModel:
+    """RobotRef -> model: a builtin or registered name, or a bundle object in the registry's
+    store. Never a server-side file path."""
+    source = ref.WhichOneof("source")
+    if source == "name":
+        return load_robot(ref.name) if ref.name in BUILTIN_ROBOTS else registry.load(ref.name)
+    if source == "bundle_uri":
+        try:
+            key = registry.store.key_for_uri(ref.bundle_uri)
+        except ValueError:  # InvalidArgument, or urlparse on a malformed URI
+            raise InvalidArgument.for_field(f"{field}.bundle_uri", "not a URI of this object "
+                                            "store") from None
+        return registry.load_bundle(key)
+    raise InvalidArgument.for_field(field, "set name or bundle_uri")
 
 
 def action_spec_from_proto(actions: kpb.ActionSequence, num_frames: int, clip: bool,

@@ -14,7 +14,6 @@ import time
 
 from k4d.bus import StageWorker
 from k4d.bus.topics import SIM_KINEMATICS, SIM_REQUESTED
-from k4d.errors import InvalidArgument
 from k4d.stage_events import (
     is_cancelled,
     publish_cancelled,
@@ -22,12 +21,12 @@ from k4d.stage_events import (
     read_stage_event,
 )
 from k4d.store import job_key, put_array
+from k4d.tensor_io import from_tensor_data
 from kinema4d.v1 import events_pb2
 
 from .api import ik_options
-from .proto_actions import action_spec_from_proto, read_tensor_data
+from .proto_actions import action_spec_from_proto, robot_from_ref
 from .registry import RobotRegistry
-from .robots import BUILTIN_ROBOTS, load_robot
 from .trajectory import solve_actions
 
 STAGE = "kinematics"
@@ -47,7 +46,7 @@ class KinematicsStage:
             publish_cancelled(self.bus, context)
             return
         spec = request.spec
-        model = self._robot(spec.robot)
+        model = robot_from_ref(spec.robot, self.registry, field="spec.robot")
         actions = action_spec_from_proto(spec.actions, spec.num_frames, spec.clip_to_limits,
                                          self._read, field="spec.actions")
         result = solve_actions(model, actions, ik_options(None, actions.num_frames))
@@ -59,16 +58,8 @@ class KinematicsStage:
             failed_frames=int((~result.success).sum()), seconds=time.perf_counter() - started)
         publish_stage_event(self.bus, SIM_KINEMATICS, context, event)
 
-    def _robot(self, ref):
-        source = ref.WhichOneof("source")
-        if source == "name":
-            return load_robot(ref.name) if ref.name in BUILTIN_ROBOTS else self.registry.load(ref.name)
-        if source == "bundle_uri":
-            return self.registry.load_bundle(self.store.key_for_uri(ref.bundle_uri))
-        raise InvalidArgument.for_field("spec.robot", "set name or bundle_uri")
-
     def _read(self, msg, field: str, max_elements: int):
-        return read_tensor_data(msg, self.store, field, max_elements)
+        return from_tensor_data(msg, self.store, field, max_elements)
 
 
 def build_worker(config, bus, store) -> StageWorker:
