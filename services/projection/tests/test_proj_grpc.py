@@ -13,8 +13,9 @@ from k4d.tensor_io import from_tensor_data, to_tensor
 from k4d_kinematics.fk import forward_kinematics
 from k4d_kinematics.robots import load_robot
 from k4d_projection import codecs
-from k4d_projection.api import camera_from_proto, camera_to_proto
+from k4d_projection.api import camera_from_proto
 from k4d_projection.camera import Camera
+from k4d_projection.camera_proto import camera_to_proto
 from k4d_projection.renderer import RobotRenderer
 from k4d_projection.server import register_service
 from kinema4d.v1 import common_pb2, projection_pb2, projection_pb2_grpc

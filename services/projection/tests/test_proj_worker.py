@@ -10,8 +10,8 @@ from k4d.config import Config
 from k4d.store import LocalStore, TensorRef, get_array, put_array
 from k4d_kinematics.fk import forward_kinematics
 from k4d_kinematics.robots import load_robot
-from k4d_projection.api import camera_to_proto
 from k4d_projection.camera import Camera
+from k4d_projection.camera_proto import camera_to_proto
 from k4d_projection.renderer import RobotRenderer
 from k4d_projection.worker import build_worker
 from kinema4d.v1 import common_pb2, events_pb2, simulator_pb2

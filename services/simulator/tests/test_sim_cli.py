@@ -176,3 +176,15 @@ def test_unreachable_simulator_is_one_clear_line(capsys):
         pass
     assert main(["jobs", "--address", "127.0.0.1:1"]) == 1
     assert "unavailable" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, field", [
+    (["simulate", *_example_args(), "--out", "OUT", "--downscale", "100000"], "--downscale"),
+    (["jobs", "--limit", "0", "--address", "127.0.0.1:1"], "--limit"),
+    (["view", str(EXAMPLE), "--serve", "--port", "70000"], "--port"),
+])
+def test_out_of_range_numbers_exit_2_with_one_line(args, field, tmp_path, capsys):
+    args = [str(tmp_path / "o") if a == "OUT" else a for a in args]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and field in err[0], err

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from k4d.errors import InvalidArgument
 from k4d.tensor_io import to_tensor
-from k4d_simulator.camera_proto import camera_from_proto, camera_to_proto
+from k4d_projection.camera_proto import camera_to_proto
+from k4d_simulator.camera_proto import camera_from_proto
 from k4d_simulator.validation import validate_spec
 from kinema4d.v1 import common_pb2, kinematics_pb2, simulator_pb2
 

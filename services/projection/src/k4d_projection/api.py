@@ -217,17 +217,6 @@ def camera_from_proto(msg, field: str = "camera") -> Camera:
     return Camera.from_dict(d, field_prefix=field)
 
 
-def camera_to_proto(camera: Camera) -> common_pb2.CameraModel:
-    msg = common_pb2.CameraModel(
-        intrinsics=common_pb2.CameraIntrinsics(
-            width=camera.width, height=camera.height, fx=camera.fx, fy=camera.fy, cx=camera.cx,
-            cy=camera.cy, distortion=list(camera.distortion or ())),
-        t_cam_from_world=common_pb2.Matrix4(values=camera.T_cam_from_world.ravel().tolist()))
-    if camera.T_world_from_base is not None:
-        msg.t_world_from_base.values.extend(camera.T_world_from_base.ravel().tolist())
-    return msg
-
-
 def _matrix4(msg, field: str, required: bool = False):
     if not len(msg.values):
         if required:

@@ -1,4 +1,5 @@
-"""CameraModel proto <-> k4d_projection Camera, with violations named by proto paths."""
+"""CameraModel proto -> k4d_projection Camera, with violations named by proto paths
+(`camera_to_proto`, the other way, is k4d_projection's)."""
 
 from __future__ import annotations
 
@@ -48,15 +49,3 @@ def camera_violations(msg: common_pb2.CameraModel, field: str = "camera") -> lis
     except InvalidArgument as exc:
         return list(exc.violations)
     return []
-
-
-def camera_to_proto(camera) -> common_pb2.CameraModel:
-    """k4d_projection Camera -> CameraModel."""
-    msg = common_pb2.CameraModel(intrinsics=common_pb2.CameraIntrinsics(
-        width=camera.width, height=camera.height, fx=camera.fx, fy=camera.fy,
-        cx=camera.cx, cy=camera.cy, distortion=list(camera.distortion or ())))
-    msg.t_cam_from_world.values.extend(np.asarray(camera.T_cam_from_world, float).reshape(-1))
-    if camera.T_world_from_base is not None:
-        msg.t_world_from_base.values.extend(
-            np.asarray(camera.T_world_from_base, float).reshape(-1))
-    return msg

@@ -91,6 +91,8 @@ def jobs_command(address: str, *, job_id: str | None = None, watch: bool = False
                  out=None) -> int:
     if state and state not in STATE_NAMES:
         raise InvalidArgument.for_field("--state", f"expected one of {sorted(STATE_NAMES)}")
+    if limit < 1:
+        raise InvalidArgument.for_field("--limit", f"must be >= 1, got {limit}")
     if (watch or cancel) and not job_id:
         raise InvalidArgument.for_field("job_id", "--watch and --cancel need a job id")
     stub = _stub(address)

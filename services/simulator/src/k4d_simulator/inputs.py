@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 from k4d.errors import FailedPrecondition, InvalidArgument
 from k4d.tensor_io import to_tensor
+from k4d_projection.camera_proto import camera_to_proto
 from k4d_simulator.actions_proto import spec_to_proto
-from k4d_simulator.camera_proto import camera_to_proto
 from kinema4d.v1 import common_pb2, generator_pb2, simulator_pb2
 
 
@@ -70,6 +70,9 @@ def downscale(image: np.ndarray, camera, factor: int):
     from PIL import Image
 
     h, w = image.shape[0] // factor, image.shape[1] // factor
+    if h < 1 or w < 1:
+        raise InvalidArgument.for_field("--downscale", f"{factor} leaves no pixel of the "
+                                        f"{image.shape[1]}x{image.shape[0]} image")
     small = np.asarray(Image.fromarray(image).resize((w, h), Image.Resampling.BOX), np.uint8)
     scaled = Camera(width=w, height=h, fx=camera.fx / factor, fy=camera.fy / factor,
                     cx=(camera.cx + 0.5) / factor - 0.5, cy=(camera.cy + 0.5) / factor - 0.5,

@@ -34,6 +34,8 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 def view_directory(directory: Path, *, serve: bool = False, port: int = 0,
                    open_browser: bool = False, out=None,
                    stop: threading.Event | None = None) -> int:
+    if not 0 <= port <= 65535:
+        raise InvalidArgument.for_field("--port", f"must be in [0, 65535], got {port}")
     path = viewer_path(directory)
     print(f"viewer: {path}", file=out)
     if not serve:
