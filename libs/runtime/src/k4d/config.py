@@ -7,6 +7,7 @@ is passed down; nothing else reads `os.environ` for these settings.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -89,6 +90,8 @@ def _parse_float(name: str, raw: str) -> float:
         value = float(raw)
     except ValueError:
         raise InvalidArgument.for_field(name, f"expected a number, got {raw!r}") from None
+    if not math.isfinite(value):  # "nan" and "inf" parse, but no timeout or backoff can be one
+        raise InvalidArgument.for_field(name, f"expected a finite number, got {raw!r}")
     if value < 0:
         raise InvalidArgument.for_field(name, f"must be >= 0, got {value}")
     return value
