@@ -12,6 +12,7 @@ trajectory mode: 49-frame smooth trajectories, warm start from the previous fram
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import subprocess
@@ -92,11 +93,11 @@ def smooth_trajectories(model, count: int, frames: int, seed: int):
         yield forward_kinematics(model, q)[:, model.link_index(model.ee_link)]
 
 
-def ik_stats(result, per_frame_from: int = 0) -> dict:
-    times = result.solve_time_s[per_frame_from:] * 1e3
-    return {"success": float(result.success.mean()), "median_ms": float(np.median(times)),
-            "p95_ms": float(np.percentile(times, 95)), "mean_ms": float(np.mean(times)),
-            "within_limits": True}
+def solve_stats(success: np.ndarray, solve_time_s: np.ndarray) -> dict:
+    """Success rate and per-frame solve time figures (milliseconds)."""
+    times = solve_time_s * 1e3
+    return {"success": float(success.mean()), "median_ms": float(np.median(times)),
+            "p95_ms": float(np.percentile(times, 95)), "mean_ms": float(np.mean(times))}
 
 
 def bench_ik(model, poses: int, ikpy_poses: int, seed: int) -> dict:
@@ -110,7 +111,7 @@ def bench_ik(model, poses: int, ikpy_poses: int, seed: int) -> dict:
             warnings.simplefilter("ignore")
             result = solve_ik(model, targets[:count], mode="independent",
                               solver=solver.split("@")[0], options=options)
-        stats = ik_stats(result)
+        stats = solve_stats(result.success, result.solve_time_s)
         stats["within_limits"] = bool(np.all((result.joints >= model.lower) &
                                              (result.joints <= model.upper)))
         stats["poses"] = count
@@ -135,9 +136,8 @@ def bench_trajectory(model, trajectories: int, seed: int) -> dict:
                 result = solve_ik(model, targets, mode="trajectory", solver=solver)
             times.append(result.solve_time_s[1:])  # frame 0 is a cold solve
             success.append(result.success)
-        times, success = np.concatenate(times) * 1e3, np.concatenate(success)
-        out[solver] = {"success": float(success.mean()), "median_ms": float(np.median(times)),
-                       "p95_ms": float(np.percentile(times, 95)), "frames": int(success.size)}
+        success = np.concatenate(success)
+        out[solver] = {**solve_stats(success, np.concatenate(times)), "frames": int(success.size)}
     return out
 
 
@@ -148,8 +148,6 @@ def machine() -> str:
                      if line.startswith("Model name"))
     except (OSError, StopIteration):
         model = platform.processor() or "unknown CPU"
-    import os
-
     return f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
