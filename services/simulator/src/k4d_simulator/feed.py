@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 import uuid
 
+from k4d import errors
 from k4d.bus import HEADER_ERROR, HEADER_ERROR_TYPE, dlq, event_headers
 from k4d.telemetry import get_logger
 from k4d_simulator import events as ev
@@ -28,10 +29,11 @@ log = get_logger(__name__)
 STAGE_OF_INPUT = {ev.TOPIC_REQUESTED: "kinematics", ev.TOPIC_KINEMATICS: "projection",
                   ev.TOPIC_PROJECTED: "generation"}
 DLQ_TOPICS = {dlq(topic): stage for topic, stage in STAGE_OF_INPUT.items()}
-ERROR_CODES = {"InvalidArgument": "INVALID_ARGUMENT", "NotFound": "NOT_FOUND",
-               "FailedPrecondition": "FAILED_PRECONDITION", "Cancelled": "CANCELLED",
-               "ResourceExhausted": "RESOURCE_EXHAUSTED", "Unavailable": "UNAVAILABLE",
-               "IntegrityError": "DATA_LOSS"}
+# Dead-letter error type header (the exception's class name) -> its gRPC code name.
+ERROR_CODES = {cls.__name__: cls.grpc_code_name
+               for cls in (errors.InvalidArgument, errors.NotFound, errors.FailedPrecondition,
+                           errors.Cancelled, errors.ResourceExhausted, errors.Unavailable,
+                           errors.IntegrityError)}
 
 
 def failure_from_dead_letter(message) -> events_pb2.SimulationFailed | None:
