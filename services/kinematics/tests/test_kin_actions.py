@@ -138,3 +138,14 @@ def test_malformed_documents_name_the_field(doc, field):
 def test_wrong_joint_width_is_rejected(panda):
     with pytest.raises(InvalidArgument, match="needs 7 .arm. or 8"):
         solve_actions(panda, parse_actions({"type": "joint_position", "steps": [[0.0] * 5]}))
+
+
+@pytest.mark.parametrize("doc", [
+    {"type": "ee_pose", "rotation": "rotvec", "steps": [[0.4, 0, 0.4, 0, 0, 0], [0.4, 0, 0.4, 1e308, 0, 0]]},
+    {"type": "ee_delta", "rotation": "rotvec", "rotation_scale": 1e308, "steps": [[0, 0, 0, 1, 0, 0]]},
+])
+def test_rotations_too_large_to_represent_name_the_step(panda, doc):
+    # |v|^2 overflows: scipy would return NaN quaternions and Slerp fail with LinAlgError.
+    with pytest.raises(InvalidArgument, match="rotation too large") as info:
+        solve_actions(panda, parse_actions(doc))
+    assert info.value.violations[0].field.startswith("actions.steps[")

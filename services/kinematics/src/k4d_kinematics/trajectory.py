@@ -103,7 +103,16 @@ def _rotations(spec: ActionSpec, values: np.ndarray, scale: float = 1.0) -> Rota
         rotation = Rotation.from_euler("xyz", values)  # lowercase: extrinsic (URDF rpy)
     else:
         rotation = Rotation.from_rotvec(values)
-    return rotation if scale == 1.0 else Rotation.from_rotvec(rotation.as_rotvec() * scale)
+    if scale != 1.0:
+        rotation = Rotation.from_rotvec(rotation.as_rotvec() * scale)
+    # A finite but huge rotation vector (|v|^2 overflows) gives NaN quaternions, which
+    # would fail deep inside scipy's Slerp instead of naming the bad step.
+    bad = ~np.isfinite(rotation.as_quat()).all(axis=-1)
+    if np.any(bad):
+        step = int(np.argmax(bad))
+        raise InvalidArgument.for_field(f"actions.steps[{step}]", "rotation too large to represent "
+                                        "(check the values and rotation_scale)")
+    return rotation
 
 
 def _absolute_poses(spec: ActionSpec) -> np.ndarray:
