@@ -9,13 +9,13 @@ from google.protobuf import json_format
 from k4d.errors import FieldViolation, InvalidArgument, NotFound, Unavailable
 from k4d.grpc_client import create_channel, field_violations
 from k4d_simulator.inputs import SimulationInputs, build_spec
+from k4d_simulator.jobs import is_terminal
 from kinema4d.v1 import simulator_pb2, simulator_pb2_grpc
 
 S = simulator_pb2.JobState
 STATE_NAMES = {"queued": S.JOB_STATE_QUEUED, "running": S.JOB_STATE_RUNNING,
                "succeeded": S.JOB_STATE_SUCCEEDED, "failed": S.JOB_STATE_FAILED,
                "cancelled": S.JOB_STATE_CANCELLED}
-TERMINAL = {S.JOB_STATE_SUCCEEDED, S.JOB_STATE_FAILED, S.JOB_STATE_CANCELLED}
 
 
 def _stub(address: str) -> simulator_pb2_grpc.SimulatorServiceStub:
@@ -49,7 +49,7 @@ def format_job(job: simulator_pb2.Job) -> str:
         line += f"  {job.error.code}: {job.error.message}"
     elif job.result.rgb_video_uri:
         line += f"  {job.result.rgb_video_uri}"
-    if job.cancel_requested and job.state not in TERMINAL:
+    if job.cancel_requested and not is_terminal(job.state):
         line += "  (cancel requested)"
     return line
 

@@ -32,8 +32,6 @@ PAYLOAD_TYPES = {
 SIM_TOPICS = tuple(PAYLOAD_TYPES)
 
 HEADER_IDEMPOTENCY_KEY = "k4d-idempotency-key"
-HEADER_ATTEMPT = "k4d-attempt"
-HEADER_TRACEPARENT = "traceparent"
 
 # Pipeline order of the stages; progress never moves backwards through it.
 STAGE_ORDER = {"submit": 0, "kinematics": 1, "projection": 2, "generation": 3}
