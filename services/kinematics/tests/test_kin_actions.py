@@ -149,3 +149,10 @@ def test_rotations_too_large_to_represent_name_the_step(panda, doc):
     with pytest.raises(InvalidArgument, match="rotation too large") as info:
         solve_actions(panda, parse_actions(doc))
     assert info.value.violations[0].field.startswith("actions.steps[")
+
+
+def test_a_step_duration_that_overflows_names_dt(panda):
+    doc = {"type": "joint_position", "dt": 1e308, "steps": [panda.mid_configuration[:7].tolist()] * 3}
+    with pytest.raises(InvalidArgument) as info:
+        solve_actions(panda, parse_actions(doc))
+    assert info.value.violations[0].field == "actions.dt"

@@ -136,6 +136,9 @@ def validate_spec(spec: ActionSpec) -> ActionSpec:
     if steps.ndim != 2 or steps.shape[0] == 0 or steps.shape[0] > MAX_STEPS or steps.shape[1] == 0:
         raise InvalidArgument.for_field("actions.steps", f"expected a non-empty N x D list of "
                                         f"numbers (N <= {MAX_STEPS}), got shape {steps.shape}")
+    if not math.isfinite(spec.dt * steps.shape[0]):  # the time axis the states are resampled on
+        raise InvalidArgument.for_field("actions.dt", f"{spec.dt!r} s x {steps.shape[0]} steps "
+                                        "is not a finite duration")
     gripper = spec.gripper
     if gripper is not None:
         gripper = as_float_array(gripper, "actions.gripper")
