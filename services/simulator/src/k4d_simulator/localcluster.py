@@ -102,16 +102,15 @@ def example_spec(example_dir: Path, model_dir: Path | None, *, steps: int = 2, s
 
 def wait_terminal(stub, job_ids, timeout_s: float):
     """job id -> final Job; raises with the non-terminal ones on timeout."""
+    from k4d_simulator.jobs import is_terminal
     from kinema4d.v1 import simulator_pb2
 
-    terminal = {simulator_pb2.JOB_STATE_SUCCEEDED, simulator_pb2.JOB_STATE_FAILED,
-                simulator_pb2.JOB_STATE_CANCELLED}
     final, deadline = {}, time.monotonic() + timeout_s
     while time.monotonic() < deadline and len(final) < len(job_ids):
         for job_id in job_ids:
             if job_id not in final:
                 job = stub.Get(simulator_pb2.GetRequest(job_id=job_id)).job
-                if job.state in terminal:
+                if is_terminal(job.state):
                     final[job_id] = job
         time.sleep(0.25)
     missing = [j for j in job_ids if j not in final]
