@@ -180,6 +180,8 @@ def test_unreachable_simulator_is_one_clear_line(capsys):
 
 @pytest.mark.parametrize("args, field", [
     (["simulate", *_example_args(), "--out", "OUT", "--downscale", "100000"], "--downscale"),
+    (["simulate", *_example_args(), "--out", "OUT", "--fps", "nan"], "--fps"),
+    (["simulate", *_example_args(), "--out", "OUT", "--viewer-points", "0"], "--viewer-points"),
     (["jobs", "--limit", "0", "--address", "127.0.0.1:1"], "--limit"),
     (["view", str(EXAMPLE), "--serve", "--port", "70000"], "--port"),
 ])

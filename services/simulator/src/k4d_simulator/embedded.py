@@ -5,9 +5,11 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import logging
+import math
 import time
 from pathlib import Path
 
+from k4d.errors import InvalidArgument
 from k4d_simulator.inputs import SimulationInputs, build_spec
 from k4d_simulator.outputs import write_rollout
 from k4d_simulator.pipeline import STATIC_WORLD, EmbeddedResult, StageCores, run_embedded
@@ -92,6 +94,11 @@ def simulate_to_directory(inputs: SimulationInputs, out_dir: Path, *, fps: float
                           viewer_points: int = 6000, show_progress: bool = True,
                           cores: StageCores | None = None) -> dict[str, Path]:
     """Run one embedded simulation and write every output file; returns name -> path."""
+    # Checked before the run: they are used only when the outputs are written.
+    if not (math.isfinite(fps) and fps > 0):
+        raise InvalidArgument.for_field("--fps", f"must be a finite number > 0, got {fps}")
+    if viewer_points < 1:
+        raise InvalidArgument.for_field("--viewer-points", f"must be >= 1, got {viewer_points}")
     started = time.perf_counter()
     spec = build_spec(inputs)
     static = not (spec.model.name or spec.model.uri) or spec.sampling.backend == STATIC_WORLD
