@@ -20,8 +20,8 @@ from kinema4d.v1 import kinematics_pb2_grpc
 from .actions import ActionSpec
 from .bundles import BundleLimits
 from .fk import forward_kinematics
-from .ik import IKOptions, solve_ik
-from .proto_actions import action_spec_from_proto, robot_from_ref
+from .ik import solve_ik
+from .proto_actions import action_spec_from_proto, ik_options, robot_from_ref
 from .registry import PREFIX, RobotRegistry
 from .robots import BUILTIN_ROBOTS, load_robot
 from .trajectory import solve_actions
@@ -29,7 +29,6 @@ from .validation import validate_joints, validate_targets
 
 MAX_FRAMES = 100_000  # FK frames per request
 MAX_IK_FRAMES = 10_000
-IK_REQUEST_BUDGET_S = 30.0  # restarts stop early enough that one request stays bounded
 MAX_UPLOAD_BYTES = 256 * 1024 * 1024
 
 SOLVERS = {kpb.IK_SOLVER_UNSPECIFIED: "ours", kpb.IK_SOLVER_NATIVE: "ours",
@@ -157,20 +156,6 @@ def describe(model) -> kpb.RobotDescription:
         name=model.name, joint_names=model.joint_names, lower_limits=model.lower.tolist(),
         upper_limits=model.upper.tolist(), link_names=model.link_names, ee_link=model.ee_link,
         gripper_joints=model.gripper_joints, mesh_files=model.mesh_files)
-
-
-def ik_options(request, frames: int) -> IKOptions:
-    per_frame = min(0.5, IK_REQUEST_BUDGET_S / max(frames, 1))
-    options = IKOptions(timeout_s=per_frame, trajectory_timeout_s=min(0.05, per_frame))
-    if request is None:
-        return options
-    for name, value in (("position_tolerance_m", request.position_tolerance_m),
-                        ("rotation_tolerance_rad", request.rotation_tolerance_rad)):
-        if value < 0 or not np.isfinite(value):
-            raise InvalidArgument.for_field(name, "must be a finite value >= 0 (0 = default)")
-    return IKOptions(position_tolerance=request.position_tolerance_m or options.position_tolerance,
-                     rotation_tolerance=request.rotation_tolerance_rad or options.rotation_tolerance,
-                     timeout_s=options.timeout_s, trajectory_timeout_s=options.trajectory_timeout_s)
 
 
 def _request_key(rpc: str, request) -> str:

@@ -1,5 +1,5 @@
-"""Proto messages -> core inputs (RobotRef -> RobotModel, ActionSequence -> ActionSpec),
-shared by the gRPC servicer and the stage worker.
+"""Proto messages -> core inputs (RobotRef -> RobotModel, ActionSequence -> ActionSpec,
+an IK request -> IKOptions), shared by the gRPC servicer and the stage worker.
 
 The proto carries no dataset units for the gripper: it is already an opening in [0, 1].
 A preset fills type/frame/rotation/dt when the message leaves them unspecified, and its
@@ -15,6 +15,7 @@ from k4d.tensor_io import from_tensor_data
 from kinema4d.v1 import kinematics_pb2 as kpb
 
 from .actions import DEFAULT_NUM_FRAMES, PRESETS, ActionSpec, validate_spec
+from .ik import IKOptions
 from .model import RobotModel
 from .registry import RobotRegistry
 from .robots import BUILTIN_ROBOTS, load_robot
@@ -28,6 +29,8 @@ ROTATIONS = {kpb.ROTATION_FORMAT_QUATERNION_XYZW: "quat_xyzw",
              kpb.ROTATION_FORMAT_EULER_XYZ: "euler_xyz"}
 # Error fields are named after the actions JSON; the proto spells two of them differently.
 _PROTO_FIELDS = {"steps": "values", "dt": "dt_s"}
+
+IK_REQUEST_BUDGET_S = 30.0  # restarts stop early enough that one request stays bounded
 
 ReadArray = Callable[[object, str, int], np.ndarray]  # (TensorData, field, max elements)
 
@@ -90,3 +93,20 @@ def _rename(name: str, field: str) -> str:
         return name
     first, dot, rest = tail.partition(".")
     return f"{field}.{_PROTO_FIELDS.get(first, first)}{dot}{rest}"
+
+
+def ik_options(request, frames: int) -> IKOptions:
+    """IK settings for one request of `frames` frames: the per-frame time budget keeps the
+    whole request within IK_REQUEST_BUDGET_S; `request` (an InverseKinematicsRequest, or
+    None) may tighten or loosen the tolerances."""
+    per_frame = min(0.5, IK_REQUEST_BUDGET_S / max(frames, 1))
+    options = IKOptions(timeout_s=per_frame, trajectory_timeout_s=min(0.05, per_frame))
+    if request is None:
+        return options
+    for name, value in (("position_tolerance_m", request.position_tolerance_m),
+                        ("rotation_tolerance_rad", request.rotation_tolerance_rad)):
+        if value < 0 or not np.isfinite(value):
+            raise InvalidArgument.for_field(name, "must be a finite value >= 0 (0 = default)")
+    return IKOptions(position_tolerance=request.position_tolerance_m or options.position_tolerance,
+                     rotation_tolerance=request.rotation_tolerance_rad or options.rotation_tolerance,
+                     timeout_s=options.timeout_s, trajectory_timeout_s=options.trajectory_timeout_s)

@@ -24,8 +24,7 @@ from k4d.store import job_key, put_array
 from k4d.tensor_io import from_tensor_data
 from kinema4d.v1 import events_pb2
 
-from .api import ik_options
-from .proto_actions import action_spec_from_proto, robot_from_ref
+from .proto_actions import action_spec_from_proto, ik_options, robot_from_ref
 from .registry import RobotRegistry
 from .trajectory import solve_actions
 
