@@ -57,6 +57,12 @@ def test_gen_unknown_backend_and_precision_are_invalid(make_tiny):
         create_backend("onnx", transformer, precision="fp16")
 
 
+def test_gen_unparsable_device_is_invalid(make_tiny):
+    with pytest.raises(InvalidArgument) as err:
+        create_backend("torch", make_tiny("act")[0].transformer, device="foo")
+    assert err.value.violations[0].field == "device"
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available() or not is_tensorrt_available(),
                     reason="needs a CUDA GPU and the tensorrt package")

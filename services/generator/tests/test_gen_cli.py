@@ -85,6 +85,19 @@ def test_gen_cli_bad_inputs_one_line_exit_2(tiny_model_dir, inputs, tmp_path, ca
     assert "--image" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag, value, message", [
+    ("--device", "foo", "device: 'foo' is not a device; use cpu or cuda[:N]"),
+    ("--shift", "-1", "shift: must be a finite number > 0"),
+])
+def test_gen_cli_bad_sampling_flags_one_line_exit_2(tiny_model_dir, inputs, tmp_path, capsys,
+                                                    flag, value, message):
+    assert _run(["--model", str(tiny_model_dir), *inputs, "--no-progress", "--steps", "1",
+                 flag, value, "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"k4d generate: error: {message}"
+    assert not (tmp_path / "x").exists()
+
+
 def test_gen_cli_static_world_subprocess(inputs, tmp_path):
     """One real subprocess: the installed `k4d` entry point, no model -> static-world."""
     out = tmp_path / "static"

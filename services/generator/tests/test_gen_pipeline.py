@@ -174,6 +174,14 @@ def test_gen_bad_sampling_arguments(pipe, robot_inputs):
         assert err.value.violations[0].field == field
 
 
+@pytest.mark.parametrize("shift", [0.0, -1.0, float("nan"), float("inf")])
+def test_gen_bad_shift_is_a_field_error_not_a_nan_rollout(pipe, robot_inputs, shift):
+    image, robot = robot_inputs
+    with pytest.raises(InvalidArgument) as err:
+        pipe(image, num_steps=1, shift=shift, **robot)
+    assert err.value.violations[0].field == "shift"
+
+
 def test_gen_memory_estimate_refuses_what_cannot_fit(pipe, robot_inputs, monkeypatch):
     from k4d_generator import memory
 

@@ -113,7 +113,7 @@ class Kinema4DPipeline:
 
     def check_inputs(self, image, robot: RobotCondition, num_steps: int, guidance: float,
                      guidance_mode: str, scheduler: str | None,
-                     negative: RobotCondition | None) -> None:
+                     negative: RobotCondition | None, shift: float | None = None) -> None:
         info = self.info
         size = (info.num_frames, info.height, info.width)
         if not (isinstance(image, np.ndarray) and image.dtype == np.uint8 and image.ndim == 3
@@ -133,6 +133,10 @@ class Kinema4DPipeline:
             raise InvalidArgument.for_field("guidance_mode", f"must be one of {GUIDANCE_MODES}")
         if scheduler is not None and scheduler not in SCHEDULERS:
             raise InvalidArgument.for_field("scheduler", f"must be one of {SCHEDULERS}")
+        # A flow shift <= 0 (or NaN) turns every sigma into NaN: refuse it here rather than
+        # sample a NaN rollout that fails much later, far from the bad argument.
+        if shift is not None and not (np.isfinite(shift) and shift > 0):
+            raise InvalidArgument.for_field("shift", "must be a finite number > 0")
 
     # ------------------------------------------------------------ 2.-4. conditioning
 
@@ -262,7 +266,8 @@ class Kinema4DPipeline:
         num_steps = self.info.num_inference_steps if num_steps is None else int(num_steps)
         guidance = self.info.guidance_scale if guidance is None else float(guidance)
         # 1. check inputs
-        self.check_inputs(image, robot, num_steps, guidance, guidance_mode, scheduler, negative)
+        self.check_inputs(image, robot, num_steps, guidance, guidance_mode, scheduler, negative,
+                          shift)
         norm = pointmap_normalization or PointmapNormalization.from_points(robot_pointmap,
                                                                            robot_mask)
         # 2.-4. conditioning

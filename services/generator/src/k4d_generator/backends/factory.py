@@ -17,6 +17,7 @@ def create_backend(name: str, transformer, *, precision: str | None = None, devi
     precision: torch fp32|bf16|fp16 (default fp32); onnx fp32; tensorrt fp16|fp8|fp32 (default fp16).
     cache_dir: where exported ONNX graphs and TensorRT engines are kept.
     """
+    _check_device(device)
     cache = Path(cache_dir) if cache_dir else Path.home() / ".cache" / "k4d" / "generator"
     if name == "torch":
         from k4d_generator.backends.torch_backend import TorchBackend
@@ -34,3 +35,14 @@ def create_backend(name: str, transformer, *, precision: str | None = None, devi
         return TensorRTBackend(transformer, cache, model_id, precision or "fp16")
     raise InvalidArgument.for_field("backend", f"unknown backend {name!r}; choose one of "
                                                f"{list(BACKENDS)}")
+
+
+def _check_device(device: str) -> None:
+    """A device string torch cannot parse is the caller's mistake, not a crash."""
+    import torch
+
+    try:
+        torch.device(device)
+    except (RuntimeError, TypeError):
+        raise InvalidArgument.for_field("device", f"{device!r} is not a device; use cpu or "
+                                                  "cuda[:N]") from None
