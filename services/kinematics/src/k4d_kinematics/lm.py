@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .chain import ChainWorkspace, SerialChain, chain_fk
-from .transforms import so3_log
+from .transforms import pose_error, so3_log
 
 
 @dataclass(frozen=True)
@@ -32,10 +32,7 @@ class LMSettings:
 def pose_residual(chain: SerialChain, T_target: np.ndarray, x: np.ndarray):
     """-> (frames, T_link, e (B, 6) = (dp; dw) in the base frame)."""
     frames, T_link = chain_fk(chain, x)
-    e = np.empty((x.shape[0], 6))
-    e[:, :3] = T_target[:, :3, 3] - T_link[:, :3, 3]
-    e[:, 3:] = so3_log(T_target[:, :3, :3] @ np.swapaxes(T_link[:, :3, :3], 1, 2))
-    return frames, T_link, e
+    return frames, T_link, np.concatenate(pose_error(T_target, T_link), axis=-1)
 
 
 def clamp_to_limits(chain: SerialChain, x: np.ndarray) -> np.ndarray:
