@@ -222,3 +222,10 @@ def test_list_jobs_pages(service):
         if not token:
             break
     assert sorted(seen) == sorted(ids) and len(seen) == 5
+
+
+def test_bad_list_jobs_page_token_is_invalid_argument(service):
+    stub, *_ = service
+    with pytest.raises(grpc.RpcError) as exc:
+        stub.ListJobs(simulator_pb2.ListJobsRequest(page_token="not-a-token"))
+    assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT, exc.value.details()

@@ -123,6 +123,8 @@ def test_list_pages_newest_first_and_filters_by_state():
         table.list(page_token="not-a-token!")
     with pytest.raises(InvalidArgument):
         table.list(page_size=501)
+    with pytest.raises(InvalidArgument):  # was an IndexError
+        table.list(page_size=-1)
 
 
 def test_wait_for_change_wakes_watchers_and_unknown_jobs_are_not_found():

@@ -221,8 +221,9 @@ class JobTable:
         """Jobs newest first (created_at, then job id), one page; returns the page and the
         token of the next page ("" when this is the last). Keyset paging: jobs created
         while a client pages never shift the pages it has not read yet."""
-        if page_size > MAX_PAGE_SIZE:
-            raise InvalidArgument.for_field("page_size", f"at most {MAX_PAGE_SIZE}, got {page_size}")
+        if not 0 <= page_size <= MAX_PAGE_SIZE:
+            raise InvalidArgument.for_field("page_size", f"must be in [0, {MAX_PAGE_SIZE}] "
+                                                         f"(0: {DEFAULT_PAGE_SIZE}), got {page_size}")
         size = page_size or DEFAULT_PAGE_SIZE
         after = _decode_token(page_token) if page_token else None
         with self._changed:
