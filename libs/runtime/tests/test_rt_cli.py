@@ -78,6 +78,9 @@ def test_up_rejects_bad_options(capsys):
     assert main(["up", "--base-port", "80"]) == 2
     assert "--base-port" in capsys.readouterr().err
     assert main(["up", "--services", "nope"]) == 2
+    for timeout in ("0", "-5", "nan", "inf"):
+        assert main(["up", "--timeout", timeout]) == 2
+        assert "--timeout" in capsys.readouterr().err
 
 
 def test_port_plans():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import sys
@@ -99,6 +100,8 @@ def up(options: UpOptions) -> int:
     from k4d.cli.builtin import installed
     from k4d.grpc_client import wait_healthy
 
+    if not options.timeout_s > 0 or math.isinf(options.timeout_s):  # also rejects nan
+        raise InvalidArgument.for_field("--timeout", f"expected seconds > 0, got {options.timeout_s}")
     available = installed("k4d.services")
     names = sorted(available) if options.services is None else options.services
     unknown = [n for n in names if n not in available]
