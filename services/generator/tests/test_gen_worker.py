@@ -100,3 +100,14 @@ def test_gen_worker_stage(tmp_path, tiny_model_dir, make_robot):
     steps = [events_pb2.SimulationProgress.FromString(m.value).progress for m in progress]
     assert [(p.step, p.total) for p in steps[:2]] == [(1, 2), (2, 2)]
     assert manager.loaded.info["version"] == "2"  # hot-reloaded
+
+
+def test_gen_loaded_model_matches_its_ref_or_its_name_and_version():
+    from k4d_generator.service import LoadedModel
+
+    loaded = LoadedModel("registry:arm/2", "torch", "fp32", pipeline=None, load_seconds=0.0,
+                         info={"name": "arm", "version": "2"})
+    assert loaded.matches("arm", "2") and loaded.matches("arm")
+    assert loaded.matches(uri="registry:arm/2")
+    assert not loaded.matches("arm", "3") and not loaded.matches("other")
+    assert not loaded.matches(uri="/models/arm")

@@ -103,9 +103,7 @@ class GeneratorServicer(generator_pb2_grpc.GeneratorServiceServicer):
         wanted = model_ref_string(ref.name, ref.version, ref.uri)
         if loaded is None:
             raise FailedPrecondition("no model is loaded; call LoadModel first")
-        same = loaded.ref == wanted or (loaded.info.get("name") == ref.name and ref.version in (
-            "", loaded.info.get("version")))
-        if not same:
+        if not loaded.matches(ref.name, ref.version, ref.uri):
             raise FailedPrecondition(f"model {wanted} is not the loaded one ({loaded.ref}); "
                                      "call LoadModel first")
 

@@ -35,6 +35,12 @@ class LoadedModel:
     load_seconds: float
     info: dict = field(default_factory=dict)
 
+    def matches(self, name: str = "", version: str = "", uri: str = "") -> bool:
+        """Whether a ModelRef names this model: the same reference, or the same name with
+        the version unset or equal to the loaded one."""
+        return self.ref == model_ref_string(name, version, uri) or (
+            self.info.get("name") == name and version in ("", self.info.get("version")))
+
 
 def model_ref_string(name: str = "", version: str = "", uri: str = "") -> str:
     """A `ModelRef` (name/version or uri) as the reference `from_pretrained` takes."""
@@ -112,8 +118,7 @@ class ModelManager:
         """Info of a model: the loaded one when it matches, else from the registry / disk."""
         current = self._loaded
         ref = model_ref_string(name, version, uri)
-        if current is not None and (current.ref == ref or (
-                current.info.get("name") == name and version in ("", current.info.get("version")))):
+        if current is not None and current.matches(name, version, uri):
             return {**current.info, "loaded": True, "backend": current.backend,
                     "precision": current.precision, "config": self.loaded_config()}
         if uri:

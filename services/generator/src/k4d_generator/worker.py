@@ -98,13 +98,12 @@ class GenerationStage:
                             events_pb2.SimulationCompleted(result=sim_result))
 
     def _ensure_loaded(self, ref: common_pb2.ModelRef, backend: str, precision: str) -> None:
-        wanted = model_ref_string(ref.name, ref.version, ref.uri)
         loaded = self.manager.loaded
-        if loaded is not None and loaded.backend == backend and (loaded.ref == wanted or (
-                loaded.info.get("name") == ref.name and ref.version in (
-                    "", loaded.info.get("version")))):
+        if loaded is not None and loaded.backend == backend and loaded.matches(
+                ref.name, ref.version, ref.uri):
             return
-        self.manager.load(wanted, backend, precision or None)
+        self.manager.load(model_ref_string(ref.name, ref.version, ref.uri), backend,
+                          precision or None)
 
     def _store_video(self, job_id: str, result) -> str:
         from k4d_generator.outputs import write_video
