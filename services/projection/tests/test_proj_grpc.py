@@ -106,6 +106,8 @@ def test_render_robot_from_poses_with_selected_outputs(stub, store):
      grpc.StatusCode.INVALID_ARGUMENT, "camera.T_cam_from_world"),
     (lambda r: r.robot.CopyFrom(common_pb2.RobotRef(name="nope")), grpc.StatusCode.NOT_FOUND,
      None),
+    (lambda r: r.robot.CopyFrom(common_pb2.RobotRef(bundle_uri="s3://elsewhere/robot")),
+     grpc.StatusCode.INVALID_ARGUMENT, "robot.bundle_uri"),
     (lambda r: r.outputs.append(projection_pb2.RENDER_OUTPUT_UNSPECIFIED),
      grpc.StatusCode.INVALID_ARGUMENT, "outputs"),
     (lambda r: (setattr(r.camera.intrinsics, "width", 8000),

@@ -17,9 +17,8 @@ from k4d.errors import InvalidArgument
 from k4d.store import job_key, validate_key
 from k4d.tensor_io import INLINE_LIMIT_BYTES, to_tensor_data
 from k4d_kinematics.fk import forward_kinematics
-from k4d_kinematics.proto_actions import read_tensor_data
+from k4d_kinematics.proto_actions import read_tensor_data, robot_from_ref
 from k4d_kinematics.registry import RobotRegistry
-from k4d_kinematics.robots import BUILTIN_ROBOTS, load_robot
 from k4d_kinematics.validation import validate_joints
 from kinema4d.v1 import common_pb2, projection_pb2_grpc
 from kinema4d.v1 import projection_pb2 as ppb
@@ -80,7 +79,7 @@ class ProjectionServicer(projection_pb2_grpc.ProjectionServiceServicer):
         self._workspace = RenderWorkspace()
 
     def RenderRobot(self, request, context):
-        model = robot_from_ref(request.robot, self.store, self.registry)
+        model = robot_from_ref(request.robot, self.registry)
         camera = camera_from_proto(request.camera)
         poses = self._poses(request, model)
         outputs = [OUTPUT_NAMES.get(o) for o in request.outputs] or list(DEFAULT_RPC_OUTPUTS)
@@ -185,23 +184,7 @@ class ProjectionServicer(projection_pb2_grpc.ProjectionServiceServicer):
                               self.inline_limit_bytes)
 
 
-# --- proto <-> core (shared with the worker) -------------------------------------------
-def robot_from_ref(ref, store, registry: RobotRegistry, field: str = "robot"):
-    source = ref.WhichOneof("source")
-    if source == "name":
-        if ref.name in BUILTIN_ROBOTS:
-            return load_robot(ref.name)
-        return registry.load(ref.name)  # never a server-side file path
-    if source == "bundle_uri":
-        try:
-            key = store.key_for_uri(ref.bundle_uri)
-        except Exception:
-            raise InvalidArgument.for_field(f"{field}.bundle_uri",
-                                            "not a URI of this object store") from None
-        return registry.load_bundle(key)
-    raise InvalidArgument.for_field(field, "set name or bundle_uri")
-
-
+# --- proto -> core (shared with the worker) ----------------------------------------------
 def camera_from_proto(msg, field: str = "camera") -> Camera:
     """CameraModel -> Camera (Matrix4 values are 16 numbers, row-major)."""
     if not msg.HasField("intrinsics"):

@@ -23,10 +23,11 @@ from k4d.stage_events import (
 )
 from k4d.store import get_array, job_key, put_array
 from k4d.tensor_io import TensorRef
+from k4d_kinematics.proto_actions import robot_from_ref
 from k4d_kinematics.registry import RobotRegistry
 from kinema4d.v1 import events_pb2
 
-from k4d_projection.api import RendererCache, camera_from_proto, robot_from_ref
+from k4d_projection.api import RendererCache, camera_from_proto
 from k4d_projection.renderer import DEFAULT_MEMORY_BUDGET_BYTES, RenderWorkspace
 
 STAGE = "projection"
@@ -50,7 +51,7 @@ class ProjectionStage:
         if is_cancelled(self.store, job_id):
             publish_cancelled(self.bus, context)
             return
-        model = robot_from_ref(event.spec.robot, self.store, self.registry, "spec.robot")
+        model = robot_from_ref(event.spec.robot, self.registry, "spec.robot")
         camera = camera_from_proto(event.spec.camera, "spec.camera")
         poses = get_array(self.store, TensorRef.from_proto(event.poses, "poses"), field="poses")
         if list(event.link_names) and list(event.link_names) != model.link_names:
