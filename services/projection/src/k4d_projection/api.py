@@ -15,9 +15,9 @@ from collections import OrderedDict
 import numpy as np
 from k4d.errors import InvalidArgument
 from k4d.store import job_key, validate_key
-from k4d.tensor_io import INLINE_LIMIT_BYTES, to_tensor_data
+from k4d.tensor_io import INLINE_LIMIT_BYTES, from_tensor_data, to_tensor, to_tensor_data
 from k4d_kinematics.fk import forward_kinematics
-from k4d_kinematics.proto_actions import read_tensor_data, robot_from_ref
+from k4d_kinematics.proto_actions import robot_from_ref
 from k4d_kinematics.registry import RobotRegistry
 from k4d_kinematics.validation import validate_joints
 from kinema4d.v1 import common_pb2, projection_pb2_grpc
@@ -135,10 +135,10 @@ class ProjectionServicer(projection_pb2_grpc.ProjectionServiceServicer):
         if has_poses == has_joints:
             raise InvalidArgument.for_field("poses", "set exactly one of poses or joints")
         if has_joints:
-            joints = read_tensor_data(request.joints, self.store, "joints",
+            joints = from_tensor_data(request.joints, self.store, "joints",
                                       MAX_FRAMES * model.num_joints)
             return forward_kinematics(model, validate_joints(model, joints))
-        poses = read_tensor_data(request.poses, self.store, "poses",
+        poses = from_tensor_data(request.poses, self.store, "poses",
                                  MAX_FRAMES * len(model.link_names) * 16)
         if poses.dtype.kind not in "f":
             raise InvalidArgument.for_field("poses", f"expected float64, got {poses.dtype}")
@@ -168,7 +168,7 @@ class ProjectionServicer(projection_pb2_grpc.ProjectionServiceServicer):
                                       codecs.mask_from_values(values), T_cam0.astype(np.float64))
 
     def _array(self, msg, field: str, max_elements: int = MAX_PIXELS) -> np.ndarray:
-        return read_tensor_data(msg, self.store, field, max_elements)
+        return from_tensor_data(msg, self.store, field, max_elements)
 
     def _prefix(self, request, rpc: str) -> str:
         """Key prefix of this request's outputs (deterministic: retries rewrite the same)."""
@@ -211,8 +211,6 @@ def _matrix4(msg, field: str, required: bool = False):
 
 
 def normalization_to_proto(encoded: codecs.EncodedPointmap) -> ppb.PointmapNormalization:
-    from k4d.tensor_io import to_tensor
-
     return ppb.PointmapNormalization(
         centers=common_pb2.TensorData(inline=to_tensor(encoded.centre.astype(np.float64))),
         scales=common_pb2.TensorData(inline=to_tensor(encoded.scale.astype(np.float64))),
