@@ -9,7 +9,6 @@ Domain errors propagate to the runtime's ErrorMappingInterceptor.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import queue
 import threading
@@ -17,7 +16,7 @@ import time
 
 from k4d.errors import InvalidArgument
 from k4d.store import job_key, validate_key
-from k4d.tensor_io import from_tensor_data, to_tensor_data
+from k4d.tensor_io import from_tensor_data, sha256_bytes, to_tensor_data
 from kinema4d.v1 import common_pb2, generator_pb2, generator_pb2_grpc
 
 from k4d_generator.service import STATIC_WORLD, ModelManager, model_ref_string
@@ -108,7 +107,7 @@ class GeneratorServicer(generator_pb2_grpc.GeneratorServiceServicer):
                                      "call LoadModel first")
 
     def _result_proto(self, request, result, seconds: float) -> generator_pb2.GenerateResult:
-        digest = hashlib.sha256(request.SerializeToString()).hexdigest()[:32]
+        digest = sha256_bytes(request.SerializeToString())[:32]
 
         def key(name: str) -> str:
             return job_key(request.job_id, STAGE, name) if request.job_id else \

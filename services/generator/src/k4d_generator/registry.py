@@ -10,27 +10,20 @@ References: `registry:<name>/<version>` (or `registry:<name>` for the newest ver
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import time
 from pathlib import Path
 
 from k4d.errors import FailedPrecondition, InvalidArgument, NotFound
+from k4d.tensor_io import sha256_file
 
+from k4d_generator import cache_root
 from k4d_generator.checkpoints import K4D_MODEL_FILE
 
 PREFIX = "models"
 MANIFEST = "manifest.json"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _check_name(field: str, value: str) -> str:
@@ -43,7 +36,7 @@ def build_manifest(model_dir: Path, name: str, version: str) -> dict:
     files = []
     for path in sorted(p for p in model_dir.rglob("*") if p.is_file()):
         rel = path.relative_to(model_dir).as_posix()
-        files.append({"path": rel, "size_bytes": path.stat().st_size, "sha256": _sha256(path)})
+        files.append({"path": rel, "size_bytes": path.stat().st_size, "sha256": sha256_file(path)})
     return {"name": name, "version": version, "format": "k4d-generator-model",
             "created_unix": time.time(), "files": files}
 
@@ -98,7 +91,7 @@ def fetch(store, name: str, version: str | None, cache_dir: str | Path) -> Path:
     for entry in manifest["files"]:
         target = local / entry["path"]
         if target.exists() and target.stat().st_size == entry["size_bytes"] and \
-                _sha256(target) == entry["sha256"]:
+                sha256_file(target) == entry["sha256"]:
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         store.get_file(f"{PREFIX}/{name}/{version}/{entry['path']}", target,
@@ -127,5 +120,5 @@ def resolve_registry_ref(ref: str, store=None, cache_dir: str | Path | None = No
 
         store = open_store()
     name, version = parse_registry_ref(ref)
-    cache = Path(cache_dir) if cache_dir else Path.home() / ".cache" / "k4d" / "generator"
+    cache = cache_root(cache_dir)
     return fetch(store, name, version, cache)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 from k4d.errors import FailedPrecondition, InvalidArgument, NotFound
+from k4d.tensor_io import sha256_bytes
 
 from k4d_generator.results import GenerationResult
 
@@ -137,11 +138,9 @@ class ModelManager:
         prefix = f"{registry.PREFIX}/{name}/{version}"
         meta = json.loads(self.store.get_bytes(f"{prefix}/k4d_model.json"))
         manifest = self.store.get_bytes(f"{prefix}/{registry.MANIFEST}")
-        import hashlib
-
         return {**meta, "name": name, "version": version, "loaded": False,
                 "uri": self.store.uri_for(prefix),
-                "manifest_sha256": hashlib.sha256(manifest).hexdigest()}
+                "manifest_sha256": sha256_bytes(manifest)}
 
     def loaded_config(self) -> dict:
         current = self._loaded
