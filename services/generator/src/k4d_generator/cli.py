@@ -136,11 +136,7 @@ def run_generate(args) -> int:
 def _sample(args, image, robot):
     from k4d_generator.pipeline import Kinema4DPipeline
 
-    store = None
-    if args.store:
-        from k4d.store import open_store
-
-        store = open_store(args.store)
+    store = _open_store(args.store) if args.store else None
     import transformers
 
     transformers.utils.logging.disable_progress_bar()

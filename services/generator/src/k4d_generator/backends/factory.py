@@ -6,6 +6,8 @@ from pathlib import Path
 
 from k4d.errors import InvalidArgument
 
+from k4d_generator import cache_root
+
 BACKENDS = ("torch", "onnx", "tensorrt")
 
 
@@ -18,7 +20,7 @@ def create_backend(name: str, transformer, *, precision: str | None = None, devi
     cache_dir: where exported ONNX graphs and TensorRT engines are kept.
     """
     _check_device(device)
-    cache = Path(cache_dir) if cache_dir else Path.home() / ".cache" / "k4d" / "generator"
+    cache = cache_root(cache_dir)
     if name == "torch":
         from k4d_generator.backends.torch_backend import TorchBackend
 
