@@ -21,25 +21,12 @@ import os
 from pathlib import Path
 
 import numpy as np
+from k4d_projection.camera import look_at_transform
 
 WIDTH, HEIGHT = 720, 480
 FOCAL_PX = 520.0
 EYE = np.array([1.60, 0.80, 0.95])       # camera centre, robot base frame, metres
 TARGET = np.array([0.30, 0.0, 0.32])     # point the optical axis goes through
-
-
-def look_at_cam_from_world(eye: np.ndarray, target: np.ndarray) -> np.ndarray:
-    """(4, 4) T_cam_from_world of an OpenCV camera (x right, y down, z forward) at `eye`
-    looking at `target` with world +z up."""
-    forward = (target - eye) / np.linalg.norm(target - eye)
-    right = np.cross(forward, [0.0, 0.0, 1.0])
-    right /= np.linalg.norm(right)
-    down = np.cross(forward, right)
-    R_world_from_cam = np.stack([right, down, forward], axis=1)
-    T = np.eye(4)
-    T[:3, :3] = R_world_from_cam.T
-    T[:3, 3] = -R_world_from_cam.T @ eye
-    return T
 
 
 def camera_json(T_cam_from_world: np.ndarray) -> dict:
@@ -119,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    T_cam_from_world = look_at_cam_from_world(EYE, TARGET)
+    T_cam_from_world = look_at_transform(EYE, TARGET)  # OpenCV axes, world +z up
     image = render(scene_xml(T_cam_from_world))
     Image.fromarray(image).save(out / "scene.png")
     (out / "camera.json").write_text(json.dumps(camera_json(T_cam_from_world), indent=2) + "\n")
