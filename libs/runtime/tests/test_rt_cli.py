@@ -74,6 +74,14 @@ def test_path_errors_from_a_handler_are_one_line_and_exit_2(capsys, error):
     assert err.startswith("k4d fk: error: ") and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("flag", ["--port", "--metrics-port"])
+def test_serve_rejects_ports_out_of_range_before_starting(capsys, flag):
+    with pytest.raises(SystemExit) as info:
+        main(["serve", "no-such-service", flag, "99999"])
+    assert info.value.code == 2
+    assert "0..65535" in capsys.readouterr().err
+
+
 def test_up_rejects_bad_options(capsys):
     assert main(["up", "--base-port", "80"]) == 2
     assert "--base-port" in capsys.readouterr().err

@@ -42,6 +42,8 @@ def test_config_is_frozen_and_replace_ignores_none():
     ("K4D_LOG_LEVEL", "LOUD", "DEBUG/INFO"),
     ("K4D_WORKER_MAX_ATTEMPTS", "0", "must be >= 1"),
     ("K4D_WORKER_BACKOFF_S", "nan", "finite"),
+    ("K4D_GRPC_PORT", "99999", "0..65535"),
+    ("K4D_METRICS_PORT", "65536", "0..65535"),
     ("K4D_SHUTDOWN_GRACE_S", "inf", "finite"),
 ])
 def test_bad_env_values_name_the_variable(var, value, needle):

@@ -85,6 +85,16 @@ def _parse_int(name: str, raw: str) -> int:
     return value
 
 
+MAX_PORT = 65535
+
+
+def parse_port(name: str, raw: str) -> int:
+    value = _parse_int(name, raw)
+    if value > MAX_PORT:  # gRPC would silently bind value mod 65536
+        raise InvalidArgument.for_field(name, f"expected a port in 0..{MAX_PORT}, got {value}")
+    return value
+
+
 def _parse_float(name: str, raw: str) -> float:
     try:
         value = float(raw)
@@ -118,8 +128,8 @@ def _parse_store_uri(name: str, raw: str) -> str:
 ENV_VARS: dict[str, tuple[str, object]] = {
     "K4D_SERVICE_NAME": ("service_name", _parse_str),
     "K4D_GRPC_HOST": ("grpc_host", _parse_str),
-    "K4D_GRPC_PORT": ("grpc_port", _parse_int),
-    "K4D_METRICS_PORT": ("metrics_port", _parse_int),
+    "K4D_GRPC_PORT": ("grpc_port", parse_port),
+    "K4D_METRICS_PORT": ("metrics_port", parse_port),
     "K4D_GRPC_MAX_MESSAGE_BYTES": ("grpc_max_message_bytes", _parse_int),
     "K4D_GRPC_MAX_WORKERS": ("grpc_max_workers", _parse_int),
     "K4D_KAFKA_BOOTSTRAP": ("kafka_bootstrap", _parse_str),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from importlib.metadata import entry_points
 
+from k4d.config import parse_port
 from k4d.errors import InvalidArgument
 
 
@@ -19,12 +20,20 @@ def register_serve(subparsers) -> None:
         description="Run an installed service (entry point group k4d.services) until SIGTERM. "
                     "Settings come from K4D_* env vars (docs/configuration.md); flags override them.")
     p.add_argument("service", help="service name, e.g. kinematics")
-    p.add_argument("--port", type=int, help="gRPC port (default: the service's port, 0 = any free port)")
+    p.add_argument("--port", type=port, help="gRPC port (default: the service's port, 0 = any free port)")
     p.add_argument("--host", help="bind address (default 0.0.0.0)")
-    p.add_argument("--metrics-port", type=int, help="Prometheus /metrics port (0 = disabled)")
+    p.add_argument("--metrics-port", type=port, help="Prometheus /metrics port (0 = disabled)")
     p.add_argument("--worker", action="store_true",
                    help="also run the service's Kafka stage worker (entry point group k4d.workers)")
     p.set_defaults(handler=run_serve)
+
+
+def port(text: str) -> int:
+    """argparse type: a TCP port, 0 = any free one (gRPC would wrap larger values)."""
+    try:
+        return parse_port("port", text)
+    except InvalidArgument as exc:
+        raise argparse.ArgumentTypeError(exc.violations[0].description) from None
 
 
 def register_up(subparsers) -> None:
