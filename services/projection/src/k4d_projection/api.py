@@ -25,7 +25,12 @@ from kinema4d.v1 import projection_pb2 as ppb
 
 from k4d_projection import codecs
 from k4d_projection.camera import Camera
-from k4d_projection.renderer import DEFAULT_MEMORY_BUDGET_BYTES, RenderWorkspace, RobotRenderer
+from k4d_projection.renderer import (
+    CONDITION_OUTPUTS,
+    DEFAULT_MEMORY_BUDGET_BYTES,
+    RenderWorkspace,
+    RobotRenderer,
+)
 
 MAX_FRAMES = 10_000
 MAX_PIXELS = 8192 * 8192 * 64  # elements of an uploaded pointmap; the budget bounds renders
@@ -34,7 +39,6 @@ OUTPUT_NAMES = {ppb.RENDER_OUTPUT_DEPTH: "depth", ppb.RENDER_OUTPUT_POINTMAP: "p
                 ppb.RENDER_OUTPUT_NORMALS: "normals", ppb.RENDER_OUTPUT_RGB: "rgb",
                 ppb.RENDER_OUTPUT_WORLD_POINTMAP: "pointmap_world"}
 RESPONSE_FIELDS = {"pointmap_world": "world_pointmap"}  # core name -> proto field
-DEFAULT_RPC_OUTPUTS = ("depth", "pointmap", "mask", "link_id", "rgb")
 ENCODING_DTYPES = {ppb.POINTMAP_ENCODING_KINEMA4D_8BIT: "uint8",
                    ppb.POINTMAP_ENCODING_FLOAT16: "float16",
                    ppb.POINTMAP_ENCODING_FLOAT32: "float32"}
@@ -82,7 +86,7 @@ class ProjectionServicer(projection_pb2_grpc.ProjectionServiceServicer):
         model = robot_from_ref(request.robot, self.registry)
         camera = camera_from_proto(request.camera)
         poses = self._poses(request, model)
-        outputs = [OUTPUT_NAMES.get(o) for o in request.outputs] or list(DEFAULT_RPC_OUTPUTS)
+        outputs = [OUTPUT_NAMES.get(o) for o in request.outputs] or list(CONDITION_OUTPUTS)
         if None in outputs:
             raise InvalidArgument.for_field("outputs", "unspecified or unknown output")
         renderer = self.renderers.get(model, request.geometry == ppb.GEOMETRY_SET_COLLISION)

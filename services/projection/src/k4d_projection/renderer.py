@@ -24,6 +24,9 @@ from k4d_projection.rays import PixelGrid
 
 OUTPUTS = ("depth", "mask", "link_id", "pointmap", "pointmap_world", "normals", "rgb")
 DEFAULT_OUTPUTS = ("depth", "mask", "link_id", "pointmap", "normals", "rgb")
+# The robot condition the pipeline passes on (projection worker, embedded simulator, the
+# RenderRobot default): the generator needs no normals.
+CONDITION_OUTPUTS = ("depth", "pointmap", "mask", "link_id", "rgb")
 DEFAULT_MEMORY_BUDGET_BYTES = 4 << 30
 _OUTPUT_BYTES_PER_PIXEL = {"depth": 4, "mask": 1, "link_id": 2, "pointmap": 12,
                            "pointmap_world": 12, "normals": 12, "rgb": 3}

@@ -28,11 +28,14 @@ from k4d_kinematics.registry import RobotRegistry
 from kinema4d.v1 import events_pb2
 
 from k4d_projection.api import RendererCache, camera_from_proto
-from k4d_projection.renderer import DEFAULT_MEMORY_BUDGET_BYTES, RenderWorkspace
+from k4d_projection.renderer import (
+    CONDITION_OUTPUTS,
+    DEFAULT_MEMORY_BUDGET_BYTES,
+    RenderWorkspace,
+)
 
 STAGE = "projection"
 GROUP_ID = "k4d-projection"
-STAGE_OUTPUTS = ("depth", "pointmap", "mask", "link_id", "rgb")
 
 
 class ProjectionStage:
@@ -57,7 +60,7 @@ class ProjectionStage:
         if list(event.link_names) and list(event.link_names) != model.link_names:
             raise InvalidArgument.for_field("link_names", "do not match the robot's links")
         renderer = self.renderers.get(model, collision=False)
-        result = renderer.render(poses, camera, outputs=STAGE_OUTPUTS,
+        result = renderer.render(poses, camera, outputs=CONDITION_OUTPUTS,
                                  memory_budget_bytes=self.memory_budget_bytes,
                                  workspace=self.workspace)
         refs = {name: put_array(self.store, job_key(job_id, STAGE, name), array).to_proto()

@@ -157,10 +157,11 @@ def run_kinematics(spec: simulator_pb2.SimulationSpec, cores: StageCores,
 def run_projection(spec: simulator_pb2.SimulationSpec, kin: KinematicsOutput,
                    cores: StageCores, store=None) -> ProjectionOutput:
     """Ray-cast every link into the camera: the robot condition."""
+    from k4d_projection.renderer import CONDITION_OUTPUTS
+
     camera = camera_from_proto(spec.camera, "spec.camera")
     model = cores.robot(_robot_name(spec), store)
-    rendered = cores.renderer(model).render(
-        kin.poses, camera, outputs=("depth", "mask", "link_id", "pointmap", "rgb"))
+    rendered = cores.renderer(model).render(kin.poses, camera, outputs=CONDITION_OUTPUTS)
     return ProjectionOutput(rendered.depth, rendered.pointmap, rendered.mask, rendered.link_id,
                             rendered.rgb)
 
