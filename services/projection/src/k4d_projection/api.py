@@ -33,7 +33,8 @@ from k4d_projection.renderer import (
 )
 
 MAX_FRAMES = 10_000
-MAX_PIXELS = 8192 * 8192 * 64  # elements of an uploaded pointmap; the budget bounds renders
+# Elements (not pixels) of one uploaded array, e.g. a pointmap; the memory budget bounds renders.
+MAX_UPLOAD_ELEMENTS = 8192 * 8192 * 64
 OUTPUT_NAMES = {ppb.RENDER_OUTPUT_DEPTH: "depth", ppb.RENDER_OUTPUT_POINTMAP: "pointmap",
                 ppb.RENDER_OUTPUT_MASK: "mask", ppb.RENDER_OUTPUT_LINK_ID: "link_id",
                 ppb.RENDER_OUTPUT_NORMALS: "normals", ppb.RENDER_OUTPUT_RGB: "rgb",
@@ -171,7 +172,7 @@ class ProjectionServicer(projection_pb2_grpc.ProjectionServiceServicer):
                                       scale.astype(np.float64),
                                       codecs.mask_from_values(values), T_cam0.astype(np.float64))
 
-    def _array(self, msg, field: str, max_elements: int = MAX_PIXELS) -> np.ndarray:
+    def _array(self, msg, field: str, max_elements: int = MAX_UPLOAD_ELEMENTS) -> np.ndarray:
         return from_tensor_data(msg, self.store, field, max_elements)
 
     def _prefix(self, request, rpc: str) -> str:
