@@ -144,6 +144,24 @@ def test_gen_mismatched_checkpoint_shapes_are_clear_errors(make_tiny, tmp_path):
         load_model(tmp_path / "nowhere")
 
 
+@pytest.mark.parametrize("damage", ["bad_json", "truncated_weights", "missing_vae"])
+def test_gen_damaged_model_dir_is_a_model_field_error(tiny_model_dir, tmp_path, damage):
+    import shutil
+
+    model = tmp_path / "m"
+    shutil.copytree(tiny_model_dir, model)
+    if damage == "bad_json":
+        (model / "k4d_model.json").write_text("{not json")
+    elif damage == "truncated_weights":
+        weights = model / "transformer" / "diffusion_pytorch_model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:1000])
+    else:
+        shutil.rmtree(model / "vae")  # must not fall back to a Hub download of "<path>/vae"
+    with pytest.raises(InvalidArgument, match="unreadable model files") as err:
+        load_model(model)
+    assert err.value.violations[0].field == "model"
+
+
 def test_gen_k4d_layout_refuses_other_clip_size(make_tiny, tmp_path):
     components, _ = make_tiny("act")
     save_k4d(components, tmp_path / "m")

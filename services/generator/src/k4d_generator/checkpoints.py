@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from k4d.errors import FailedPrecondition, InvalidArgument, NotFound
-from safetensors import safe_open
+from k4d.errors import FailedPrecondition, InvalidArgument, K4DError, NotFound
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from k4d_generator.lora import (
@@ -48,6 +48,9 @@ K4D_MODEL_FILE = "k4d_model.json"
 K4D_FORMAT = "k4d-generator-model"
 WEIGHTS_FILE = "diffusion_pytorch_model.safetensors"
 _WAN_KEYS_IGNORED = ("norm_added_q",)  # saved by diffusers 0.34, unused by the model
+# Components are read from the model directory only: a missing one is an error, never a
+# Hugging Face Hub download of a repo that happens to share its relative path.
+_LOCAL_ONLY = {"local_files_only": True}
 
 
 @dataclass
@@ -299,15 +302,17 @@ def _clip_processor_class():
 def _load_vae(directory: Path):
     from diffusers import AutoencoderKLWan
 
-    return AutoencoderKLWan.from_pretrained(str(directory / "vae")).eval()
+    return AutoencoderKLWan.from_pretrained(str(directory / "vae"), **_LOCAL_ONLY).eval()
 
 
 def _load_image_encoder(directory: Path):
     from transformers import CLIPVisionModel
 
-    encoder = CLIPVisionModel.from_pretrained(str(directory / "image_encoder")).eval()
+    encoder = CLIPVisionModel.from_pretrained(str(directory / "image_encoder"),
+                                             **_LOCAL_ONLY).eval()
     if (directory / "image_processor").exists():
-        processor = _clip_processor_class().from_pretrained(str(directory / "image_processor"))
+        processor = _clip_processor_class().from_pretrained(str(directory / "image_processor"),
+                                                             **_LOCAL_ONLY)
     else:
         processor = default_image_processor(encoder.config)
     return encoder, processor
@@ -324,7 +329,7 @@ def _load_scheduler(directory: Path):
                "FlowMatchEulerDiscreteScheduler": FlowMatchEulerDiscreteScheduler}
     if class_name not in classes:
         raise InvalidArgument.for_field("model", f"unsupported scheduler {class_name}")
-    return classes[class_name].from_pretrained(str(directory / "scheduler"))
+    return classes[class_name].from_pretrained(str(directory / "scheduler"), **_LOCAL_ONLY)
 
 
 def _save_shared(components: ModelComponents, out: Path) -> None:
@@ -433,6 +438,18 @@ def load_model(ref: str | Path, base_dir: str | Path | None = None, **clip_size)
     path = Path(ref)
     if not path.exists():
         raise NotFound(f"model {ref} not found")
+    try:
+        return _load_model_dir(path, base_dir, clip_size)
+    except K4DError:
+        raise
+    except (OSError, ValueError, KeyError, SafetensorError) as exc:
+        # A damaged or partial model directory (bad JSON, truncated weights, a missing
+        # component) is the caller's input: one clear error, not a traceback or INTERNAL.
+        raise InvalidArgument.for_field("model", f"{path} has unreadable model files: "
+                                                 f"{type(exc).__name__}: {exc}") from None
+
+
+def _load_model_dir(path: Path, base_dir: str | Path | None, clip_size: dict) -> ModelComponents:
     if (path / K4D_MODEL_FILE).exists():
         return load_k4d(path, **clip_size)
     if (path / "base").is_dir() and (path / "kinema4d").is_dir():
