@@ -79,3 +79,25 @@ def test_builtin_names_and_bad_names_cannot_be_registered(tmp_path, registry):
         registry.register(_bundle(tmp_path / "b.zip"), name="panda")
     with pytest.raises(InvalidArgument, match="must match"):
         registry.register(_bundle(tmp_path / "b.zip"), name="../x")
+
+
+class _CountingStore(LocalStore):
+    """A real local store that counts full downloads."""
+
+    downloads = 0
+
+    def get_bytes(self, key, expected_sha256=None):
+        self.downloads += 1
+        return super().get_bytes(key, expected_sha256)
+
+
+def test_a_bundle_uri_is_fetched_once_then_served_from_the_cache(tmp_path):
+    store = _CountingStore(tmp_path / "store")
+    store.put_bytes("uploads/b.zip", _bundle(tmp_path / "b.zip").read_bytes())
+    registry = RobotRegistry(store, cache_dir=tmp_path / "cache")
+    first = registry.load_bundle("uploads/b.zip")
+    second = registry.load_bundle("uploads/b.zip")
+    assert first.link_names == second.link_names == ["base", "arm", "tip"]
+    assert store.downloads == 1
+    with pytest.raises(NotFound, match="no robot bundle"):
+        registry.load_bundle("uploads/missing.zip")

@@ -31,6 +31,7 @@ from .model import RobotModel
 from .robots import BUILTIN_ROBOTS, load_robot_file
 
 ROBOT_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 PREFIX = "robots/"
 
 
@@ -95,24 +96,22 @@ class RobotRegistry:
     def load_bundle(self, key: str, max_bytes: int | None = None) -> RobotModel:
         """A robot straight from a bundle object in the store (RobotRef.bundle_uri)."""
         max_bytes = max_bytes or self.limits.max_total_bytes
-        if not self.store.exists(key):
-            raise NotFound(f"no robot bundle at {key!r}")
-        if self.store.stat(key).size_bytes > max_bytes:
+        try:
+            info = self.store.stat(key)
+        except NotFound:
+            raise NotFound(f"no robot bundle at {key!r}") from None
+        if info.size_bytes > max_bytes:
             raise InvalidArgument.for_field("robot.bundle_uri", f"bundle larger than {max_bytes} bytes")
-        data = self.store.get_bytes(key)
-        sha = hashlib.sha256(data).hexdigest()
-        tree = self.cache_dir / sha
-        if not tree.is_dir():
-            self.cache_dir.mkdir(parents=True, exist_ok=True)
-            staging = self.cache_dir / f"staging-{uuid.uuid4().hex}"
-            with tempfile.NamedTemporaryFile(dir=self.cache_dir, suffix=".bundle") as handle:
-                handle.write(data)
-                handle.flush()
-                try:
-                    safe_extract(handle.name, staging, self.limits)
-                    self._install(staging, sha)
-                finally:
-                    remove_tree(staging)
+        # The store records every object's sha256: a bundle extracted before is not fetched
+        # and hashed again on each request that names it.
+        sha = info.sha256 if SHA256_HEX.fullmatch(info.sha256 or "") else ""
+        tree = self.cache_dir / sha if sha else None
+        if tree is None or not tree.is_dir():
+            data = self.store.get_bytes(key)  # verified against the recorded sha256
+            sha = hashlib.sha256(data).hexdigest()
+            tree = self.cache_dir / sha
+            if not tree.is_dir():
+                self._extract_bytes(data, sha)
         meta = _bundle_manifest(tree)
         name = meta.get("name") or f"bundle-{sha[:12]}"
         return _load_cached(str(tree), meta["urdf"], name, meta.get("ee_link"),
@@ -125,16 +124,27 @@ class RobotRegistry:
                                source=f"store:{name}", ee_link=meta.get("ee_link"),
                                gripper_joints=meta.get("gripper_joints"), allow_xacro=False)
 
+    def _extract_bytes(self, data: bytes, sha: str) -> None:
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=self.cache_dir, suffix=".bundle") as handle:
+            handle.write(data)
+            handle.flush()
+            self._extract(handle.name, sha)
+
     def _fetch(self, name: str, sha: str) -> None:
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=self.cache_dir, suffix=".bundle") as handle:
             self.store.get_file(f"{PREFIX}{name}/bundle", handle.name, expected_sha256=sha)
-            staging = self.cache_dir / f"staging-{uuid.uuid4().hex}"
-            try:
-                safe_extract(handle.name, staging, self.limits)
-                self._install(staging, sha)
-            finally:
-                remove_tree(staging)
+            self._extract(handle.name, sha)
+
+    def _extract(self, archive: str, sha: str) -> None:
+        """Extract into a staging directory, then install it as the cache entry `sha`."""
+        staging = self.cache_dir / f"staging-{uuid.uuid4().hex}"
+        try:
+            safe_extract(archive, staging, self.limits)
+            self._install(staging, sha)
+        finally:
+            remove_tree(staging)
 
     def _install(self, staging: Path, sha: str) -> None:
         target = self.cache_dir / sha
