@@ -46,3 +46,12 @@ def test_gen_static_world_recovers_intrinsics_from_robot_pointmap(robot_inputs):
     image, _ = robot_inputs
     result = StaticWorldGenerator()(image, **robot)
     assert np.allclose(result.metadata["intrinsics"], INTRINSICS, atol=1e-3)
+
+
+def test_gen_intrinsics_fall_back_to_a_centred_60_degree_camera_without_robot_points():
+    from k4d_generator.static_world import intrinsics_from_pointmap
+
+    mask = np.zeros((2, 32, 48), bool)
+    fx, fy, cx, cy = intrinsics_from_pointmap(np.zeros((2, 32, 48, 3), np.float32), mask)
+    assert fx == fy == pytest.approx(24.0 / np.tan(np.radians(30.0)))
+    assert (cx, cy) == (23.5, 15.5)

@@ -46,16 +46,20 @@ def intrinsics_from_pointmap(pointmap: np.ndarray, mask: np.ndarray
     _, height, width = mask.shape
     t, v, u = np.nonzero(mask & (pointmap[..., 2] > 1e-6))
     if u.size < 16:
-        f = (width / 2.0) / np.tan(np.radians(30.0))
-        return (f, f, (width - 1) / 2.0, (height - 1) / 2.0)
+        return _centred_60_degree_intrinsics(height, width)
     points = pointmap[t, v, u].astype(np.float64)
     x_over_z, y_over_z = points[:, 0] / points[:, 2], points[:, 1] / points[:, 2]
     fx, cx = np.linalg.lstsq(np.stack([x_over_z, np.ones_like(x_over_z)], 1), u, rcond=None)[0]
     fy, cy = np.linalg.lstsq(np.stack([y_over_z, np.ones_like(y_over_z)], 1), v, rcond=None)[0]
     if not (fx > 0 and fy > 0):
-        f = (width / 2.0) / np.tan(np.radians(30.0))
-        return (f, f, (width - 1) / 2.0, (height - 1) / 2.0)
+        return _centred_60_degree_intrinsics(height, width)
     return (float(fx), float(fy), float(cx), float(cy))
+
+
+def _centred_60_degree_intrinsics(height: int, width: int) -> tuple[float, float, float, float]:
+    """The fallback camera: a 60 degree horizontal field of view, principal point centred."""
+    f = (width / 2.0) / np.tan(np.radians(30.0))
+    return (f, f, (width - 1) / 2.0, (height - 1) / 2.0)
 
 
 class StaticWorldGenerator:
