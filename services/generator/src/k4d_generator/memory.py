@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 from k4d.errors import ResourceExhausted
 
+from k4d_generator.model.configs import latent_shape
+
 _GIB = 1024**3
 
 
@@ -46,7 +48,8 @@ def estimate(transformer_config, vae_config, num_frames: int, height: int, width
              batch: int, bytes_per_element: int, device: str,
              available: int | None = None) -> MemoryEstimate:
     """Estimate sampling memory for one request; `batch` is 2 for batched two-pass guidance."""
-    lf, lh, lw = (num_frames - 1) // 4 + 1, height // 8, 2 * (width // 8)
+    lf, lh, lw = latent_shape(num_frames, height, width)
+    lw *= 2  # RGB and pointmap side by side
     pt, ph, pw = transformer_config.patch_size
     tokens = (lf // pt) * (lh // ph) * (lw // pw)
     dim = transformer_config.num_attention_heads * transformer_config.attention_head_dim
