@@ -81,11 +81,11 @@ class RobotRegistry:
 
     def load(self, name: str) -> RobotModel:
         _check_name(name)
-        key = f"{PREFIX}{name}/manifest.json"
-        if not self.store.exists(key):
+        try:
+            manifest = json.loads(self.store.get_bytes(f"{PREFIX}{name}/manifest.json"))
+        except NotFound:
             raise NotFound(f"unknown robot {name!r}; builtin robots: {', '.join(BUILTIN_ROBOTS)}; "
-                           f"registered: {', '.join(self.names()) or 'none'}")
-        manifest = json.loads(self.store.get_bytes(key))
+                           f"registered: {', '.join(self.names()) or 'none'}") from None
         sha = manifest["bundle_sha256"]
         tree = self.cache_dir / sha
         if not tree.is_dir():
