@@ -160,6 +160,10 @@ def test_out_path_under_a_file_exits_2_with_one_line(tmp_path, capsys):
                          "--out", str(tmp_path / "file" / "o.npz")], capsys)
     assert code == 2
     assert _one_error_line(err).startswith("k4d fk: error: ")
+    code, _, err = _run(["fk", "--robot", "panda", "--joints", str(tmp_path / "q.npy"),
+                         "--out", str(tmp_path)], capsys)
+    assert code == 2
+    assert _one_error_line(err) == f"k4d fk: error: out: {tmp_path} is a directory; give a file name"
 
 
 def test_fk_clip_flag_clamps(tmp_path, capsys):

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 from k4d.errors import InvalidArgument
+from k4d.tensor_io import save_npz
 
 from . import robots as robot_registry
 from .actions import parse_actions
@@ -235,9 +236,9 @@ def _read_json(path: str):
 
 
 def _save(path: str, **arrays) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as handle:  # np.savez would append .npz to other names
-        np.savez(handle, **arrays)
+    if Path(path).is_dir():
+        raise InvalidArgument.for_field("out", f"{path} is a directory; give a file name")
+    save_npz(path, arrays, compressed=False)  # atomic; keeps the name as given (no .npz added)
 
 
 def _report(path: str, success: np.ndarray, position_error: np.ndarray,
