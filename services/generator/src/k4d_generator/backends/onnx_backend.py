@@ -13,7 +13,12 @@ import torch
 from k4d.errors import FailedPrecondition
 
 from k4d_generator.backends.availability import is_onnxruntime_available
-from k4d_generator.backends.onnx_export import INPUT_NAMES, export_denoiser
+from k4d_generator.backends.onnx_export import (
+    INPUT_NAMES,
+    export_denoiser,
+    export_example,
+    shape_key,
+)
 
 
 def onnx_cache_path(cache_dir: str | Path, model_id: str, shape_key: str) -> Path:
@@ -51,14 +56,11 @@ class OnnxRuntimeBackend:
 
     def session_for(self, inputs: tuple[torch.Tensor, ...]):
         """The ORT session for these input shapes (exporting on first use)."""
-        hidden = inputs[0]
-        shape_key = "x".join(str(s) for s in hidden.shape[2:])
-        if shape_key not in self._sessions:
-            path = onnx_cache_path(self.cache_dir, self.model_id, shape_key)
+        key = shape_key(inputs[0])
+        if key not in self._sessions:
+            path = onnx_cache_path(self.cache_dir, self.model_id, key)
             if not path.exists():
-                example = tuple(x[:1].expand(2, *x.shape[1:]).contiguous().float()
-                                for x in inputs)
-                export_denoiser(self.transformer, example, path)
+                export_denoiser(self.transformer, export_example(inputs), path)
             options = self._ort.SessionOptions()
             # ORT's idle intra-op threads busy-spin by default; between denoiser calls that
             # steals the cores the VAE and scheduler (torch) need, so let them sleep.
@@ -66,9 +68,9 @@ class OnnxRuntimeBackend:
             options.add_session_config_entry("session.inter_op.allow_spinning", "0")
             if self.threads:
                 options.intra_op_num_threads = self.threads
-            self._sessions[shape_key] = self._ort.InferenceSession(
+            self._sessions[key] = self._ort.InferenceSession(
                 str(path), sess_options=options, providers=self.providers)
-        return self._sessions[shape_key]
+        return self._sessions[key]
 
     def __call__(self, hidden_states, timestep, image_embeds, arm_cond, arm_latent_gain):
         inputs = (hidden_states, timestep, image_embeds, arm_cond, arm_latent_gain)

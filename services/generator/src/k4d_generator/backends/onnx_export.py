@@ -60,6 +60,17 @@ def example_inputs(transformer, latent_frames: int, latent_height: int, latent_w
             torch.ones(batch))
 
 
+def shape_key(hidden_states: torch.Tensor) -> str:
+    """Cache key of a clip geometry: the latent (frames, height, width) of the model input."""
+    return "x".join(str(s) for s in hidden_states.shape[2:])
+
+
+def export_example(inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    """The export example for a call's inputs: the first sample of each, repeated to batch 2
+    (the graph's largest batch), as float32 on the CPU."""
+    return tuple(x[:1].expand(2, *x.shape[1:]).contiguous().float().cpu() for x in inputs)
+
+
 def export_denoiser(transformer, inputs: tuple[torch.Tensor, ...], path: str | Path,
                     max_batch: int = 2) -> Path:
     """Export to `path` (parent directories created). Returns the .onnx path."""

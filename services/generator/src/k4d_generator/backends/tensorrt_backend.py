@@ -16,7 +16,13 @@ from k4d.errors import FailedPrecondition, InvalidArgument
 
 from k4d_generator.backends.availability import is_tensorrt_available
 from k4d_generator.backends.onnx_backend import onnx_cache_path
-from k4d_generator.backends.onnx_export import INPUT_NAMES, OUTPUT_NAME, export_denoiser
+from k4d_generator.backends.onnx_export import (
+    INPUT_NAMES,
+    OUTPUT_NAME,
+    export_denoiser,
+    export_example,
+    shape_key,
+)
 
 PRECISIONS = ("fp16", "fp8", "fp32")
 _WORKSPACE_BYTES = 8 * 1024**3
@@ -87,22 +93,19 @@ class TensorRTBackend:
         return bytes(serialized)
 
     def _context_for(self, inputs: tuple[torch.Tensor, ...]):
-        shape_key = "x".join(str(s) for s in inputs[0].shape[2:])
-        if shape_key not in self._contexts:
-            engine_path = engine_cache_path(self.cache_dir, self.model_id, shape_key,
-                                            self.precision)
+        key = shape_key(inputs[0])
+        if key not in self._contexts:
+            engine_path = engine_cache_path(self.cache_dir, self.model_id, key, self.precision)
             if not engine_path.exists():
-                onnx_path = onnx_cache_path(self.cache_dir, self.model_id, shape_key)
+                onnx_path = onnx_cache_path(self.cache_dir, self.model_id, key)
                 if not onnx_path.exists():
-                    example = tuple(x[:1].expand(2, *x.shape[1:]).contiguous().float().cpu()
-                                    for x in inputs)
-                    export_denoiser(self.transformer.cpu(), example, onnx_path)
+                    export_denoiser(self.transformer.cpu(), export_example(inputs), onnx_path)
                 engine_path.parent.mkdir(parents=True, exist_ok=True)
                 engine_path.write_bytes(self._build_engine(onnx_path, inputs))
             runtime = self._trt.Runtime(self._logger)
             engine = runtime.deserialize_cuda_engine(engine_path.read_bytes())
-            self._contexts[shape_key] = (runtime, engine, engine.create_execution_context())
-        return self._contexts[shape_key][2]
+            self._contexts[key] = (runtime, engine, engine.create_execution_context())
+        return self._contexts[key][2]
 
     @torch.no_grad()
     def __call__(self, hidden_states, timestep, image_embeds, arm_cond, arm_latent_gain):
