@@ -132,3 +132,18 @@ def test_gen_grpc_startup_model_sets_readiness(store, tmp_path, tiny_model_dir):
     finally:
         channel.close()
         server.stop(0)
+
+
+def test_gen_grpc_damaged_model_uri_is_invalid_argument(channel, tmp_path):
+    """GetModelInfo / LoadModel on a model directory with unreadable files: the client's
+    input, so INVALID_ARGUMENT, not INTERNAL."""
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    (damaged / "k4d_model.json").write_text("{not json")
+    stub = generator_pb2_grpc.GeneratorServiceStub(channel)
+    ref = common_pb2.ModelRef(uri=str(damaged))
+    for call, request in ((stub.GetModelInfo, generator_pb2.GetModelInfoRequest(model=ref)),
+                          (stub.LoadModel, generator_pb2.LoadModelRequest(model=ref))):
+        with pytest.raises(grpc.RpcError) as err:
+            call(request)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -122,13 +122,19 @@ class ModelManager:
         if current is not None and current.matches(name, version, uri):
             return {**current.info, "loaded": True, "backend": current.backend,
                     "precision": current.precision, "config": self.loaded_config()}
+        from k4d_generator import registry
+        from k4d_generator.checkpoints import K4D_MODEL_FILE
+
         if uri:
-            meta_path = Path(ref) / "k4d_model.json"
+            meta_path = Path(ref) / K4D_MODEL_FILE
             if not meta_path.exists():
                 raise NotFound(f"model {uri} not found")
-            return {**json.loads(meta_path.read_text()), "loaded": False, "source": ref}
-        from k4d_generator import registry
-
+            try:
+                meta = json.loads(meta_path.read_text())
+            except ValueError:
+                raise InvalidArgument.for_field("model.uri", f"{meta_path} is not valid "
+                                                             "JSON") from None
+            return {**meta, "loaded": False, "source": ref}
         if self.store is None:
             raise NotFound("no object store configured for the model registry")
         versions = registry.list_models(self.store).get(name)
@@ -136,7 +142,7 @@ class ModelManager:
             raise NotFound(f"model {name} {version or ''} not found in the registry".strip())
         version = version or versions[-1]
         prefix = f"{registry.PREFIX}/{name}/{version}"
-        meta = json.loads(self.store.get_bytes(f"{prefix}/k4d_model.json"))
+        meta = json.loads(self.store.get_bytes(f"{prefix}/{K4D_MODEL_FILE}"))
         manifest = self.store.get_bytes(f"{prefix}/{registry.MANIFEST}")
         return {**meta, "name": name, "version": version, "loaded": False,
                 "uri": self.store.uri_for(prefix),
