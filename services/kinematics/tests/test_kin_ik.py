@@ -116,3 +116,40 @@ def test_ikpy_solver_is_selectable_and_reports_residuals():
     assert solved.any()
     poses = forward_kinematics(model, result.joints)[:, model.link_index(model.ee_link)]
     np.testing.assert_allclose(poses[solved, :3, 3], targets[solved, :3, 3], atol=1e-4)
+
+
+PERMUTED = """<robot name="permuted">
+  <link name="base"/><link name="l1"/><link name="l2"/><link name="tip"/><link name="side"/>
+  <joint name="a" type="revolute"><parent link="base"/><child link="l1"/><axis xyz="0 0 1"/>
+    <limit lower="-2" upper="2"/></joint>
+  <joint name="m" type="revolute"><parent link="l1"/><child link="l2"/><origin xyz="0.3 0 0"/>
+    <axis xyz="0 1 0"/><limit lower="-2" upper="2"/><mimic joint="z"/></joint>
+  <joint name="b" type="revolute"><parent link="l2"/><child link="tip"/><origin xyz="0.3 0 0"/>
+    <axis xyz="0 0 1"/><limit lower="-2" upper="2"/></joint>
+  <joint name="z" type="revolute"><parent link="base"/><child link="side"/><axis xyz="1 0 0"/>
+    <limit lower="-1" upper="1"/></joint>
+</robot>"""
+
+
+def test_chain_with_a_mimic_driven_from_outside_the_chain(tmp_path):
+    # Joint m (on the chain to tip) mimics z (off the chain, a later actuated index), so the
+    # chain's variables [a, b, z] are not in chain order [a, m, b].
+    from k4d_kinematics.robots import load_robot_file
+
+    path = tmp_path / "permuted" / "urdf" / "permuted.urdf"
+    path.parent.mkdir(parents=True)
+    path.write_text(PERMUTED)
+    model = load_robot_file(path, ee_link="tip")
+    chain = build_chain(model)
+    x = np.array([0.3, 0.7, -0.5])
+    q = np.zeros(model.num_joints)
+    q[chain.variables] = x
+    T_tip = forward_kinematics(model, q)[model.link_index("tip")]
+    ws = ChainWorkspace(chain)
+    np.testing.assert_allclose(ws.fk(x), T_tip, atol=1e-12)
+    frames, T = chain_fk(chain, x[None])
+    np.testing.assert_allclose(ws.jacobian(ws.fk(x)), chain_jacobian(chain, frames, T)[0],
+                               atol=1e-12)
+    result = solve_ik(model, T_tip[None], mode="independent")
+    assert result.success.all()
+    _assert_reaches(model, result, T_tip[None])

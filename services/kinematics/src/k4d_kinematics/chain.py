@@ -82,7 +82,10 @@ def _build_chain(model: RobotModel, link: str) -> SerialChain:
     var_of_joint = np.array([var_pos[int(tree.q_index[i])] for i in moving])
     multiplier = tree.q_multiplier[moving].astype(np.float64)
     mixing = None
-    if len(moving) != len(variables) or np.any(multiplier != 1.0):
+    # Also when the variables are not in chain order: a mimic joint on the chain driven by
+    # an actuated joint elsewhere in the tree takes that joint's (later) index.
+    if (len(moving) != len(variables) or np.any(multiplier != 1.0)
+            or np.any(var_of_joint != np.arange(len(moving)))):
         mixing = np.zeros((len(moving), len(variables)))
         mixing[np.arange(len(moving)), var_of_joint] = multiplier
     return SerialChain(
