@@ -14,7 +14,7 @@ import queue
 import threading
 import time
 
-from k4d.errors import InvalidArgument
+from k4d.errors import FailedPrecondition, InvalidArgument
 from k4d.store import job_key, validate_key
 from k4d.tensor_io import from_tensor_data, sha256_bytes, to_tensor_data
 from kinema4d.v1 import common_pb2, generator_pb2, generator_pb2_grpc
@@ -60,13 +60,14 @@ class GeneratorServicer(generator_pb2_grpc.GeneratorServiceServicer):
     # ------------------------------------------------------------ Generate
 
     def Generate(self, request, context):
-        arrays = {name: from_tensor_data(getattr(request, name), self.store, name)
-                  for name in ("image", "robot_rgb", "robot_pointmap", "robot_mask")}
+        # The cheap checks first: a refused request never reads its tensors from the store.
         kwargs = sampling_kwargs(request.sampling)
         if request.HasField("model") and (request.model.name or request.model.uri):
             self._require_loaded(request.model)
         if request.job_id:
             validate_key(f"jobs/{request.job_id}", "job_id")
+        arrays = {name: from_tensor_data(getattr(request, name), self.store, name)
+                  for name in ("image", "robot_rgb", "robot_pointmap", "robot_mask")}
         events: queue.Queue = queue.Queue()
 
         def run() -> None:
@@ -96,8 +97,6 @@ class GeneratorServicer(generator_pb2_grpc.GeneratorServiceServicer):
                 return
 
     def _require_loaded(self, ref: common_pb2.ModelRef) -> None:
-        from k4d.errors import FailedPrecondition
-
         loaded = self.manager.loaded
         wanted = model_ref_string(ref.name, ref.version, ref.uri)
         if loaded is None:
