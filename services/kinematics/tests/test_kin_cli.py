@@ -187,6 +187,16 @@ def test_ik_bad_targets_exit_2(tmp_path, capsys, targets, message):
     assert code == 2 and message in _one_error_line(err)
 
 
+def test_ik_seed_must_be_one_configuration(tmp_path, capsys):
+    model = load_robot("panda")
+    np.save(tmp_path / "t.npy", np.eye(4)[None])
+    np.save(tmp_path / "seed.npy", np.tile(model.mid_configuration, (2, 1)))
+    code, _, err = _run(["ik", "--robot", "panda", "--targets", str(tmp_path / "t.npy"),
+                         "--seed", str(tmp_path / "seed.npy"), "--out", str(tmp_path / "o.npz")],
+                        capsys)
+    assert code == 2 and "seed: expected one configuration of 8 values, got 2 rows" in err
+
+
 def test_bad_robot_and_malformed_urdf_exit_2(tmp_path, capsys):
     np.save(tmp_path / "q.npy", np.zeros((1, 1)))
     code, _, err = _run(["fk", "--robot", "nope", "--joints", str(tmp_path / "q.npy"),

@@ -25,7 +25,7 @@ from .proto_actions import action_spec_from_proto, ik_options, robot_from_ref
 from .registry import PREFIX, RobotRegistry
 from .robots import BUILTIN_ROBOTS, load_robot
 from .trajectory import solve_actions
-from .validation import validate_joints, validate_targets
+from .validation import validate_joints, validate_seed, validate_targets
 
 MAX_FRAMES = 100_000  # FK frames per request
 MAX_IK_FRAMES = 10_000
@@ -112,7 +112,7 @@ class KinematicsServicer(kinematics_pb2_grpc.KinematicsServiceServicer):
             raise InvalidArgument.for_field("targets", f"at most {MAX_IK_FRAMES} frames")
         seed = None
         if request.HasField("seed"):
-            seed = validate_joints(model, self._array(request.seed, "seed", 10_000), field="seed")[0]
+            seed = validate_seed(model, self._array(request.seed, "seed", 10_000))
         options = ik_options(request, len(targets))
         result = solve_ik(model, targets, link=request.link or None, seed=seed,
                           mode="trajectory" if request.trajectory else "independent",

@@ -26,7 +26,7 @@ from . import robots as robot_registry
 from .actions import parse_actions
 from .fk import forward_kinematics
 from .ik import MODES, SOLVERS, solve_ik
-from .validation import validate_joints, validate_targets
+from .validation import validate_joints, validate_seed, validate_targets
 
 
 def register(subparsers) -> None:
@@ -157,7 +157,7 @@ def run_ik(args) -> int:
     targets = validate_targets(_read_array(args.targets, "targets"))
     seed = None
     if args.seed:
-        seed = validate_joints(model, _read_array(args.seed, "seed"), field="seed")[0]
+        seed = validate_seed(model, _read_array(args.seed, "seed"))
     result = solve_ik(model, targets, link=args.link, seed=seed, mode=args.mode, solver=args.solver)
     _save(args.out, link_names=np.array(model.link_names), joint_names=np.array(model.joint_names),
           joints=result.joints, success=result.success, position_error=result.position_error,

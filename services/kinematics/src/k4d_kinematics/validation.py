@@ -60,6 +60,15 @@ def validate_joints(model: RobotModel, joints, *, clip: bool = False,
     return np.clip(q, model.lower, model.upper)
 
 
+def validate_seed(model: RobotModel, seed, field: str = "seed") -> np.ndarray:
+    """(J,) one configuration within limits (an IK seed) -> (J,) float64."""
+    q = validate_joints(model, seed, field=field)
+    if len(q) != 1:
+        raise InvalidArgument.for_field(field, f"expected one configuration of {model.num_joints} "
+                                        f"values, got {len(q)} rows")
+    return q[0]
+
+
 def validate_targets(targets, field: str = "targets") -> np.ndarray:
     """(T, 4, 4) / (4, 4) homogeneous poses or (T, 7) / (7,) position + quaternion
     (x, y, z, qx, qy, qz, qw) -> (T, 4, 4) float64 with proper rotations."""
