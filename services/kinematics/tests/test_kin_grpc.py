@@ -98,6 +98,11 @@ def test_inverse_kinematics_reports_each_frame(stub):
     assert response.position_error_m[2] > 1.0
     joints = from_tensor_data(response.joints)
     assert np.all(joints >= model.lower) and np.all(joints <= model.upper)
+    with pytest.raises(grpc.RpcError) as info:
+        stub.InverseKinematics(kinematics_pb2.InverseKinematicsRequest(
+            robot=_panda(), targets=_data(targets[:1]), solver=99))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert _violations(info.value)[0][0] == "solver"
 
 
 def test_solve_trajectory_with_preset(stub):

@@ -113,10 +113,13 @@ class KinematicsServicer(kinematics_pb2_grpc.KinematicsServiceServicer):
         seed = None
         if request.HasField("seed"):
             seed = validate_seed(model, self._array(request.seed, "seed", 10_000))
+        solver = SOLVERS.get(request.solver)
+        if solver is None:  # proto3 enums are open: any number arrives
+            raise InvalidArgument.for_field("solver", f"unknown IK solver {request.solver}")
         options = ik_options(request, len(targets))
         result = solve_ik(model, targets, link=request.link or None, seed=seed,
                           mode="trajectory" if request.trajectory else "independent",
-                          solver=SOLVERS.get(request.solver, "ours"), options=options)
+                          solver=solver, options=options)
         key = _request_key("ik", request)
         return kpb.InverseKinematicsResponse(
             joints=self._out(result.joints, f"{key}/joints"), success=result.success.tolist(),
