@@ -118,6 +118,12 @@ def test_solve_trajectory_with_preset(stub):
             robot=_panda(), actions=kinematics_pb2.ActionSequence(
                 type=kinematics_pb2.ACTION_TYPE_EE_ABSOLUTE, values=_data(np.zeros((3, 5))))))
     assert _violations(info.value)[0][0] == "actions.values"
+    for enum_field in ("type", "frame", "rotation"):  # proto3 enums are open: 99 arrives
+        with pytest.raises(grpc.RpcError) as info:
+            stub.SolveTrajectory(kinematics_pb2.SolveTrajectoryRequest(
+                robot=_panda(), actions=kinematics_pb2.ActionSequence(
+                    preset="libero", values=_data(steps), **{enum_field: 99})))
+        assert _violations(info.value)[0][0] == f"actions.{enum_field}"
 
 
 def _bundle_bytes(urdf):

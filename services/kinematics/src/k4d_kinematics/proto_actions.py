@@ -63,7 +63,7 @@ def action_spec_from_proto(actions: kpb.ActionSequence, num_frames: int, clip: b
         raise InvalidArgument.for_field(f"{field}.preset", f"unknown preset {actions.preset!r}; "
                                         f"one of {sorted(PRESETS)}")
     preset = PRESETS.get(actions.preset, {})
-    kind = TYPES.get(actions.type) or preset.get("type")
+    kind = _enum(TYPES, actions.type, f"{field}.type") or preset.get("type")
     if kind is None:
         raise InvalidArgument.for_field(f"{field}.type", "required (or a preset)")
     gripper = initial = None
@@ -73,8 +73,9 @@ def action_spec_from_proto(actions: kpb.ActionSequence, num_frames: int, clip: b
         initial = read_array(actions.initial_joints, f"{field}.initial_joints", 10_000)
     spec = ActionSpec(
         type=kind, steps=read_array(actions.values, f"{field}.values", 3_200_000),
-        frame=FRAMES.get(actions.frame) or preset.get("frame", "base"),
-        rotation=ROTATIONS.get(actions.rotation) or preset.get("rotation", "quat_xyzw"),
+        frame=_enum(FRAMES, actions.frame, f"{field}.frame") or preset.get("frame", "base"),
+        rotation=(_enum(ROTATIONS, actions.rotation, f"{field}.rotation")
+                  or preset.get("rotation", "quat_xyzw")),
         dt=actions.dt_s or preset.get("dt", 0.1), gripper=gripper,
         position_scale=preset.get("position_scale", 1.0),
         rotation_scale=preset.get("rotation_scale", 1.0), initial_joints=initial,
@@ -85,6 +86,14 @@ def action_spec_from_proto(actions: kpb.ActionSequence, num_frames: int, clip: b
     except InvalidArgument as exc:
         raise InvalidArgument(str(exc), [FieldViolation(_rename(v.field, field), v.description)
                                          for v in exc.violations]) from None
+
+
+def _enum(names: dict, value: int, field: str) -> str | None:
+    """A proto enum value -> our name; None when UNSPECIFIED (0). Proto3 enums are open,
+    so a number no name stands for is refused rather than read as unspecified."""
+    if value and value not in names:
+        raise InvalidArgument.for_field(field, f"unknown value {value}")
+    return names.get(value)
 
 
 def _rename(name: str, field: str) -> str:
