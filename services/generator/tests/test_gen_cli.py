@@ -98,6 +98,15 @@ def test_gen_cli_bad_sampling_flags_one_line_exit_2(tiny_model_dir, inputs, tmp_
     assert not (tmp_path / "x").exists()
 
 
+def test_gen_cli_out_that_is_a_file_is_refused_before_sampling(tiny_model_dir, inputs, tmp_path,
+                                                               capsys):
+    (tmp_path / "taken").write_text("")
+    assert _run(["--model", str(tiny_model_dir), *inputs, "--no-progress",
+                 "--out", str(tmp_path / "taken")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"k4d generate: error: out: {tmp_path / 'taken'} exists and is not a directory"]
+
+
 def test_gen_cli_static_world_subprocess(inputs, tmp_path):
     """One real subprocess: the installed `k4d` entry point, no model -> static-world."""
     out = tmp_path / "static"

@@ -113,6 +113,9 @@ def _require(args, *names: str) -> None:
 
 def run_generate(args) -> int:
     _require(args, "image", "robot", "camera", "out")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        # Found now, not after minutes of sampling when the outputs are written.
+        raise InvalidArgument.for_field("out", f"{args.out} exists and is not a directory")
     image = read_image(args.image)
     robot = read_robot(args.robot)
     intrinsics = read_intrinsics(args.camera)
