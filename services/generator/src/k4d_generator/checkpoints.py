@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 from k4d.errors import FailedPrecondition, InvalidArgument, K4DError, NotFound
-from safetensors import SafetensorError, safe_open
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from k4d_generator.lora import (
@@ -472,9 +472,3 @@ def transformer_parameter_count(config: dict[str, Any]) -> int:
     with torch.device("meta"):
         model = Kinema4DTransformer3DModel(**config)
     return sum(math.prod(p.shape) for p in model.parameters())
-
-
-def added_weight_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
-    """Shapes of the tensors in an `added_weights.safetensors` (cheap: header only)."""
-    with safe_open(str(path), framework="pt") as f:
-        return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
