@@ -107,6 +107,18 @@ def test_gen_cli_out_that_is_a_file_is_refused_before_sampling(tiny_model_dir, i
     assert err == [f"k4d generate: error: out: {tmp_path / 'taken'} exists and is not a directory"]
 
 
+@pytest.mark.parametrize("camera", [{"fx": 0.0, "fy": 40.0, "cx": 1.0, "cy": 1.0},
+                                    {"fx": 40.0, "fy": 40.0, "cx": float("nan"), "cy": 1.0}])
+def test_gen_cli_unusable_camera_is_one_line_exit_2(tiny_model_dir, inputs, tmp_path, capsys,
+                                                    camera):
+    (tmp_path / "cam.json").write_text(json.dumps(camera))  # `inputs` points here
+    assert _run(["--model", str(tiny_model_dir), *inputs, "--no-progress",
+                 "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("k4d generate: error: camera: ") and "must be finite" in err[-1]
+    assert not (tmp_path / "x").exists()
+
+
 def test_gen_cli_static_world_subprocess(inputs, tmp_path):
     """One real subprocess: the installed `k4d` entry point, no model -> static-world."""
     out = tmp_path / "static"

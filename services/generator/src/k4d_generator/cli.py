@@ -97,10 +97,16 @@ def read_robot(path: str) -> dict[str, np.ndarray]:
 def read_intrinsics(path: str) -> tuple[float, float, float, float]:
     try:
         camera = json.loads(Path(path).read_text())
-        return tuple(float(camera[k]) for k in ("fx", "fy", "cx", "cy"))
+        intrinsics = tuple(float(camera[k]) for k in ("fx", "fy", "cx", "cy"))
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidArgument.for_field("camera", f"{path}: needs numeric fx, fy, cx, cy "
                                                   f"({exc})") from None
+    # Checked here for every generator: with a model they are only recorded, and a NaN
+    # would make generation.json invalid JSON.
+    if not (all(np.isfinite(intrinsics)) and intrinsics[0] > 0 and intrinsics[1] > 0):
+        raise InvalidArgument.for_field("camera", f"{path}: fx, fy, cx, cy must be finite, "
+                                                  f"fx, fy > 0; got {list(intrinsics)}")
+    return intrinsics
 
 
 # ------------------------------------------------------------------ handlers
