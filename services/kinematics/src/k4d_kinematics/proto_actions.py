@@ -11,7 +11,6 @@ from collections.abc import Callable
 
 import numpy as np
 from k4d.errors import FieldViolation, InvalidArgument
-from k4d.tensor_io import from_tensor_data
 from kinema4d.v1 import kinematics_pb2 as kpb
 
 from .actions import DEFAULT_NUM_FRAMES, PRESETS, ActionSpec, validate_spec
@@ -33,12 +32,6 @@ _PROTO_FIELDS = {"steps": "values", "dt": "dt_s"}
 IK_REQUEST_BUDGET_S = 30.0  # restarts stop early enough that one request stays bounded
 
 ReadArray = Callable[[object, str, int], np.ndarray]  # (TensorData, field, max elements)
-
-
-def read_tensor_data(msg, store, field: str, max_elements: int) -> np.ndarray:
-    """TensorData -> numpy with a size guard checked before any bytes are touched (kept for
-    other services' imports; the guard lives in `k4d.tensor_io.from_tensor_data`)."""
-    return from_tensor_data(msg, store, field, max_elements)
 
 
 def robot_from_ref(ref, registry: RobotRegistry, field: str = "robot") -> RobotModel:
