@@ -41,3 +41,14 @@ def test_invalid_spec_is_rejected_before_any_stage(cores):
     with pytest.raises(InvalidArgument) as exc:
         run_embedded(spec, None, cores=cores)
     assert exc.value.violations[0].field == "spec.initial_image"
+
+
+def test_unknown_model_fails_before_any_stage(cores):
+    from k4d.errors import K4DError
+
+    spec = example_spec(EXAMPLE, None, frames=4, downscale=12)
+    spec.model.name = "no-such-model"
+    seen = []
+    with pytest.raises(K4DError, match="no-such-model"):
+        run_embedded(spec, None, lambda p: seen.append(p.stage), cores=cores)
+    assert seen == []

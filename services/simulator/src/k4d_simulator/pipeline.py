@@ -179,7 +179,7 @@ def run_generation(spec: simulator_pb2.SimulationSpec, image: np.ndarray,
             progress(common_pb2.Progress(stage="generation", step=done, total=total,
                                          message="sampling"))
 
-    if sampling.backend == STATIC_WORLD or not (spec.model.name or spec.model.uri):
+    if not uses_model(spec):
         return _static_world(spec, image, robot, seed, on_step)
     T, H, W = robot.mask.shape
     pipeline = cores.generator(spec.model, sampling, store, clip=(T, H, W))
@@ -214,6 +214,11 @@ def _static_world(spec: simulator_pb2.SimulationSpec, image: np.ndarray,
                             seed=seed, static_world=True, metadata=dict(result.metadata))
 
 
+def uses_model(spec: simulator_pb2.SimulationSpec) -> bool:
+    """Whether generation runs a real model (else the static-world backend)."""
+    return spec.sampling.backend != STATIC_WORLD and bool(spec.model.name or spec.model.uri)
+
+
 def load_initial_image(spec: simulator_pb2.SimulationSpec, store=None) -> np.ndarray:
     """(H, W, 3) uint8, writable (torch refuses read-only buffers without a warning)."""
     return np.array(from_tensor_data(spec.initial_image, store, "spec.initial_image"))
@@ -241,6 +246,15 @@ def run_embedded(spec: simulator_pb2.SimulationSpec, store=None,
         report(common_pb2.Progress(stage=name, step=1, total=1, message="done"))
         return out
 
+    if uses_model(spec):
+        # Load the model first, so a wrong name or a clip it cannot sample fails before the
+        # other stages run; run_generation then finds it in the cache (same key).
+        start = time.perf_counter()
+        intrinsics = spec.camera.intrinsics
+        num_frames = spec.num_frames or DEFAULT_NUM_FRAMES
+        cores.generator(spec.model, spec.sampling, store,
+                        clip=(num_frames, intrinsics.height, intrinsics.width))
+        seconds["model_load"] = time.perf_counter() - start
     kin = stage("kinematics", lambda: run_kinematics(spec, cores, store))
     proj = stage("projection", lambda: run_projection(spec, kin, cores, store))
     gen = stage("generation", lambda: run_generation(spec, image, proj, cores, store, report,
