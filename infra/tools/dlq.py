@@ -53,13 +53,21 @@ def replay_headers(message: Message) -> dict[str, bytes]:
     return headers
 
 
-def _messages(consumer: Consumer, limit: int | None, idle_s: float) -> Iterator[Message]:
-    """Messages until `limit` or until the topic stays quiet for `idle_s` seconds."""
-    seen, quiet_since = 0, time.monotonic()
+def _messages(consumer: Consumer, limit: int | None, idle_s: float,
+              join_timeout_s: float = 120.0) -> Iterator[Message]:
+    """Messages until `limit` or until the topic stays quiet for `idle_s` seconds once the
+    consumer has its partitions (the group join itself can take longer than `idle_s`)."""
+    seen, started = 0, time.monotonic()
+    quiet_since = started
     while limit is None or seen < limit:
         batch = consumer.poll(0.5, max_records=1)
         if not batch:
-            if time.monotonic() - quiet_since > idle_s:
+            now = time.monotonic()
+            if not consumer.has_assignment():
+                if now - started > join_timeout_s:
+                    raise TimeoutError(f"no partitions assigned within {join_timeout_s:.0f} s")
+                quiet_since = now
+            elif now - quiet_since > idle_s:
                 return
             continue
         quiet_since = time.monotonic()

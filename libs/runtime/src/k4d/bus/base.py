@@ -83,6 +83,11 @@ class Consumer(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook, no-op by default
         """Leave the group WITHOUT committing; uncommitted messages go to the next member."""
 
+    def has_assignment(self) -> bool:
+        """Whether the group has given this member its partitions yet (a Kafka join takes
+        seconds); "the topic is quiet" means something only after that."""
+        return True
+
     def __enter__(self):
         return self
 

@@ -124,5 +124,8 @@ class KafkaBusConsumer(Consumer):
             raise CommitFailed(f"commit of {message.topic}[{message.partition}]@{message.offset} "
                                f"failed: {exc}") from exc
 
+    def has_assignment(self) -> bool:
+        return bool(self._raw.assignment())
+
     def close(self) -> None:
         self._raw.close(autocommit=False)
