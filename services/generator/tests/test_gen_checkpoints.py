@@ -245,3 +245,36 @@ def test_gen_official_base_with_sharded_weights(make_tiny, tmp_path):
         {"metadata": {}, "weight_map": {k: s for s, names in shards.items() for k in names}}))
     loaded = load_official(tmp_path / "base", tmp_path / "kinema4d", **TINY)
     assert torch.equal(_forward(loaded.transformer), _forward(_fused_reference(components, lora)))
+
+
+def test_gen_registry_fetch_reuses_verified_cache_without_rehashing(make_tiny, tmp_path,
+                                                                   monkeypatch):
+    from pathlib import Path
+
+    from k4d.store import LocalStore
+    from k4d_generator import registry
+
+    components, _ = make_tiny("act")
+    save_k4d(components, tmp_path / "m")
+    store = LocalStore(tmp_path / "store")
+    registry.publish(store, tmp_path / "m", "tiny-demo", "1")
+    local = registry.fetch(store, "tiny-demo", "1", tmp_path / "cache")
+
+    hashed, downloads = [], []
+    real_hash, real_get = registry.sha256_file, store.get_file
+    monkeypatch.setattr(registry, "sha256_file", lambda p: hashed.append(p) or real_hash(p))
+    monkeypatch.setattr(store, "get_file", lambda *a, **k: downloads.append(a[0]) or real_get(*a, **k))
+    assert registry.fetch(store, "tiny-demo", "1", tmp_path / "cache") == local
+    # Only the locally rewritten k4d_model.json is checked again; the weights are trusted
+    # by their stamps.
+    assert {Path(p).name for p in hashed} <= {"k4d_model.json"}
+    assert [Path(k).name for k in downloads] == ["k4d_model.json"]
+
+    # A cached file changed behind the registry's back is hashed, found wrong and refetched.
+    weights = local / "transformer" / "diffusion_pytorch_model.safetensors"
+    original = weights.read_bytes()
+    weights.write_bytes(original[:-8] + b"tampered")
+    hashed.clear()
+    registry.fetch(store, "tiny-demo", "1", tmp_path / "cache")
+    assert weights in [Path(p) for p in hashed] and weights.read_bytes() == original
+    assert load_model(local).info.version == "1"

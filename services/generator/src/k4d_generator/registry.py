@@ -80,7 +80,12 @@ def read_manifest(store, name: str, version: str) -> dict:
 
 
 def fetch(store, name: str, version: str | None, cache_dir: str | Path) -> Path:
-    """Download (or reuse a verified cached copy of) a model version; returns its local dir."""
+    """Download (or reuse a verified cached copy of) a model version; returns its local dir.
+
+    A cached file is re-hashed only when its size or modification time differs from the
+    stamp written when it was last verified: a 14B model is ~60 GB, and hashing it on
+    every load (restart, hot reload) would cost minutes.
+    """
     if version is None:
         versions = list_models(store).get(name)
         if not versions:
@@ -88,19 +93,46 @@ def fetch(store, name: str, version: str | None, cache_dir: str | Path) -> Path:
         version = versions[-1]
     manifest = read_manifest(store, name, version)
     local = Path(cache_dir) / "registry" / name / version
+    stamps = _read_stamps(local)
     for entry in manifest["files"]:
         target = local / entry["path"]
-        if target.exists() and target.stat().st_size == entry["size_bytes"] and \
-                sha256_file(target) == entry["sha256"]:
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        store.get_file(f"{PREFIX}/{name}/{version}/{entry['path']}", target,
-                       expected_sha256=entry["sha256"])
+        if not _is_verified(target, entry, stamps.get(entry["path"])):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            store.get_file(f"{PREFIX}/{name}/{version}/{entry['path']}", target,
+                           expected_sha256=entry["sha256"])
+        stamps[entry["path"]] = _stamp(target, entry["sha256"])
     meta_path = local / K4D_MODEL_FILE
     meta = json.loads(meta_path.read_text())
     meta.update(name=name, version=version)
     meta_path.write_text(json.dumps(meta, indent=2))
+    stamps.pop(K4D_MODEL_FILE, None)  # rewritten above: no longer the manifest's bytes
+    (local / VERIFIED_STAMPS).write_text(json.dumps(stamps))
     return local
+
+
+VERIFIED_STAMPS = ".verified.json"
+
+
+def _stamp(path: Path, sha256: str) -> list:
+    stat = path.stat()
+    return [stat.st_size, stat.st_mtime_ns, sha256]
+
+
+def _read_stamps(local: Path) -> dict:
+    try:
+        stamps = json.loads((local / VERIFIED_STAMPS).read_text())
+    except (OSError, ValueError):
+        return {}
+    return stamps if isinstance(stamps, dict) else {}
+
+
+def _is_verified(target: Path, entry: dict, stamp) -> bool:
+    """The cached file has the manifest's bytes: by its stamp, else by hashing it."""
+    if not target.is_file() or target.stat().st_size != entry["size_bytes"]:
+        return False
+    if stamp == _stamp(target, entry["sha256"]):
+        return True
+    return sha256_file(target) == entry["sha256"]
 
 
 def is_registry_ref(ref: str) -> bool:
