@@ -156,3 +156,23 @@ def test_tensor_data_max_elements_is_checked_before_any_fetch(local_store):
         with pytest.raises(InvalidArgument) as info:
             tio.from_tensor_data(data, local_store, "q", max_elements=limit)
         assert info.value.violations[0].field == "q.shape"
+
+
+def test_rt_read_array_file_forms_and_errors(tmp_path):
+    from k4d.tensor_io import read_array_file
+
+    q = np.arange(6.0).reshape(2, 3)
+    np.save(tmp_path / "q.npy", q)
+    np.savez(tmp_path / "one.npz", anything=q)
+    np.savez(tmp_path / "many.npz", joints=q, other=q * 2)
+    (tmp_path / "q.json").write_text("[[0, 1, 2], [3, 4, 5]]")
+    for name in ("q.npy", "one.npz", "many.npz", "q.json"):
+        np.testing.assert_array_equal(read_array_file(tmp_path / name, "joints"), q)
+    np.savez(tmp_path / "ambiguous.npz", a=q, b=q)
+    (tmp_path / "bad.json").write_text("[[0, 1], [2")
+    np.save(tmp_path / "obj.npy", np.array([{"x": 1}], dtype=object), allow_pickle=True)
+    for name, text in [("ambiguous.npz", "has no 'joints' array"), ("bad.json", "cannot read"),
+                       ("obj.npy", "cannot read"), ("missing.npy", "no such file")]:
+        with pytest.raises(InvalidArgument, match=text) as info:
+            read_array_file(tmp_path / name, "joints")
+        assert info.value.violations[0].field == "joints"

@@ -8,6 +8,7 @@ C-order, little-endian element bytes; dtype and shape travel next to them.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import tempfile
@@ -162,6 +163,31 @@ def save_npz(path: str | os.PathLike, arrays: Mapping[str, np.ndarray], compress
     save = np.savez_compressed if compressed else np.savez
     _atomic_write(path, lambda f: save(f, **arrays))
     return path
+
+
+def read_array_file(path: str | os.PathLike, field: str) -> np.ndarray:
+    """One array from a user's file (CLI input): `.npy`, `.json` (nested lists) or `.npz`
+    (the array named `field`, or its only array). Never unpickles; every failure is
+    InvalidArgument naming `field`."""
+    file = Path(path)
+    if not file.is_file():
+        raise InvalidArgument.for_field(field, f"no such file: {path}")
+    try:
+        if file.suffix == ".json":
+            return np.asarray(json.loads(file.read_text()), dtype=np.float64)
+        data = np.load(file, allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            return data
+        with data:
+            key = field if field in data.files else (data.files[0] if len(data.files) == 1 else None)
+            if key is None:
+                raise InvalidArgument.for_field(field, f"{path} has no {field!r} array "
+                                                f"(has {data.files})")
+            return data[key]
+    except InvalidArgument:
+        raise
+    except (ValueError, OSError, TypeError, EOFError) as exc:  # JSONDecodeError is a ValueError
+        raise InvalidArgument.for_field(field, f"cannot read {path}: {exc}") from None
 
 
 def load_npz(path: str | os.PathLike, required: Sequence[str] = ()) -> dict[str, np.ndarray]:

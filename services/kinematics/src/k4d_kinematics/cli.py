@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 from k4d.errors import InvalidArgument
-from k4d.tensor_io import save_npz
+from k4d.tensor_io import read_array_file, save_npz
 
 from . import robots as robot_registry
 from .actions import parse_actions
@@ -144,7 +144,7 @@ def run_robots_register(args) -> int:
 
 def run_fk(args) -> int:
     model = _load(args.robot, args)
-    joints = validate_joints(model, _read_array(args.joints, "joints"), clip=args.clip)
+    joints = validate_joints(model, read_array_file(args.joints, "joints"), clip=args.clip)
     poses = forward_kinematics(model, joints)
     _save(args.out, link_names=np.array(model.link_names), joint_names=np.array(model.joint_names),
           joints=joints, poses=poses)
@@ -154,10 +154,10 @@ def run_fk(args) -> int:
 
 def run_ik(args) -> int:
     model = _load(args.robot, args)
-    targets = validate_targets(_read_array(args.targets, "targets"))
+    targets = validate_targets(read_array_file(args.targets, "targets"))
     seed = None
     if args.seed:
-        seed = validate_seed(model, _read_array(args.seed, "seed"))
+        seed = validate_seed(model, read_array_file(args.seed, "seed"))
     result = solve_ik(model, targets, link=args.link, seed=seed, mode=args.mode, solver=args.solver)
     _save(args.out, link_names=np.array(model.link_names), joint_names=np.array(model.joint_names),
           joints=result.joints, success=result.success, position_error=result.position_error,
@@ -202,28 +202,6 @@ def _load(name: str, args):
     if name in robot_registry.BUILTIN_ROBOTS or name.endswith((".urdf", ".xacro")) or "/" in name:
         return robot_registry.load_robot(name)
     return robot_registry.load_robot(name, store=_store(args))
-
-
-def _read_array(path: str, field: str) -> np.ndarray:
-    file = Path(path)
-    if not file.is_file():
-        raise InvalidArgument.for_field(field, f"no such file: {path}")
-    try:
-        if file.suffix == ".json":
-            return np.asarray(json.loads(file.read_text()), dtype=np.float64)
-        data = np.load(file, allow_pickle=False)
-        if isinstance(data, np.lib.npyio.NpzFile):
-            with data:
-                key = field if field in data.files else (data.files[0] if len(data.files) == 1 else None)
-                if key is None:
-                    raise InvalidArgument.for_field(field, f"{path} has no {field!r} array "
-                                                    f"(has {data.files})")
-                return data[key]
-        return data
-    except InvalidArgument:
-        raise
-    except (ValueError, OSError, TypeError, EOFError, json.JSONDecodeError) as exc:
-        raise InvalidArgument.for_field(field, f"cannot read {path}: {exc}") from None
 
 
 def _read_json(path: str):

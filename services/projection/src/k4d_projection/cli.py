@@ -4,11 +4,10 @@ depth, pointmap, mask, link ids, normals and shaded RGB in one NPZ."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import numpy as np
 from k4d.errors import InvalidArgument
-from k4d.tensor_io import save_npz
+from k4d.tensor_io import read_array_file, save_npz
 
 from k4d_projection.camera import Camera
 from k4d_projection.renderer import DEFAULT_MEMORY_BUDGET_BYTES, DEFAULT_OUTPUTS, RobotRenderer
@@ -49,7 +48,7 @@ def run_project(args) -> int:
     camera = Camera.load(args.camera)
     extra = {"link_names": np.array(model.link_names), "joint_names": np.array(model.joint_names)}
     if args.joints:
-        joints = validate_joints(model, _read_array(args.joints, "joints"), clip=args.clip)
+        joints = validate_joints(model, read_array_file(args.joints, "joints"), clip=args.clip)
         poses = forward_kinematics(model, joints)
         extra["joints"] = joints
     else:
@@ -71,25 +70,8 @@ def run_project(args) -> int:
     return 0
 
 
-def _read_array(path: str, key: str) -> np.ndarray:
-    file = Path(path)
-    if not file.is_file():
-        raise InvalidArgument.for_field(key, f"no such file: {path}")
-    try:
-        data = np.load(file, allow_pickle=False)
-    except (ValueError, OSError) as exc:
-        raise InvalidArgument.for_field(key, f"cannot read {path}: {exc}") from None
-    if isinstance(data, np.lib.npyio.NpzFile):
-        with data:
-            if key not in data.files:
-                raise InvalidArgument.for_field(key, f"{path} has no {key!r} array "
-                                                f"(has {data.files})")
-            return data[key]
-    return data
-
-
 def _read_poses(path: str, link_names: list[str]) -> np.ndarray:
-    poses = np.asarray(_read_array(path, "poses"))
+    poses = np.asarray(read_array_file(path, "poses"))
     if poses.dtype.kind not in "iuf":
         raise InvalidArgument.for_field("poses", f"expected numbers, got {poses.dtype}")
     if path.endswith(".npz"):
