@@ -12,6 +12,7 @@ from k4d.bus.topics import MODEL_PUBLISHED, SIM_COMPLETED, SIM_FAILED, SIM_PROJE
 from k4d.config import Config
 from k4d.store import LocalStore, TensorRef, get_array, put_array
 from k4d.tensor_io import to_tensor
+from k4d.testing.bus import drain
 from k4d_generator import registry
 from k4d_generator.service import ModelManager
 from k4d_generator.worker import SIM_PROGRESS, build_worker
@@ -33,12 +34,7 @@ def _event(store, job_id, make_robot, model=None, steps=2):
 
 
 def _drain(bus, topic, count, timeout=60.0):
-    consumer = bus.consumer([topic], f"test-{topic}")
-    out, waited = [], 0.0
-    while len(out) < count and waited < timeout:
-        out += consumer.poll(0.2, max_records=10)
-        waited += 0.2
-    return out
+    return drain(bus, topic, count, timeout_s=timeout)
 
 
 def test_gen_worker_stage(tmp_path, tiny_model_dir, make_robot):

@@ -9,6 +9,7 @@ from k4d.bus.topics import SIM_FAILED, SIM_KINEMATICS, SIM_REQUESTED, dlq
 from k4d.config import Config
 from k4d.store import LocalStore, TensorRef, get_array
 from k4d.tensor_io import to_tensor
+from k4d.testing.bus import drain
 from k4d_kinematics.fk import forward_kinematics
 from k4d_kinematics.robots import load_robot
 from k4d_kinematics.worker import build_worker
@@ -24,12 +25,7 @@ def _request(job_id, steps, kind=kinematics_pb2.ACTION_TYPE_JOINT_POSITIONS):
 
 
 def _drain(bus, topic, count, timeout=20.0):
-    consumer = bus.consumer([topic], f"test-{topic}")
-    out, waited = [], 0.0
-    while len(out) < count and waited < timeout:
-        out += consumer.poll(0.2, max_records=10)
-        waited += 0.2
-    return out
+    return drain(bus, topic, count, timeout_s=timeout)
 
 
 def test_stage_stores_outputs_and_emits_completion(tmp_path):

@@ -8,6 +8,7 @@ from k4d.bus import InProcessBus, event_headers
 from k4d.bus.topics import SIM_FAILED, SIM_KINEMATICS, SIM_PROJECTED, dlq
 from k4d.config import Config
 from k4d.store import LocalStore, TensorRef, get_array, put_array
+from k4d.testing.bus import drain
 from k4d_kinematics.fk import forward_kinematics
 from k4d_kinematics.robots import load_robot
 from k4d_projection.camera import Camera
@@ -29,12 +30,7 @@ def _event(store, job_id, poses, camera=CAMERA):
 
 
 def _drain(bus, topic, count, timeout=30.0):
-    consumer = bus.consumer([topic], f"test-{topic}")
-    out, waited = [], 0.0
-    while len(out) < count and waited < timeout:
-        out += consumer.poll(0.2, max_records=10)
-        waited += 0.2
-    return out
+    return drain(bus, topic, count, timeout_s=timeout)
 
 
 def test_stage_stores_outputs_and_emits_projection_completed(tmp_path):
