@@ -95,6 +95,14 @@ def render(directory: str | Path, components: tuple[str | Path, ...] = ()) -> li
     return [doc for doc in yaml.load_all(text, Loader=_Loader) if doc]
 
 
+def render_spec(spec: str) -> list[dict]:
+    """`render` from a short spec: "DIR" or "DIR+component+..." (paths under infra/k8s),
+    e.g. "overlays/prod+trainer" renders the prod overlay with components/trainer enabled."""
+    directory, *components = spec.split("+")
+    return render(K8S_DIR / directory, components=tuple(K8S_DIR / "components" / c
+                                                        for c in components))
+
+
 def resource_id(doc: dict) -> str:
     return f"{doc.get('kind')}/{doc.get('metadata', {}).get('name')}"
 

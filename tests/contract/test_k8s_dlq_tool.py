@@ -4,8 +4,6 @@ round trip on the real Kafka-protocol broker: a failing stage worker dead-letter
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import threading
 import uuid
 from pathlib import Path
@@ -21,18 +19,13 @@ from k4d.bus.base import (
 )
 from k4d.bus.topics import dlq
 from k4d.bus.worker import StageWorker
+from k4d.testing.modules import load_path_module
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _load_tool():
-    name = "k4d_infra_dlq"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / "infra/tools/dlq.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return load_path_module(REPO / "infra/tools/dlq.py", "k4d_infra_dlq")
 
 
 tool = _load_tool()

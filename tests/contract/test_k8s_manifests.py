@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import importlib.util
 import re
-import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 from k4d.config import SERVICE_PORTS
+from k4d.testing.modules import load_path_module
 
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "infra" / "k8s"
@@ -28,13 +27,7 @@ WITH_TRAINER = [f"{o}+trainer" for o in DEFAULT_OVERLAYS]
 
 
 def _manifests_tool():
-    name = "k4d_infra_manifests"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / "infra/tools/manifests.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return load_path_module(REPO / "infra/tools/manifests.py", "k4d_infra_manifests")
 
 
 tool = _manifests_tool()
@@ -42,9 +35,8 @@ tool = _manifests_tool()
 
 def _render(kustomization: str) -> list[dict]:
     """"DIR" or "DIR+component+...": DIR with those infra/k8s/components enabled."""
-    directory, *components = kustomization.split("+")
     try:
-        return tool.render(K8S / directory, components=tuple(K8S / "components" / c for c in components))
+        return tool.render_spec(kustomization)
     except tool.KubectlMissing as error:
         pytest.fail(str(error), pytrace=False)
 

@@ -11,17 +11,15 @@ autoscalers -> Deployments, monitors -> Services).
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import pytest
 from k4d.bus.topics import ALL_TOPICS
 from k4d.config import ENV_VARS, SERVICE_PORTS, load_config
+from k4d.testing.modules import load_path_module
 
 REPO = Path(__file__).resolve().parents[2]
-K8S = REPO / "infra" / "k8s"
 DEFAULT_OVERLAYS = ["base", "overlays/dev", "overlays/prod"]
 # Opt-in kustomize components (infra/k8s/components/<name>) deploying one service each; no
 # overlay includes them yet (the trainer has no code), so they are rendered added on top.
@@ -34,13 +32,7 @@ APP_UID = 10001
 
 
 def _manifests_tool():
-    name = "k4d_infra_manifests"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / "infra/tools/manifests.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return load_path_module(REPO / "infra/tools/manifests.py", "k4d_infra_manifests")
 
 
 tool = _manifests_tool()
@@ -48,9 +40,8 @@ tool = _manifests_tool()
 
 def _render(kustomization: str) -> list[dict]:
     """"DIR" or "DIR+component+...": DIR with those infra/k8s/components enabled."""
-    directory, *components = kustomization.split("+")
     try:
-        return tool.render(K8S / directory, components=tuple(K8S / "components" / c for c in components))
+        return tool.render_spec(kustomization)
     except tool.KubectlMissing as error:
         pytest.fail(str(error), pytrace=False)
 

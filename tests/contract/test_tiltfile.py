@@ -8,16 +8,15 @@ exists in the repo, the dev render and the Dockerfiles.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 import starlark_go
 from k4d.config import SERVICE_PORTS
+from k4d.testing.modules import load_path_module
 
 REPO = Path(__file__).resolve().parents[2]
 TILTFILE = REPO / "Tiltfile"
@@ -81,13 +80,7 @@ def tilt() -> TiltRecorder:
 
 
 def _manifests_tool():
-    name = "k4d_infra_manifests"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / "infra/tools/manifests.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return load_path_module(REPO / "infra/tools/manifests.py", "k4d_infra_manifests")
 
 
 def _startable_services() -> set[str]:
