@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 K4D := $(VENV)/bin/k4d
-PACKAGES := -e libs/runtime[local,dev] -e services/kinematics[bench] -e services/projection[bench] \
+PACKAGES := -e libs/runtime[local,dev,viz] -e services/kinematics[bench] -e services/projection[bench] \
             -e services/generator[onnx] -e services/simulator
 STAMP := $(VENV)/.setup-stamp
 PYTEST_ARGS ?=
