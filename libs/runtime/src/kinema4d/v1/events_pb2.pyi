@@ -119,20 +119,26 @@ class TrainingRequested(_message.Message):
     def __init__(self, header: _Optional[_Union[EventHeader, _Mapping]] = ..., spec: _Optional[_Union[_trainer_pb2.TrainingJobSpec, _Mapping]] = ...) -> None: ...
 
 class TrainingEvent(_message.Message):
-    __slots__ = ("header", "state", "step", "loss", "checkpoint_uri", "error")
+    __slots__ = ("header", "state", "step", "loss", "checkpoint_uri", "error", "total_steps", "published_model", "run_uri")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     LOSS_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_URI_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_STEPS_FIELD_NUMBER: _ClassVar[int]
+    PUBLISHED_MODEL_FIELD_NUMBER: _ClassVar[int]
+    RUN_URI_FIELD_NUMBER: _ClassVar[int]
     header: EventHeader
     state: _trainer_pb2.TrainingState
     step: int
     loss: float
     checkpoint_uri: str
     error: _common_pb2.ErrorInfo
-    def __init__(self, header: _Optional[_Union[EventHeader, _Mapping]] = ..., state: _Optional[_Union[_trainer_pb2.TrainingState, str]] = ..., step: _Optional[int] = ..., loss: _Optional[float] = ..., checkpoint_uri: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.ErrorInfo, _Mapping]] = ...) -> None: ...
+    total_steps: int
+    published_model: _common_pb2.ModelRef
+    run_uri: str
+    def __init__(self, header: _Optional[_Union[EventHeader, _Mapping]] = ..., state: _Optional[_Union[_trainer_pb2.TrainingState, str]] = ..., step: _Optional[int] = ..., loss: _Optional[float] = ..., checkpoint_uri: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.ErrorInfo, _Mapping]] = ..., total_steps: _Optional[int] = ..., published_model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., run_uri: _Optional[str] = ...) -> None: ...
 
 class ModelPublished(_message.Message):
     __slots__ = ("header", "model")

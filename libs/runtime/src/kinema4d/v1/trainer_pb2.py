@@ -26,35 +26,39 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from kinema4d.v1 import common_pb2 as kinema4d_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19kinema4d/v1/trainer.proto\x12\x0bkinema4d.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18kinema4d/v1/common.proto\"\x9f\x02\n\x0fTrainingJobSpec\x12)\n\nbase_model\x18\x01 \x01(\x0b\x32\x15.kinema4d.v1.ModelRef\x12\x13\n\x0b\x64\x61taset_uri\x18\x02 \x01(\t\x12\x19\n\x11output_model_name\x18\x03 \x01(\t\x12\x0f\n\x07variant\x18\x04 \x01(\t\x12\x11\n\tnum_steps\x18\x05 \x01(\r\x12\x15\n\rlearning_rate\x18\x06 \x01(\x01\x12\x14\n\x0cweight_decay\x18\x07 \x01(\x01\x12\x11\n\tlora_rank\x18\x08 \x01(\r\x12\x12\n\nlora_alpha\x18\t \x01(\x01\x12\x12\n\nworld_size\x18\n \x01(\r\x12\x10\n\x08sharding\x18\x0b \x01(\t\x12\x13\n\x0brecipe_json\x18\x0c \x01(\t\"\xdf\x02\n\x0bTrainingJob\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12*\n\x04spec\x18\x02 \x01(\x0b\x32\x1c.kinema4d.v1.TrainingJobSpec\x12)\n\x05state\x18\x03 \x01(\x0e\x32\x1a.kinema4d.v1.TrainingState\x12\x0c\n\x04step\x18\x04 \x01(\r\x12\x0c\n\x04loss\x18\x05 \x01(\x01\x12\x16\n\x0e\x63heckpoint_uri\x18\x06 \x01(\t\x12.\n\x0fpublished_model\x18\x07 \x01(\x0b\x32\x15.kinema4d.v1.ModelRef\x12%\n\x05\x65rror\x18\x08 \x01(\x0b\x32\x16.kinema4d.v1.ErrorInfo\x12.\n\ncreated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"_\n\x18SubmitTrainingJobRequest\x12*\n\x04spec\x18\x01 \x01(\x0b\x32\x1c.kinema4d.v1.TrainingJobSpec\x12\x17\n\x0fidempotency_key\x18\x02 \x01(\t\"B\n\x19SubmitTrainingJobResponse\x12%\n\x03job\x18\x01 \x01(\x0b\x32\x18.kinema4d.v1.TrainingJob\"\'\n\x15GetTrainingJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"?\n\x16GetTrainingJobResponse\x12%\n\x03job\x18\x01 \x01(\x0b\x32\x18.kinema4d.v1.TrainingJob\"*\n\x18\x43\x61ncelTrainingJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"B\n\x19\x43\x61ncelTrainingJobResponse\x12%\n\x03job\x18\x01 \x01(\x0b\x32\x18.kinema4d.v1.TrainingJob\"@\n\x17ListTrainingJobsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\r\x12\x12\n\npage_token\x18\x02 \x01(\t\"[\n\x18ListTrainingJobsResponse\x12&\n\x04jobs\x18\x01 \x03(\x0b\x32\x18.kinema4d.v1.TrainingJob\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\xbd\x01\n\rTrainingState\x12\x1e\n\x1aTRAINING_STATE_UNSPECIFIED\x10\x00\x12\x19\n\x15TRAINING_STATE_QUEUED\x10\x01\x12\x1a\n\x16TRAINING_STATE_RUNNING\x10\x02\x12\x1c\n\x18TRAINING_STATE_SUCCEEDED\x10\x03\x12\x19\n\x15TRAINING_STATE_FAILED\x10\x04\x12\x1c\n\x18TRAINING_STATE_CANCELLED\x10\x05\x32\x94\x03\n\x0eTrainerService\x12\x62\n\x11SubmitTrainingJob\x12%.kinema4d.v1.SubmitTrainingJobRequest\x1a&.kinema4d.v1.SubmitTrainingJobResponse\x12Y\n\x0eGetTrainingJob\x12\".kinema4d.v1.GetTrainingJobRequest\x1a#.kinema4d.v1.GetTrainingJobResponse\x12\x62\n\x11\x43\x61ncelTrainingJob\x12%.kinema4d.v1.CancelTrainingJobRequest\x1a&.kinema4d.v1.CancelTrainingJobResponse\x12_\n\x10ListTrainingJobs\x12$.kinema4d.v1.ListTrainingJobsRequest\x1a%.kinema4d.v1.ListTrainingJobsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19kinema4d/v1/trainer.proto\x12\x0bkinema4d.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18kinema4d/v1/common.proto\"\xaf\x02\n\x0fTrainingJobSpec\x12)\n\nbase_model\x18\x01 \x01(\x0b\x32\x15.kinema4d.v1.ModelRef\x12\x13\n\x0b\x64\x61taset_uri\x18\x02 \x01(\t\x12\x19\n\x11output_model_name\x18\x03 \x01(\t\x12\x0f\n\x07variant\x18\x04 \x01(\t\x12\x11\n\tnum_steps\x18\x05 \x01(\r\x12\x15\n\rlearning_rate\x18\x06 \x01(\x01\x12\x14\n\x0cweight_decay\x18\x07 \x01(\x01\x12\x11\n\tlora_rank\x18\x08 \x01(\r\x12\x12\n\nlora_alpha\x18\t \x01(\x01\x12\x12\n\nworld_size\x18\n \x01(\r\x12\x10\n\x08sharding\x18\x0b \x01(\t\x12\x13\n\x0brecipe_json\x18\x0c \x01(\t\x12\x0e\n\x06recipe\x18\r \x01(\t\"\xb1\x03\n\x0bTrainingJob\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12*\n\x04spec\x18\x02 \x01(\x0b\x32\x1c.kinema4d.v1.TrainingJobSpec\x12)\n\x05state\x18\x03 \x01(\x0e\x32\x1a.kinema4d.v1.TrainingState\x12\x0c\n\x04step\x18\x04 \x01(\r\x12\x0c\n\x04loss\x18\x05 \x01(\x01\x12\x16\n\x0e\x63heckpoint_uri\x18\x06 \x01(\t\x12.\n\x0fpublished_model\x18\x07 \x01(\x0b\x32\x15.kinema4d.v1.ModelRef\x12%\n\x05\x65rror\x18\x08 \x01(\x0b\x32\x16.kinema4d.v1.ErrorInfo\x12.\n\ncreated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07run_uri\x18\x0b \x01(\t\x12\x13\n\x0btotal_steps\x18\x0c \x01(\r\x12\x18\n\x10\x63\x61ncel_requested\x18\r \x01(\x08\x12\x10\n\x08launches\x18\x0e \x01(\r\"_\n\x18SubmitTrainingJobRequest\x12*\n\x04spec\x18\x01 \x01(\x0b\x32\x1c.kinema4d.v1.TrainingJobSpec\x12\x17\n\x0fidempotency_key\x18\x02 \x01(\t\"X\n\x19SubmitTrainingJobResponse\x12%\n\x03job\x18\x01 \x01(\x0b\x32\x18.kinema4d.v1.TrainingJob\x12\x14\n\x0c\x64\x65\x64uplicated\x18\x02 \x01(\x08\"\'\n\x15GetTrainingJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"?\n\x16GetTrainingJobResponse\x12%\n\x03job\x18\x01 \x01(\x0b\x32\x18.kinema4d.v1.TrainingJob\"*\n\x18\x43\x61ncelTrainingJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"B\n\x19\x43\x61ncelTrainingJobResponse\x12%\n\x03job\x18\x01 \x01(\x0b\x32\x18.kinema4d.v1.TrainingJob\"k\n\x17ListTrainingJobsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\r\x12\x12\n\npage_token\x18\x02 \x01(\t\x12)\n\x05state\x18\x03 \x01(\x0e\x32\x1a.kinema4d.v1.TrainingState\"[\n\x18ListTrainingJobsResponse\x12&\n\x04jobs\x18\x01 \x03(\x0b\x32\x18.kinema4d.v1.TrainingJob\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\")\n\x17WatchTrainingJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"A\n\x18WatchTrainingJobResponse\x12%\n\x03job\x18\x01 \x01(\x0b\x32\x18.kinema4d.v1.TrainingJob*\xbd\x01\n\rTrainingState\x12\x1e\n\x1aTRAINING_STATE_UNSPECIFIED\x10\x00\x12\x19\n\x15TRAINING_STATE_QUEUED\x10\x01\x12\x1a\n\x16TRAINING_STATE_RUNNING\x10\x02\x12\x1c\n\x18TRAINING_STATE_SUCCEEDED\x10\x03\x12\x19\n\x15TRAINING_STATE_FAILED\x10\x04\x12\x1c\n\x18TRAINING_STATE_CANCELLED\x10\x05\x32\xf7\x03\n\x0eTrainerService\x12\x62\n\x11SubmitTrainingJob\x12%.kinema4d.v1.SubmitTrainingJobRequest\x1a&.kinema4d.v1.SubmitTrainingJobResponse\x12Y\n\x0eGetTrainingJob\x12\".kinema4d.v1.GetTrainingJobRequest\x1a#.kinema4d.v1.GetTrainingJobResponse\x12\x62\n\x11\x43\x61ncelTrainingJob\x12%.kinema4d.v1.CancelTrainingJobRequest\x1a&.kinema4d.v1.CancelTrainingJobResponse\x12_\n\x10ListTrainingJobs\x12$.kinema4d.v1.ListTrainingJobsRequest\x1a%.kinema4d.v1.ListTrainingJobsResponse\x12\x61\n\x10WatchTrainingJob\x12$.kinema4d.v1.WatchTrainingJobRequest\x1a%.kinema4d.v1.WatchTrainingJobResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'kinema4d.v1.trainer_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TRAININGSTATE']._serialized_start=1288
-  _globals['_TRAININGSTATE']._serialized_end=1477
+  _globals['_TRAININGSTATE']._serialized_start=1561
+  _globals['_TRAININGSTATE']._serialized_end=1750
   _globals['_TRAININGJOBSPEC']._serialized_start=102
-  _globals['_TRAININGJOBSPEC']._serialized_end=389
-  _globals['_TRAININGJOB']._serialized_start=392
-  _globals['_TRAININGJOB']._serialized_end=743
-  _globals['_SUBMITTRAININGJOBREQUEST']._serialized_start=745
-  _globals['_SUBMITTRAININGJOBREQUEST']._serialized_end=840
-  _globals['_SUBMITTRAININGJOBRESPONSE']._serialized_start=842
-  _globals['_SUBMITTRAININGJOBRESPONSE']._serialized_end=908
-  _globals['_GETTRAININGJOBREQUEST']._serialized_start=910
-  _globals['_GETTRAININGJOBREQUEST']._serialized_end=949
-  _globals['_GETTRAININGJOBRESPONSE']._serialized_start=951
-  _globals['_GETTRAININGJOBRESPONSE']._serialized_end=1014
-  _globals['_CANCELTRAININGJOBREQUEST']._serialized_start=1016
-  _globals['_CANCELTRAININGJOBREQUEST']._serialized_end=1058
-  _globals['_CANCELTRAININGJOBRESPONSE']._serialized_start=1060
-  _globals['_CANCELTRAININGJOBRESPONSE']._serialized_end=1126
-  _globals['_LISTTRAININGJOBSREQUEST']._serialized_start=1128
-  _globals['_LISTTRAININGJOBSREQUEST']._serialized_end=1192
-  _globals['_LISTTRAININGJOBSRESPONSE']._serialized_start=1194
-  _globals['_LISTTRAININGJOBSRESPONSE']._serialized_end=1285
-  _globals['_TRAINERSERVICE']._serialized_start=1480
-  _globals['_TRAINERSERVICE']._serialized_end=1884
+  _globals['_TRAININGJOBSPEC']._serialized_end=405
+  _globals['_TRAININGJOB']._serialized_start=408
+  _globals['_TRAININGJOB']._serialized_end=841
+  _globals['_SUBMITTRAININGJOBREQUEST']._serialized_start=843
+  _globals['_SUBMITTRAININGJOBREQUEST']._serialized_end=938
+  _globals['_SUBMITTRAININGJOBRESPONSE']._serialized_start=940
+  _globals['_SUBMITTRAININGJOBRESPONSE']._serialized_end=1028
+  _globals['_GETTRAININGJOBREQUEST']._serialized_start=1030
+  _globals['_GETTRAININGJOBREQUEST']._serialized_end=1069
+  _globals['_GETTRAININGJOBRESPONSE']._serialized_start=1071
+  _globals['_GETTRAININGJOBRESPONSE']._serialized_end=1134
+  _globals['_CANCELTRAININGJOBREQUEST']._serialized_start=1136
+  _globals['_CANCELTRAININGJOBREQUEST']._serialized_end=1178
+  _globals['_CANCELTRAININGJOBRESPONSE']._serialized_start=1180
+  _globals['_CANCELTRAININGJOBRESPONSE']._serialized_end=1246
+  _globals['_LISTTRAININGJOBSREQUEST']._serialized_start=1248
+  _globals['_LISTTRAININGJOBSREQUEST']._serialized_end=1355
+  _globals['_LISTTRAININGJOBSRESPONSE']._serialized_start=1357
+  _globals['_LISTTRAININGJOBSRESPONSE']._serialized_end=1448
+  _globals['_WATCHTRAININGJOBREQUEST']._serialized_start=1450
+  _globals['_WATCHTRAININGJOBREQUEST']._serialized_end=1491
+  _globals['_WATCHTRAININGJOBRESPONSE']._serialized_start=1493
+  _globals['_WATCHTRAININGJOBRESPONSE']._serialized_end=1558
+  _globals['_TRAINERSERVICE']._serialized_start=1753
+  _globals['_TRAINERSERVICE']._serialized_end=2256
 # @@protoc_insertion_point(module_scope)

@@ -27,7 +27,7 @@ TRAINING_STATE_FAILED: TrainingState
 TRAINING_STATE_CANCELLED: TrainingState
 
 class TrainingJobSpec(_message.Message):
-    __slots__ = ("base_model", "dataset_uri", "output_model_name", "variant", "num_steps", "learning_rate", "weight_decay", "lora_rank", "lora_alpha", "world_size", "sharding", "recipe_json")
+    __slots__ = ("base_model", "dataset_uri", "output_model_name", "variant", "num_steps", "learning_rate", "weight_decay", "lora_rank", "lora_alpha", "world_size", "sharding", "recipe_json", "recipe")
     BASE_MODEL_FIELD_NUMBER: _ClassVar[int]
     DATASET_URI_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -40,6 +40,7 @@ class TrainingJobSpec(_message.Message):
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
     SHARDING_FIELD_NUMBER: _ClassVar[int]
     RECIPE_JSON_FIELD_NUMBER: _ClassVar[int]
+    RECIPE_FIELD_NUMBER: _ClassVar[int]
     base_model: _common_pb2.ModelRef
     dataset_uri: str
     output_model_name: str
@@ -52,10 +53,11 @@ class TrainingJobSpec(_message.Message):
     world_size: int
     sharding: str
     recipe_json: str
-    def __init__(self, base_model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., dataset_uri: _Optional[str] = ..., output_model_name: _Optional[str] = ..., variant: _Optional[str] = ..., num_steps: _Optional[int] = ..., learning_rate: _Optional[float] = ..., weight_decay: _Optional[float] = ..., lora_rank: _Optional[int] = ..., lora_alpha: _Optional[float] = ..., world_size: _Optional[int] = ..., sharding: _Optional[str] = ..., recipe_json: _Optional[str] = ...) -> None: ...
+    recipe: str
+    def __init__(self, base_model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., dataset_uri: _Optional[str] = ..., output_model_name: _Optional[str] = ..., variant: _Optional[str] = ..., num_steps: _Optional[int] = ..., learning_rate: _Optional[float] = ..., weight_decay: _Optional[float] = ..., lora_rank: _Optional[int] = ..., lora_alpha: _Optional[float] = ..., world_size: _Optional[int] = ..., sharding: _Optional[str] = ..., recipe_json: _Optional[str] = ..., recipe: _Optional[str] = ...) -> None: ...
 
 class TrainingJob(_message.Message):
-    __slots__ = ("job_id", "spec", "state", "step", "loss", "checkpoint_uri", "published_model", "error", "created_at", "updated_at")
+    __slots__ = ("job_id", "spec", "state", "step", "loss", "checkpoint_uri", "published_model", "error", "created_at", "updated_at", "run_uri", "total_steps", "cancel_requested", "launches")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -66,6 +68,10 @@ class TrainingJob(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    RUN_URI_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_STEPS_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_REQUESTED_FIELD_NUMBER: _ClassVar[int]
+    LAUNCHES_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     spec: TrainingJobSpec
     state: TrainingState
@@ -76,7 +82,11 @@ class TrainingJob(_message.Message):
     error: _common_pb2.ErrorInfo
     created_at: _timestamp_pb2.Timestamp
     updated_at: _timestamp_pb2.Timestamp
-    def __init__(self, job_id: _Optional[str] = ..., spec: _Optional[_Union[TrainingJobSpec, _Mapping]] = ..., state: _Optional[_Union[TrainingState, str]] = ..., step: _Optional[int] = ..., loss: _Optional[float] = ..., checkpoint_uri: _Optional[str] = ..., published_model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.ErrorInfo, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    run_uri: str
+    total_steps: int
+    cancel_requested: bool
+    launches: int
+    def __init__(self, job_id: _Optional[str] = ..., spec: _Optional[_Union[TrainingJobSpec, _Mapping]] = ..., state: _Optional[_Union[TrainingState, str]] = ..., step: _Optional[int] = ..., loss: _Optional[float] = ..., checkpoint_uri: _Optional[str] = ..., published_model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.ErrorInfo, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_uri: _Optional[str] = ..., total_steps: _Optional[int] = ..., cancel_requested: _Optional[bool] = ..., launches: _Optional[int] = ...) -> None: ...
 
 class SubmitTrainingJobRequest(_message.Message):
     __slots__ = ("spec", "idempotency_key")
@@ -87,10 +97,12 @@ class SubmitTrainingJobRequest(_message.Message):
     def __init__(self, spec: _Optional[_Union[TrainingJobSpec, _Mapping]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class SubmitTrainingJobResponse(_message.Message):
-    __slots__ = ("job",)
+    __slots__ = ("job", "deduplicated")
     JOB_FIELD_NUMBER: _ClassVar[int]
+    DEDUPLICATED_FIELD_NUMBER: _ClassVar[int]
     job: TrainingJob
-    def __init__(self, job: _Optional[_Union[TrainingJob, _Mapping]] = ...) -> None: ...
+    deduplicated: bool
+    def __init__(self, job: _Optional[_Union[TrainingJob, _Mapping]] = ..., deduplicated: _Optional[bool] = ...) -> None: ...
 
 class GetTrainingJobRequest(_message.Message):
     __slots__ = ("job_id",)
@@ -117,12 +129,14 @@ class CancelTrainingJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[TrainingJob, _Mapping]] = ...) -> None: ...
 
 class ListTrainingJobsRequest(_message.Message):
-    __slots__ = ("page_size", "page_token")
+    __slots__ = ("page_size", "page_token", "state")
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
     page_size: int
     page_token: str
-    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    state: TrainingState
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., state: _Optional[_Union[TrainingState, str]] = ...) -> None: ...
 
 class ListTrainingJobsResponse(_message.Message):
     __slots__ = ("jobs", "next_page_token")
@@ -131,3 +145,15 @@ class ListTrainingJobsResponse(_message.Message):
     jobs: _containers.RepeatedCompositeFieldContainer[TrainingJob]
     next_page_token: str
     def __init__(self, jobs: _Optional[_Iterable[_Union[TrainingJob, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class WatchTrainingJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class WatchTrainingJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: TrainingJob
+    def __init__(self, job: _Optional[_Union[TrainingJob, _Mapping]] = ...) -> None: ...

@@ -54,6 +54,11 @@ class TrainerServiceStub:
                 request_serializer=kinema4d_dot_v1_dot_trainer__pb2.ListTrainingJobsRequest.SerializeToString,
                 response_deserializer=kinema4d_dot_v1_dot_trainer__pb2.ListTrainingJobsResponse.FromString,
                 _registered_method=True)
+        self.WatchTrainingJob = channel.unary_stream(
+                '/kinema4d.v1.TrainerService/WatchTrainingJob',
+                request_serializer=kinema4d_dot_v1_dot_trainer__pb2.WatchTrainingJobRequest.SerializeToString,
+                response_deserializer=kinema4d_dot_v1_dot_trainer__pb2.WatchTrainingJobResponse.FromString,
+                _registered_method=True)
 
 
 class TrainerServiceServicer:
@@ -88,6 +93,14 @@ class TrainerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchTrainingJob(self, request, context):
+        """Streams the job: its current state at once, then every change (step,
+        loss, checkpoint, state) until it reaches a terminal state.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TrainerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -110,6 +123,11 @@ def add_TrainerServiceServicer_to_server(servicer, server):
                     servicer.ListTrainingJobs,
                     request_deserializer=kinema4d_dot_v1_dot_trainer__pb2.ListTrainingJobsRequest.FromString,
                     response_serializer=kinema4d_dot_v1_dot_trainer__pb2.ListTrainingJobsResponse.SerializeToString,
+            ),
+            'WatchTrainingJob': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchTrainingJob,
+                    request_deserializer=kinema4d_dot_v1_dot_trainer__pb2.WatchTrainingJobRequest.FromString,
+                    response_serializer=kinema4d_dot_v1_dot_trainer__pb2.WatchTrainingJobResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -220,6 +238,33 @@ class TrainerService:
             '/kinema4d.v1.TrainerService/ListTrainingJobs',
             kinema4d_dot_v1_dot_trainer__pb2.ListTrainingJobsRequest.SerializeToString,
             kinema4d_dot_v1_dot_trainer__pb2.ListTrainingJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchTrainingJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/kinema4d.v1.TrainerService/WatchTrainingJob',
+            kinema4d_dot_v1_dot_trainer__pb2.WatchTrainingJobRequest.SerializeToString,
+            kinema4d_dot_v1_dot_trainer__pb2.WatchTrainingJobResponse.FromString,
             options,
             channel_credentials,
             insecure,
