@@ -1,0 +1,88 @@
+"""Run and checkpoint locations as fsspec filesystems: a plain path, `file:///path` or
+`s3://bucket/prefix` (S3 settings from `k4d.config`: K4D_S3_ENDPOINT, K4D_S3_ACCESS_KEY, ...).
+
+One place turns a URI into `(filesystem, path)` and into the storage options that
+`torch.distributed.checkpoint`'s fsspec writer/reader take, so every run file and every
+checkpoint shard goes through the same credentials.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from urllib.parse import urlparse
+
+from k4d.errors import InvalidArgument
+
+
+def is_remote(uri: str) -> bool:
+    return str(uri).startswith("s3://")
+
+
+def normalize(uri: str | os.PathLike) -> str:
+    """A plain path becomes an absolute `file://` URI; `file://` and `s3://` pass through."""
+    text = str(uri)
+    if text.startswith("s3://"):
+        parsed = urlparse(text)
+        if not parsed.netloc:
+            raise InvalidArgument.for_field("uri", f"expected s3://bucket[/prefix], got {text!r}")
+        return text.rstrip("/")
+    if "://" in text and not text.startswith("file://"):
+        raise InvalidArgument.for_field("uri", f"expected a path, file:///path or s3://bucket/..., "
+                                               f"got {text!r}")
+    path = Path(text[len("file://"):] if text.startswith("file://") else text)
+    return path.expanduser().resolve().as_uri()
+
+
+def storage_options(uri: str, config=None) -> dict:
+    """fsspec keyword arguments for `uri` (empty for local paths)."""
+    if not is_remote(uri):
+        return {}
+    if config is None:
+        from k4d.config import load_config
+
+        config = load_config()
+    if not config.s3_endpoint:
+        raise InvalidArgument.for_field("K4D_S3_ENDPOINT", f"{uri} needs an S3 endpoint (host:port)")
+    scheme = "https" if config.s3_secure else "http"
+    return {"key": config.s3_access_key or None, "secret": config.s3_secret_key or None,
+            "client_kwargs": {"endpoint_url": f"{scheme}://{config.s3_endpoint}",
+                              "region_name": config.s3_region or None},
+            "use_listings_cache": False}
+
+
+def filesystem(uri: str, config=None):
+    """(fsspec filesystem, path inside it) for a URI."""
+    uri = normalize(uri)
+    if is_remote(uri):
+        import s3fs
+
+        return s3fs.S3FileSystem(**storage_options(uri, config)), uri[len("s3://"):]
+    from fsspec.implementations.local import LocalFileSystem
+
+    return LocalFileSystem(auto_mkdir=True), uri[len("file://"):]
+
+
+def join(uri: str, *parts: str) -> str:
+    return "/".join([normalize(uri), *(p.strip("/") for p in parts)])
+
+
+def write_atomic(fs, path: str, data: bytes) -> None:
+    """Readers never see a partial file: a local file is renamed into place; an S3 PUT is
+    atomic by itself."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    if isinstance(fs, LocalFileSystem):
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    else:
+        fs.pipe_file(path, data)
