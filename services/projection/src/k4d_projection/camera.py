@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 from k4d.errors import FieldViolation, InvalidArgument
+from k4d.pointmap_codec import invert_rigid  # noqa: F401 - re-exported (renderer, codecs users)
 
 MAX_IMAGE_SIDE = 8192
 _ROTATION_TOL = 1e-4
@@ -278,15 +279,6 @@ def _as_matrix4(v, name: str) -> np.ndarray:
 
 
 # ---- geometry helpers -----------------------------------------------------------
-def invert_rigid(T: np.ndarray) -> np.ndarray:
-    """Inverse of rigid transforms (..., 4, 4)."""
-    T = np.asarray(T, np.float64)
-    out = np.zeros_like(T)
-    R_t = np.swapaxes(T[..., :3, :3], -1, -2)
-    out[..., :3, :3] = R_t
-    out[..., :3, 3] = -np.einsum("...ij,...j->...i", R_t, T[..., :3, 3])
-    out[..., 3, 3] = 1.0
-    return out
 
 
 def look_at_transform(eye, target, up=(0.0, 0.0, 1.0)) -> np.ndarray:
