@@ -88,6 +88,15 @@ class Consumer(ABC):
         seconds); "the topic is quiet" means something only after that."""
         return True
 
+    def end_offsets(self) -> dict[tuple[str, int], int]:
+        """(topic, partition) -> offset after its last message now, for every partition
+        this consumer reads (a `Bus.reader`; group members need not support it)."""
+        raise NotImplementedError(f"{type(self).__name__} does not report end offsets")
+
+    def positions(self) -> dict[tuple[str, int], int]:
+        """(topic, partition) -> offset of the next message this consumer will return."""
+        raise NotImplementedError(f"{type(self).__name__} does not report positions")
+
     def __enter__(self):
         return self
 
@@ -116,6 +125,13 @@ class Bus(ABC):
                  from_beginning: bool = True) -> Consumer:
         """Join `group_id` on `topics`. A partition the group never committed starts at the
         beginning (or at the end with from_beginning=False)."""
+
+    def reader(self, topics: str | Sequence[str]) -> Consumer:
+        """Every partition of `topics` from the beginning, in no consumer group: no
+        membership, no rebalance, nothing committed. For processes that each fold whole
+        topics into their own state (every simulator replica's job feed); `end_offsets`
+        and `positions` tell when it has caught up."""
+        raise NotImplementedError(f"{type(self).__name__} has no group-less reader")
 
     @abstractmethod
     def ensure_topics(self, topics: Iterable[str]) -> None:

@@ -92,6 +92,33 @@ class KafkaBus(Bus):
             max_poll_interval_ms=self.max_poll_interval_ms)
         return KafkaBusConsumer(raw)
 
+    def reader(self, topics: str | Sequence[str]) -> KafkaBusConsumer:
+        import time
+
+        from kafka import KafkaConsumer, TopicPartition
+
+        topics = topic_list(topics)
+        self.ensure_topics(topics)
+        # group_id=None: no group coordinator, no offsets stored on the broker.
+        raw = KafkaConsumer(bootstrap_servers=self.bootstrap, client_id=self.client_id,
+                            group_id=None, enable_auto_commit=False,
+                            auto_offset_reset="earliest")
+        partitions: list[TopicPartition] = []
+        deadline = time.monotonic() + SEND_TIMEOUT_S
+        for topic in topics:
+            ids = raw.partitions_for_topic(topic)
+            while not ids and time.monotonic() < deadline:  # metadata of a new topic
+                time.sleep(0.1)
+                raw.poll(timeout_ms=0)
+                ids = raw.partitions_for_topic(topic)
+            if not ids:
+                raw.close()
+                raise Unavailable(f"Kafka at {self.bootstrap}: no partitions for {topic}")
+            partitions += [TopicPartition(topic, p) for p in sorted(ids)]
+        raw.assign(partitions)
+        raw.seek_to_beginning(*partitions)
+        return KafkaBusConsumer(raw)
+
     def close(self) -> None:
         with self._lock:
             if self._producer is not None:
@@ -126,6 +153,14 @@ class KafkaBusConsumer(Consumer):
 
     def has_assignment(self) -> bool:
         return bool(self._raw.assignment())
+
+    def end_offsets(self) -> dict[tuple[str, int], int]:
+        ends = self._raw.end_offsets(list(self._raw.assignment()))
+        return {(tp.topic, tp.partition): int(offset) for tp, offset in ends.items()}
+
+    def positions(self) -> dict[tuple[str, int], int]:
+        return {(tp.topic, tp.partition): int(self._raw.position(tp))
+                for tp in self._raw.assignment()}
 
     def close(self) -> None:
         self._raw.close(autocommit=False)

@@ -64,6 +64,17 @@ class InProcessBus(Bus):
             self._cond.notify_all()
         return member
 
+    def reader(self, topics: str | Sequence[str]) -> InProcessConsumer:
+        topics = topic_list(topics)
+        self.ensure_topics(topics)
+        with self._cond:
+            # A group of its own that nobody else joins: every partition, from offset 0.
+            group = _Group()
+            member = InProcessConsumer(self, group, topics, True)
+            group.members.append(member)
+            group.generation += 1
+        return member
+
     def end_offsets(self, topic: str) -> list[int]:
         with self._cond:
             return [len(log) for log in self._logs.get(topic, [])]
@@ -124,6 +135,16 @@ class InProcessConsumer(Consumer):
                     return messages
                 self._bus._cond.wait(remaining)
         return []
+
+    def end_offsets(self) -> dict[TopicPartition, int]:
+        with self._bus._cond:
+            self._rebalance_if_needed()
+            return {tp: len(self._bus._logs[tp[0]][tp[1]]) for tp in self._positions}
+
+    def positions(self) -> dict[TopicPartition, int]:
+        with self._bus._cond:
+            self._rebalance_if_needed()
+            return dict(self._positions)
 
     def commit(self, message: Message) -> None:
         tp = (message.topic, message.partition)

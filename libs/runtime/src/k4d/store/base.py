@@ -63,6 +63,15 @@ class ObjectStore(ABC):
     def put_bytes(self, key: str, data: bytes, content_type: str = "application/octet-stream") -> ObjectInfo: ...
 
     @abstractmethod
+    def put_bytes_if_absent(self, key: str, data: bytes,
+                            content_type: str = "application/octet-stream") -> bool:
+        """Create the object only if no object has the key (S3 `If-None-Match: *`): True
+        when this call created it, False when it existed already (the existing bytes are
+        left alone). Concurrent callers on one key: exactly one gets True. The basis of
+        create-once records shared by several processes (idempotency keys, final job
+        records)."""
+
+    @abstractmethod
     def get_bytes(self, key: str, expected_sha256: str | None = None) -> bytes:
         """The object's bytes, verified against its recorded sha256 (and `expected_sha256`).
         NotFound when absent, IntegrityError on a mismatch."""

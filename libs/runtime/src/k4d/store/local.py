@@ -73,6 +73,24 @@ class LocalStore(ObjectStore):
         _atomic_write_bytes(self._path(key), bytes(data))
         return ObjectInfo(key, self.uri_for(key), digest, len(data))
 
+    def put_bytes_if_absent(self, key, data, content_type="application/octet-stream"):
+        import fcntl
+
+        path = self._path(key)
+        lock_path = self.root / META_DIR / ".create.lock"
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        # One lock file for the whole store: processes sharing the directory serialise
+        # the check-and-create (creates are rare: idempotency keys, final records).
+        with open(lock_path, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                if path.exists():
+                    return False
+                self.put_bytes(key, data, content_type)
+                return True
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
     def get_bytes(self, key, expected_sha256=None):
         path = self._path(key)
         try:

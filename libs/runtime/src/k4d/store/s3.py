@@ -139,6 +139,35 @@ class S3Store(ObjectStore):
         self._call("put", put)
         return ObjectInfo(key, self.uri_for(key), digest, len(data))
 
+    def put_bytes_if_absent(self, key, data, content_type="application/octet-stream"):
+        from minio.error import S3Error
+
+        name, digest = self._name(key), sha256_bytes(data)
+        # minio's put_object turns unknown headers into user metadata, so the conditional
+        # PUT goes through its single-request PutObject (one request: no multipart).
+        headers = {"Content-Type": content_type, f"x-amz-meta-{SHA256_META}": digest,
+                   "If-None-Match": "*"}
+
+        def put():
+            try:
+                self.client._put_object(self.bucket, name, bytes(data), headers)
+            except S3Error as exc:
+                # 412: the key exists. 409: a concurrent conditional write is in flight
+                # (AWS, MinIO); whoever wins, the key is taken, settled by the stat below.
+                if exc.code in ("PreconditionFailed", "ConditionalRequestConflict"):
+                    return False
+                raise
+            return True
+
+        if self._call("put if absent", put):
+            return True
+        # Taken, possibly by this very call: a retried request whose first attempt landed
+        # is answered 412. The same sha256 means the bytes are ours.
+        try:
+            return self.stat(key).sha256 == digest
+        except NotFound:  # the 409 loser of a write that then failed: try once more
+            return bool(self._call("put if absent", put))
+
     def _open(self, name: str):
         return self.client.get_object(bucket_name=self.bucket, object_name=name)
 
