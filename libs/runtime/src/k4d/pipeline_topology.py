@@ -69,8 +69,9 @@ TOPICS: tuple[Topic, ...] = (
 # then the other consumers and producers of the bus.
 STAGES: tuple[Stage, ...] = (
     Stage("submit", "simulator", consumes=(), produces=(t.SIM_REQUESTED,), group_id="",
-          pipeline="simulation", result_fields=("presigned_urls",),
-          description="SimulatorService.Submit; presigns result URLs on Get"),
+          pipeline="simulation", result_fields=("presigned_urls", "stages"),
+          description="SimulatorService.Submit; presigns result URLs on Get; folds every "
+                      "stage's outcome (time, failed frames, warnings) into the result"),
     Stage("kinematics", "kinematics", consumes=(t.SIM_REQUESTED,),
           produces=(t.SIM_KINEMATICS, t.SIM_FAILED), group_id="k4d-kinematics",
           pipeline="simulation", result_fields=("joints", "poses"),

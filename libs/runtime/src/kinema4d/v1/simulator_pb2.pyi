@@ -49,7 +49,7 @@ class SimulationSpec(_message.Message):
     def __init__(self, robot: _Optional[_Union[_common_pb2.RobotRef, _Mapping]] = ..., actions: _Optional[_Union[_kinematics_pb2.ActionSequence, _Mapping]] = ..., camera: _Optional[_Union[_common_pb2.CameraModel, _Mapping]] = ..., initial_image: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., sampling: _Optional[_Union[_generator_pb2.SamplingParams, _Mapping]] = ..., num_frames: _Optional[int] = ..., clip_to_limits: _Optional[bool] = ...) -> None: ...
 
 class SimulationResult(_message.Message):
-    __slots__ = ("rgb", "pointmap", "robot_pointmap", "robot_mask", "robot_rgb", "joints", "poses", "rgb_video_uri", "model", "stage_seconds", "presigned_urls")
+    __slots__ = ("rgb", "pointmap", "robot_pointmap", "robot_mask", "robot_rgb", "joints", "poses", "rgb_video_uri", "model", "stage_seconds", "presigned_urls", "stages")
     class StageSecondsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -75,6 +75,7 @@ class SimulationResult(_message.Message):
     MODEL_FIELD_NUMBER: _ClassVar[int]
     STAGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     PRESIGNED_URLS_FIELD_NUMBER: _ClassVar[int]
+    STAGES_FIELD_NUMBER: _ClassVar[int]
     rgb: _common_pb2.TensorRef
     pointmap: _common_pb2.TensorRef
     robot_pointmap: _common_pb2.TensorRef
@@ -86,7 +87,20 @@ class SimulationResult(_message.Message):
     model: _generator_pb2.ModelInfo
     stage_seconds: _containers.ScalarMap[str, float]
     presigned_urls: _containers.ScalarMap[str, str]
-    def __init__(self, rgb: _Optional[_Union[_common_pb2.TensorRef, _Mapping]] = ..., pointmap: _Optional[_Union[_common_pb2.TensorRef, _Mapping]] = ..., robot_pointmap: _Optional[_Union[_common_pb2.TensorRef, _Mapping]] = ..., robot_mask: _Optional[_Union[_common_pb2.TensorRef, _Mapping]] = ..., robot_rgb: _Optional[_Union[_common_pb2.TensorRef, _Mapping]] = ..., joints: _Optional[_Union[_common_pb2.TensorRef, _Mapping]] = ..., poses: _Optional[_Union[_common_pb2.TensorRef, _Mapping]] = ..., rgb_video_uri: _Optional[str] = ..., model: _Optional[_Union[_generator_pb2.ModelInfo, _Mapping]] = ..., stage_seconds: _Optional[_Mapping[str, float]] = ..., presigned_urls: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    stages: _containers.RepeatedCompositeFieldContainer[StageOutcome]
+    def __init__(self, rgb: _Optional[_Union[_common_pb2.TensorRef, _Mapping]] = ..., pointmap: _Optional[_Union[_common_pb2.TensorRef, _Mapping]] = ..., robot_pointmap: _Optional[_Union[_common_pb2.TensorRef, _Mapping]] = ..., robot_mask: _Optional[_Union[_common_pb2.TensorRef, _Mapping]] = ..., robot_rgb: _Optional[_Union[_common_pb2.TensorRef, _Mapping]] = ..., joints: _Optional[_Union[_common_pb2.TensorRef, _Mapping]] = ..., poses: _Optional[_Union[_common_pb2.TensorRef, _Mapping]] = ..., rgb_video_uri: _Optional[str] = ..., model: _Optional[_Union[_generator_pb2.ModelInfo, _Mapping]] = ..., stage_seconds: _Optional[_Mapping[str, float]] = ..., presigned_urls: _Optional[_Mapping[str, str]] = ..., stages: _Optional[_Iterable[_Union[StageOutcome, _Mapping]]] = ...) -> None: ...
+
+class StageOutcome(_message.Message):
+    __slots__ = ("stage", "seconds", "failed_frames", "warnings")
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FRAMES_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
+    stage: str
+    seconds: float
+    failed_frames: int
+    warnings: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, stage: _Optional[str] = ..., seconds: _Optional[float] = ..., failed_frames: _Optional[int] = ..., warnings: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Job(_message.Message):
     __slots__ = ("job_id", "state", "progress", "result", "error", "created_at", "updated_at", "cancel_requested")
