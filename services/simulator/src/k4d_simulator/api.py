@@ -1,28 +1,34 @@
 """SimulatorService: the gRPC front door (thin: validate, publish, read the JobTable).
 
-Submit stores the initial image in the object store (events stay small), publishes
-SimulationRequested on `k4d.sim.requested` (the bus adds the caller's `traceparent`) and
-folds the event into the local table at once, so Get right after Submit finds the job.
-Job state comes only from events (`JobFeed`); nothing here writes a state directly.
+Submit stores the initial image in the object store (events stay small), claims the
+idempotency key in the durable records (create-once in the object store, so one key makes
+one job across every replica), publishes SimulationRequested on `k4d.sim.requested` (the
+bus adds the caller's `traceparent`), records the request durably and folds it into the
+local table at once, so Get right after Submit finds the job.
+Job state comes only from events (`JobFeed`) and the durable records they produce; a job
+this replica has not folded yet (submitted to another replica a moment ago) is read from
+its durable record, so a known job never answers NOT_FOUND.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 
 from k4d.bus import event_headers
-from k4d.errors import InvalidArgument
+from k4d.errors import InvalidArgument, NotFound
+from k4d.telemetry import get_logger
 from k4d.stage_events import cancel_marker_key
 from k4d.store import job_key, put_array
 from k4d.telemetry import inject_trace_headers
 from k4d.tensor_io import from_tensor_data
 from k4d_simulator import events as ev
-from k4d_simulator.jobs import JobTable, is_terminal
+from k4d_simulator.jobs import IDEMPOTENCY_WINDOW_S, JobTable, is_terminal
+from k4d_simulator.records import PUBLISH_GRACE_S, JobRecords
 from k4d_simulator.validation import validate_spec
 from kinema4d.v1 import common_pb2, events_pb2, simulator_pb2, simulator_pb2_grpc
 
+log = get_logger(__name__)
 S = simulator_pb2.JobState
 WATCH_POLL_S = 1.0
 PRESIGN_EXPIRES_S = 3600
@@ -42,10 +48,11 @@ def current_traceparent() -> str:
 
 
 class SimulatorServicer(simulator_pb2_grpc.SimulatorServiceServicer):
-    def __init__(self, bus, store, table: JobTable, *, watch_poll_s: float = WATCH_POLL_S):
+    def __init__(self, bus, store, table: JobTable, records: JobRecords | None = None, *,
+                 watch_poll_s: float = WATCH_POLL_S):
         self.bus, self.store, self.table = bus, store, table
+        self.records = records or JobRecords(store)
         self.watch_poll_s = watch_poll_s
-        self._submit_lock = threading.Lock()  # idempotency check + publish is atomic
 
     # --- Submit --------------------------------------------------------------------
 
@@ -54,20 +61,52 @@ class SimulatorServicer(simulator_pb2_grpc.SimulatorServiceServicer):
         key = request.idempotency_key
         if len(key) > 256:
             raise InvalidArgument.for_field("idempotency_key", "at most 256 characters")
-        with self._submit_lock:
-            if key:
-                existing = self.table.find_idempotent(key, time.time_ns())
-                if existing is not None:
-                    return simulator_pb2.SubmitResponse(job_id=existing, deduplicated=True)
-            job_id = new_job_id()
-            spec = self._with_stored_image(job_id, request.spec)
-            event = events_pb2.SimulationRequested(
-                header=ev.header(job_id, "submit", traceparent=current_traceparent()), spec=spec)
-            extra = {ev.HEADER_IDEMPOTENCY_KEY: key} if key else {}
-            headers = event_headers(job_id, 1, **extra)
-            self.bus.publish(ev.TOPIC_REQUESTED, job_id, event.SerializeToString(), headers)
-            self.table.apply(ev.TOPIC_REQUESTED, event, extra)
+        job_id = new_job_id()
+        spec = self._with_stored_image(job_id, request.spec)
+        event = events_pb2.SimulationRequested(
+            header=ev.header(job_id, "submit", traceparent=current_traceparent()), spec=spec)
+        extra = {ev.HEADER_IDEMPOTENCY_KEY: key} if key else {}
+        if key:
+            owner, created = self.records.claim(key, event, time.time_ns(),
+                                                IDEMPOTENCY_WINDOW_S)
+            if not created:
+                if spec is not request.spec:
+                    self.store.delete(job_key(job_id, "submit", "initial_image"))
+                self._ensure_published(owner, extra)
+                self.table.apply(ev.TOPIC_REQUESTED, owner, extra)
+                return simulator_pb2.SubmitResponse(job_id=owner.header.job_id,
+                                                    deduplicated=True)
+        try:
+            self.bus.publish(ev.TOPIC_REQUESTED, job_id, event.SerializeToString(),
+                             event_headers(job_id, 1, **extra))
+        except Exception:
+            if key:  # a retry of the key must make a new job, not find one that never ran
+                self.records.release(key, event)
+            raise
+        self._record_requested(event)
+        self.table.apply(ev.TOPIC_REQUESTED, event, extra)
         return simulator_pb2.SubmitResponse(job_id=job_id, deduplicated=False)
+
+    def _record_requested(self, event) -> None:
+        try:
+            self.records.put_requested(event)
+        except Exception:  # published already: the final record will cover the job
+            log.exception("cannot write the job's request record",
+                          extra={"job_id": event.header.job_id})
+
+    def _ensure_published(self, owner, extra: dict[str, str]) -> None:
+        """A key claimed by a Submit that never published (its replica died in between)
+        is published now, once the claim is older than PUBLISH_GRACE_S."""
+        job_id = owner.header.job_id
+        age_s = time.time() - owner.header.created_at.ToNanoseconds() / 1e9
+        if age_s < PUBLISH_GRACE_S or job_id in self.table or \
+                self.records.is_published(job_id):
+            return
+        log.warning("publishing the request of an orphaned idempotency claim",
+                    extra={"job_id": job_id})
+        self.bus.publish(ev.TOPIC_REQUESTED, job_id, owner.SerializeToString(),
+                         event_headers(job_id, 1, **extra))
+        self._record_requested(owner)
 
     def _with_stored_image(self, job_id: str, spec):
         """The spec with its initial image by reference (stored under jobs/<id>/submit/)."""
@@ -103,10 +142,23 @@ class SimulatorServicer(simulator_pb2_grpc.SimulatorServiceServicer):
                     pass
         return job
 
+    def _known(self, job_id: str) -> simulator_pb2.Job:
+        """The job from the table, else from its durable record (submitted to another
+        replica and not folded here yet); NotFound when neither has it."""
+        try:
+            return self.table.get(job_id)
+        except NotFound:
+            request, final = self.records.load(job_id)
+            if final is not None:
+                self.table.restore(final)
+            elif request is not None:
+                self.table.apply(ev.TOPIC_REQUESTED, request)
+            return self.table.get(job_id)
+
     def _current(self, job_id: str) -> simulator_pb2.Job:
         """The job, with a cancel request restored from its store marker: the marker is
         the durable record of a request made before this process started."""
-        job = self.table.get(job_id)
+        job = self._known(job_id)
         if not job.cancel_requested and not is_terminal(job.state) and \
                 self.store.exists(cancel_marker_key(job_id)):
             job = self.table.mark_cancel_requested(job_id)
@@ -140,7 +192,7 @@ class SimulatorServicer(simulator_pb2_grpc.SimulatorServiceServicer):
         one is cancelled by the stage that sees the marker. Cancelling a finished job
         changes nothing."""
         _require_id(request.job_id)
-        job = self.table.get(request.job_id)
+        job = self._known(request.job_id)
         if is_terminal(job.state):
             return simulator_pb2.CancelResponse(job=self._view(job))
         self.store.put_bytes(cancel_marker_key(request.job_id),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 from google.protobuf import timestamp_pb2
+from k4d import pipeline_topology
 from k4d.bus import topics
 from kinema4d.v1 import events_pb2
 
@@ -21,20 +22,16 @@ TOPIC_COMPLETED = topics.SIM_COMPLETED
 TOPIC_FAILED = topics.SIM_FAILED
 TOPIC_PROGRESS = topics.SIM_PROGRESS
 
-PAYLOAD_TYPES = {
-    TOPIC_REQUESTED: events_pb2.SimulationRequested,
-    TOPIC_KINEMATICS: events_pb2.KinematicsCompleted,
-    TOPIC_PROJECTED: events_pb2.ProjectionCompleted,
-    TOPIC_COMPLETED: events_pb2.SimulationCompleted,
-    TOPIC_FAILED: events_pb2.SimulationFailed,
-    TOPIC_PROGRESS: events_pb2.SimulationProgress,
-}
+# Every topic the job records are folded from, with its payload type (pipeline topology).
+PAYLOAD_TYPES = {topic: pipeline_topology.event_type(topic)
+                 for topic in pipeline_topology.JOB_STATE_TOPICS}
 SIM_TOPICS = tuple(PAYLOAD_TYPES)
 
 HEADER_IDEMPOTENCY_KEY = "k4d-idempotency-key"
 
 # Pipeline order of the stages; progress never moves backwards through it.
-STAGE_ORDER = {"submit": 0, "kinematics": 1, "projection": 2, "generation": 3}
+STAGE_ORDER = {name: i for i, name in enumerate(
+    ["submit", *(s.name for s in pipeline_topology.simulation_stages())])}
 
 
 def decode(topic: str, payload: bytes):

@@ -1,9 +1,19 @@
 """JobFeed: the simulator's background consumer that folds every `k4d.sim.*` event into
 the JobTable, plus the dead-letter bridge.
 
-- Each simulator process joins its own, new consumer group and reads every topic from
-  the beginning: a restarted simulator rebuilds its table (and idempotency index) by
-  replay. It never commits; the table, not the offset, is its state.
+- Each simulator replica reads every partition of every topic from the beginning with a
+  group-less reader (`Bus.reader`: no consumer group is created, none is left behind, no
+  rebalance between replicas): a restarted replica rebuilds its table by replay. It never
+  commits; the table, not the offset, is its state.
+- Durable records first (`JobRecords`, when given): the final record of every finished
+  job and the request of every unfinished one are loaded before the replay, so jobs
+  whose events have expired from the topics are still there.
+- Ready = caught up: `ready` is set once the reader has reached the end offsets the
+  topics had when it started (and the records are loaded); until then the front door
+  reports NOT_SERVING, so no replica answers NOT_FOUND for a job it has not replayed yet.
+- Jobs that become terminal get their durable final record (create-once: whichever
+  replica folds it first writes it). During the replay the writes wait until the feed
+  has caught up, so a record includes every stage's event whatever order they came in.
 - Dead letters: a message on `<input topic>.dlq` means the stage consuming that topic
   gave up on the job. The feed turns it into a `k4d.sim.failed` event naming the stage and
   the reason, published while the job is not yet terminal in its table. A replay may
@@ -14,20 +24,23 @@ the JobTable, plus the dead-letter bridge.
 from __future__ import annotations
 
 import threading
-import uuid
+import time
+from collections.abc import Callable
 
-from k4d import errors
+from k4d import errors, pipeline_topology
 from k4d.bus import HEADER_ERROR, HEADER_ERROR_TYPE, dlq, event_headers
 from k4d.telemetry import get_logger
 from k4d_simulator import events as ev
 from k4d_simulator.jobs import JobTable, is_terminal
+from k4d_simulator.records import JobRecords
 from kinema4d.v1 import common_pb2, events_pb2
 
 log = get_logger(__name__)
+RETRY_S = 2.0
 
-# Input topic of each stage -> the stage that consumes it.
-STAGE_OF_INPUT = {ev.TOPIC_REQUESTED: "kinematics", ev.TOPIC_KINEMATICS: "projection",
-                  ev.TOPIC_PROJECTED: "generation"}
+# Input topic of each simulation stage -> the stage that consumes it (pipeline topology).
+STAGE_OF_INPUT = {topic: stage.name for stage in pipeline_topology.simulation_stages()
+                  for topic in stage.consumes}
 DLQ_TOPICS = {dlq(topic): stage for topic, stage in STAGE_OF_INPUT.items()}
 # Dead-letter error type header (the exception's class name) -> its gRPC code name.
 ERROR_CODES = {cls.__name__: cls.grpc_code_name
@@ -55,18 +68,21 @@ def failure_from_dead_letter(message) -> events_pb2.SimulationFailed | None:
 class JobFeed:
     """Consumes the sim topics into `table` on a daemon thread until `stop()`."""
 
-    def __init__(self, bus, table: JobTable, *, group_prefix: str = "k4d-simulator",
-                 poll_timeout_s: float = 0.2):
-        self.bus, self.table, self.poll_timeout_s = bus, table, poll_timeout_s
-        self.group_id = f"{group_prefix}-{uuid.uuid4().hex[:12]}"
-        self.topics = [*ev.SIM_TOPICS, *DLQ_TOPICS]
+    def __init__(self, bus, table: JobTable, records: JobRecords | None = None, *,
+                 poll_timeout_s: float = 0.2,
+                 on_ready: Callable[[], None] | None = None):
+        self.bus, self.table, self.records = bus, table, records
+        self.poll_timeout_s, self.on_ready = poll_timeout_s, on_ready
+        self.topics = [*pipeline_topology.JOB_STATE_TOPICS, *DLQ_TOPICS]
+        self.ready = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.events_applied = 0
+        self.records_loaded = 0
 
     def start(self) -> JobFeed:
         self.bus.ensure_topics(self.topics)
-        self._thread = threading.Thread(target=self.run, name="job-feed", daemon=True)
+        self._thread = threading.Thread(target=self._run_logged, name="job-feed", daemon=True)
         self._thread.start()
         return self
 
@@ -75,15 +91,70 @@ class JobFeed:
         if self._thread is not None:
             self._thread.join(timeout_s)
 
+    def wait_ready(self, timeout_s: float) -> bool:
+        return self.ready.wait(timeout_s)
+
+    def _run_logged(self) -> None:
+        """`run`, started again after an outage of the bus or the store (folding is
+        idempotent, so starting over from the records and offset 0 is safe)."""
+        while not self._stop.is_set():
+            try:
+                self.run()
+                return
+            except Exception:
+                log.exception("job feed interrupted; starting over in %.0f s", RETRY_S)
+                self._stop.wait(RETRY_S)
+
+    def load_records(self) -> None:
+        """Fold the durable records into the table (finished: restored; else requested)."""
+        if self.records is None:
+            return
+        for request, final in self.records.load_all():
+            if self._stop.is_set():
+                return
+            if final is not None:
+                self.table.restore(final)
+            elif request is not None:
+                self.table.apply(ev.TOPIC_REQUESTED, request)
+            self.records_loaded += 1
+
     def run(self, stop_event: threading.Event | None = None) -> None:
         stop = stop_event or self._stop
-        consumer = self.bus.consumer(self.topics, self.group_id, from_beginning=True)
+        started = time.monotonic()
+        self.load_records()
+        reader = self.bus.reader(self.topics)
         try:
+            ends = reader.end_offsets()
             while not stop.is_set() and not self._stop.is_set():
-                for message in consumer.poll(self.poll_timeout_s, max_records=100):
+                for message in reader.poll(self.poll_timeout_s, max_records=500):
                     self.handle(message)
+                if not self.ready.is_set():
+                    positions = reader.positions()
+                    if any(positions.get(tp, 0) < end for tp, end in ends.items()):
+                        continue
+                    self.write_finals()
+                    self.ready.set()
+                    log.info("job feed caught up", extra={
+                        "records": self.records_loaded, "events": self.events_applied,
+                        "seconds": round(time.monotonic() - started, 3)})
+                    if self.on_ready is not None:
+                        self.on_ready()
+                else:
+                    self.write_finals()
         finally:
-            consumer.close()
+            reader.close()
+
+    def write_finals(self) -> None:
+        """Durable final records of the jobs that became terminal since the last call."""
+        finished = self.table.take_finished()
+        if self.records is None:
+            return
+        for job in finished:
+            try:
+                self.records.put_final(job)
+            except Exception:  # the next replica (or restart) that folds it writes it
+                log.exception("cannot write the final job record",
+                              extra={"job_id": job.job_id})
 
     def handle(self, message) -> None:
         """Fold one bus message; a malformed one is logged and skipped, never fatal."""

@@ -9,6 +9,10 @@ and a redelivered stage event changes nothing a user can see:
 - events may arrive in any order across topics (a completion replayed before its request).
 
 Timestamps come from the event headers, never the wall clock, so a replay reproduces them.
+A succeeded job's `result.stages` is folded from every stage's event (the kinematics
+stage's failed frames and time, the others' times, the generator's static-world flag),
+whatever order they arrive in. Records restored from the durable store (`restore`) are
+terminal and final: later events change nothing in them.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from dataclasses import dataclass
 
 from k4d.errors import InvalidArgument, NotFound
 from k4d_simulator import events as ev
+from k4d_simulator.outcomes import STATIC_WORLD, stage_outcomes
+from k4d_simulator.validation import DEFAULT_NUM_FRAMES
 from kinema4d.v1 import common_pb2, simulator_pb2
 
 S = simulator_pb2.JobState
@@ -45,6 +51,12 @@ class _Record:
     terminal_events: int = 0
     completion_events: int = 0
     spec: object = None
+    # Kinematics outcome (from KinematicsCompleted), folded into result.stages.
+    failed_frames: int = 0
+    kinematics_seconds: float | None = None
+    num_frames: int = 0
+    # Restored from a durable final record: nothing may change it any more.
+    restored: bool = False
 
 
 def _ts_ns(ts) -> int:
@@ -59,6 +71,7 @@ class JobTable:
         self._records: dict[str, _Record] = {}
         self._idempotency: dict[str, tuple[str, int]] = {}  # key -> (job_id, created_ns)
         self._changed = threading.Condition()
+        self._finished: list[str] = []  # became terminal by `apply`, not yet taken
 
     # --- writing -------------------------------------------------------------------
 
@@ -76,8 +89,13 @@ class JobTable:
                 record = self._records[job_id] = _Record(simulator_pb2.Job(job_id=job_id))
                 record.job.created_at.CopyFrom(event.header.created_at)
             before = record.job.SerializeToString(deterministic=True)
-            self._fold(record, topic, event, dict(headers or {}))
+            was_terminal = is_terminal(record.job.state)
+            if not record.restored:
+                self._fold(record, topic, event, dict(headers or {}))
+                _fold_stages(record)
             changed = record.job.SerializeToString(deterministic=True) != before
+            if is_terminal(record.job.state) and not was_terminal:
+                self._finished.append(job_id)
             if changed:
                 # Only events that changed the record move updated_at: an ignored duplicate
                 # (a replay's second failure) must not, or replays would differ.
@@ -97,11 +115,15 @@ class JobTable:
             job.created_at.CopyFrom(created)
         if topic == ev.TOPIC_REQUESTED:
             record.spec = event.spec
+            record.num_frames = record.num_frames or event.spec.num_frames or DEFAULT_NUM_FRAMES
             self._advance(job, S.JOB_STATE_QUEUED)
             key = headers.get(ev.HEADER_IDEMPOTENCY_KEY, "")
             if key and key not in self._idempotency:
                 self._idempotency[key] = (job.job_id, _ts_ns(created))
         elif topic == ev.TOPIC_KINEMATICS:
+            record.failed_frames = event.failed_frames
+            record.kinematics_seconds = event.seconds
+            record.num_frames = event.spec.num_frames or record.num_frames or DEFAULT_NUM_FRAMES
             self._running(job, common_pb2.Progress(stage="kinematics", step=1, total=1,
                                                    message="kinematics done"))
         elif topic == ev.TOPIC_PROJECTED:
@@ -136,6 +158,34 @@ class JobTable:
     def _running(self, job: simulator_pb2.Job, progress: common_pb2.Progress) -> None:
         self._advance(job, S.JOB_STATE_RUNNING)
         _raise_progress(job, progress)
+
+    def restore(self, job: simulator_pb2.Job) -> bool:
+        """Adopt a durable final record (terminal): it replaces whatever the events folded
+        so far and stays as it is. Returns whether the table changed."""
+        if not is_terminal(job.state):
+            raise InvalidArgument.for_field("job.state", "only terminal records are restored")
+        with self._changed:
+            record = self._records.get(job.job_id)
+            if record is not None and record.restored:
+                return False
+            if record is None:
+                record = self._records[job.job_id] = _Record(_copy(job))
+            else:
+                record.job = _copy(job)
+            record.restored = True
+            record.terminal_events = max(record.terminal_events, 1)
+            record.completion_events = max(record.completion_events,
+                                           int(job.state == S.JOB_STATE_SUCCEEDED))
+            record.version += 1
+            self._changed.notify_all()
+            return True
+
+    def take_finished(self) -> list[simulator_pb2.Job]:
+        """Jobs that became terminal through `apply` since the last call (each once):
+        the feed writes their durable final records."""
+        with self._changed:
+            ids, self._finished = self._finished, []
+            return [_copy(self._records[i].job) for i in dict.fromkeys(ids)]
 
     def mark_cancel_requested(self, job_id: str) -> simulator_pb2.Job:
         """Record a cancellation request (the store marker is the durable copy)."""
@@ -235,6 +285,21 @@ class JobTable:
             page = [_copy(j) for j in jobs[:size]]
         next_token = _encode_token(_sort_key(page[-1])) if len(jobs) > size else ""
         return page, next_token
+
+
+def _fold_stages(record: _Record) -> None:
+    """result.stages of a succeeded job from what the stage events said."""
+    job = record.job
+    if job.state != S.JOB_STATE_SUCCEEDED:
+        return
+    seconds = dict(job.result.stage_seconds)
+    if record.kinematics_seconds is not None:
+        seconds.setdefault("kinematics", record.kinematics_seconds)
+    outcomes = stage_outcomes(seconds, failed_frames=record.failed_frames,
+                              num_frames=record.num_frames or DEFAULT_NUM_FRAMES,
+                              static_world=job.result.model.name == STATIC_WORLD)
+    del job.result.stages[:]
+    job.result.stages.extend(outcomes)
 
 
 def _progress_key(progress: common_pb2.Progress) -> tuple[int, int, int]:
