@@ -1,0 +1,117 @@
+"""Generation for `k4d eval run` and the static-world floor, through the public
+`k4d simulate` command in subprocesses (no import of the simulator or generator packages:
+the evaluator stays a consumer of the CLI contract, docs/adr/002-evaluator-package.md).
+
+Each episode's inputs (first frame as PNG, camera JSON, actions JSON, robot) come from
+the dataset; outputs go to OUT/<method>/<episode_id>/. A directory with summary.json
+(written last by `k4d simulate`) is complete and is skipped when the run resumes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+from k4d.errors import FailedPrecondition
+
+from k4d_eval.inputs import SIM_SUMMARY_JSON
+from k4d_eval.pipeline import BASELINE, MODEL, eval_dataset, resolve_episodes
+
+PREDICTIONS_DIR = "predictions"
+BASELINE_DIR = "static-world"
+INPUTS_DIR = "inputs"
+
+
+def write_episode_inputs(dataset, episode_id: str, where: Path) -> dict[str, str]:
+    """image.png, camera.json, actions.json of one episode -> `k4d simulate` arguments."""
+    from PIL import Image
+
+    meta = dataset.meta(episode_id)
+    where.mkdir(parents=True, exist_ok=True)
+    first = dataset.open(episode_id)["rgb"][0:1][0]
+    Image.fromarray(first).save(where / "image.png")
+    (where / "camera.json").write_text(json.dumps(meta.camera_at(0)))
+    (where / "actions.json").write_text(json.dumps(meta.actions))
+    return {"--robot": meta.robot, "--image": str(where / "image.png"),
+            "--camera": str(where / "camera.json"), "--actions": str(where / "actions.json"),
+            "--frames": str(meta.frames), "--fps": str(meta.fps)}
+
+
+def simulate(spec: dict[str, str], out: Path, *, model: str = "", backend: str = "",
+             steps: int = 0) -> Path:
+    """One `k4d simulate` run; a failure is FailedPrecondition with its error line."""
+    if (out / SIM_SUMMARY_JSON).is_file():
+        return out
+    cmd = [sys.executable, "-m", "k4d.cli.main", "simulate", "--out", str(out), "--no-progress",
+           "--viewer-points", "500"]
+    for key, value in spec.items():
+        cmd += [key, value]
+    if model:
+        cmd += ["--model", model]
+    if backend:
+        cmd += ["--backend", backend]
+    if steps:
+        cmd += ["--steps", str(steps)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+        raise FailedPrecondition(f"`k4d simulate` failed for {out.name}: "
+                                 f"{lines[-1] if lines else f'exit code {proc.returncode}'}")
+    return out
+
+
+def generate(dataset, episode_ids: Sequence[str], out: Path, method_dir: str, *,
+             model: str = "", backend: str = "", steps: int = 0, workers: int = 1,
+             progress: bool = True) -> Path:
+    """Every episode's rollout under out/method_dir/<episode_id>/ (parallel, resumable)."""
+    from tqdm import tqdm
+
+    root = out / method_dir
+    root.mkdir(parents=True, exist_ok=True)
+    specs = {e: write_episode_inputs(dataset, e, out / INPUTS_DIR / e) for e in episode_ids}
+    todo = [e for e in episode_ids if not (root / e / SIM_SUMMARY_JSON).is_file()]
+    with tqdm(total=len(episode_ids), initial=len(episode_ids) - len(todo), unit="episode",
+              desc=f"simulate {method_dir}", disable=not progress) as bar, \
+            ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        futures = [pool.submit(simulate, specs[e], root / e, model=model, backend=backend,
+                               steps=steps) for e in todo]
+        for future in as_completed(futures):
+            future.result()
+            bar.update()
+    return root
+
+
+def generate_baseline(gt_uri: str, out: Path, episodes: Sequence[str] | None, workers: int,
+                      progress: bool) -> Path:
+    from k4d.episodes import open_dataset
+
+    dataset = open_dataset(gt_uri)
+    ids = resolve_episodes(dataset, episodes)
+    return generate(dataset, ids, Path(out), BASELINE_DIR, backend="static-world",
+                    workers=workers, progress=progress)
+
+
+def run_and_evaluate(model: str, data_uri: str, out: Path, settings, *,
+                     episodes: Sequence[str] | None = None, workers: int = 1,
+                     baseline: bool = True, steps: int = 0, backend: str = "",
+                     progress: bool = True, learned_metrics=None) -> dict:
+    """`k4d eval run`: generate with the model (and the static-world floor), evaluate."""
+    from k4d.episodes import open_dataset
+
+    settings.check()
+    out = Path(out)
+    dataset = open_dataset(data_uri)
+    ids = resolve_episodes(dataset, episodes)
+    pred = generate(dataset, ids, out, PREDICTIONS_DIR, model=model, backend=backend,
+                    steps=steps, workers=workers, progress=progress)
+    base = generate(dataset, ids, out, BASELINE_DIR, backend="static-world", workers=workers,
+                    progress=progress) if baseline else None
+    return eval_dataset(str(pred), data_uri, out, settings,
+                        baseline_uri=str(base) if base else None, episodes=ids,
+                        workers=workers, progress=progress, method=f"{MODEL}: {model}",
+                        learned_metrics=learned_metrics,
+                        extra_inputs={"model": model, "generation": "`k4d simulate` subprocess",
+                                      "baseline_method": BASELINE if base else None})

@@ -1,0 +1,113 @@
+"""Geometry metrics as per-frame sufficient statistics, on point clouds with KD-trees.
+
+Definitions (issue 12), for a predicted cloud P and a ground-truth cloud G of one frame:
+  Chamfer L1 = (mean_{p in P} d(p, G) + mean_{g in G} d(g, P)) / 2, d = Euclidean distance
+  Chamfer L2 = the same with squared distances
+  F-score(tau) = 2 P R / (P + R), precision P = |{p : d(p, G) < tau}| / |P|, recall R the
+  reverse (0 when both are 0)
+  temporal variants: the same between consecutive frames of one clip (t-1 -> t)
+  depth AbsRel = mean |z_pred - z_gt| / z_gt, delta1 = fraction max(z_pred/z_gt,
+  z_gt/z_pred) < 1.25, over pixels valid in both.
+Nearest neighbours come from `scipy.spatial.cKDTree` (exact), never brute force.
+
+Kinema4D normalisation (REFERENCE section 2, the form the paper's numbers are in): points
+in the first frame's camera, per frame clipped to the 2/98 percentiles per axis, centred on
+the clip box's centre and divided by one isotropic scale (half the box's longest side), so
+the clip box maps into [-1, 1].
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from k4d.pointmap_codec import CLIP_PERCENTILES  # (2, 98), the codec's
+from scipy.spatial import cKDTree
+
+from k4d_eval.stats import FrameStats, safe_ratio
+
+DEFAULT_TAU = 0.01
+CHAMFER_STATS = ("pg_l1", "pg_l2", "n_pred", "gp_l1", "gp_l2", "n_gt", "pred_in", "gt_in")
+DEPTH_STATS = ("absrel_sum", "delta1_count", "n")
+DELTA1 = 1.25
+
+
+def normalise_frame(pointmap: np.ndarray, valid: np.ndarray,
+                    percentiles: tuple[float, float] = CLIP_PERCENTILES) -> tuple[np.ndarray, float]:
+    """One frame's (H, W, 3) first-frame-camera points and (H, W) valid mask -> ((H*W, 3)
+    float64 points in the Kinema4D normalisation, 0 off `valid`; the frame's scale).
+    The one definition of the normalisation is k4d.pointmap_codec's (the 8-bit codec)."""
+    from k4d.pointmap_codec import normalise
+
+    q, _, scale, _, _ = normalise(pointmap[None], valid[None], percentiles=percentiles)
+    return q[0].reshape(-1, 3), float(scale[0])
+
+
+def tree(points: np.ndarray) -> cKDTree | None:
+    """KD-tree of (N, 3) points; None for an empty cloud."""
+    if len(points) == 0:
+        return None
+    # Unbalanced, uncompacted trees build ~2x faster and query as fast on surface clouds.
+    return cKDTree(points, balanced_tree=False, compact_nodes=False)
+
+
+def nn_distances(points: np.ndarray, other: cKDTree, workers: int = 1) -> np.ndarray:
+    """(N,) distance of each point to its nearest neighbour in `other`."""
+    dist, _ = other.query(points, k=1, workers=workers)
+    return dist
+
+
+def chamfer_stats(pred: np.ndarray, pred_tree: cKDTree | None, gt: np.ndarray,
+                  gt_tree: cKDTree | None, tau: float, workers: int = 1) -> dict[str, float]:
+    """Additive Chamfer/F-score statistics of one frame's clouds (N, 3) and (M, 3).
+    An empty side gives zero counts, so the frame has no value."""
+    if pred_tree is None or gt_tree is None:
+        return dict.fromkeys(CHAMFER_STATS, 0.0)
+    d_pg = nn_distances(pred, gt_tree, workers)
+    d_gp = nn_distances(gt, pred_tree, workers)
+    return {"pg_l1": float(d_pg.sum()), "pg_l2": float(np.dot(d_pg, d_pg)),
+            "n_pred": float(len(d_pg)), "gp_l1": float(d_gp.sum()),
+            "gp_l2": float(np.dot(d_gp, d_gp)), "n_gt": float(len(d_gp)),
+            "pred_in": float(np.count_nonzero(d_pg < tau)),
+            "gt_in": float(np.count_nonzero(d_gp < tau))}
+
+
+def _chamfer_update(pred_clouds: list[np.ndarray], gt_clouds: list[np.ndarray],
+                    tau: float = DEFAULT_TAU, workers: int = 1) -> FrameStats:
+    """Per-frame Chamfer statistics of two lists of (N_t, 3) clouds (the functional form;
+    the evaluator builds trees once and calls `chamfer_stats`)."""
+    stats = FrameStats.zeros(len(pred_clouds), CHAMFER_STATS)
+    for t, (p, g) in enumerate(zip(pred_clouds, gt_clouds, strict=True)):
+        stats.add(t, chamfer_stats(p, tree(p), g, tree(g), tau, workers))
+    return stats
+
+
+def _chamfer_compute(stats: FrameStats) -> dict[str, np.ndarray]:
+    """-> chamfer_l1, chamfer_l2, precision, recall, fscore: (T,) each, NaN where a
+    frame has an empty cloud."""
+    l1 = 0.5 * (safe_ratio(stats["pg_l1"], stats["n_pred"]) + safe_ratio(stats["gp_l1"], stats["n_gt"]))
+    l2 = 0.5 * (safe_ratio(stats["pg_l2"], stats["n_pred"]) + safe_ratio(stats["gp_l2"], stats["n_gt"]))
+    precision = safe_ratio(stats["pred_in"], stats["n_pred"])
+    recall = safe_ratio(stats["gt_in"], stats["n_gt"])
+    total = precision + recall
+    fscore = np.where(total > 0, 2 * precision * recall / np.where(total > 0, total, 1.0), 0.0)
+    fscore = np.where(np.isnan(total), np.nan, fscore)
+    return {"chamfer_l1": l1, "chamfer_l2": l2, "precision": precision, "recall": recall,
+            "fscore": fscore}
+
+
+def depth_stats(z_pred: np.ndarray, z_gt: np.ndarray) -> dict[str, float]:
+    """Additive depth statistics of paired per-pixel depths (N,), (N,), both > 0."""
+    ratio = z_pred / z_gt
+    return {"absrel_sum": float(np.abs(ratio - 1.0).sum()),
+            "delta1_count": float(np.count_nonzero(np.maximum(ratio, 1.0 / ratio) < DELTA1)),
+            "n": float(len(z_gt))}
+
+
+def _depth_compute(stats: FrameStats) -> dict[str, np.ndarray]:
+    return {"depth_absrel": safe_ratio(stats["absrel_sum"], stats["n"]),
+            "depth_delta1": safe_ratio(stats["delta1_count"], stats["n"])}
+
+
+def chamfer(pred: np.ndarray, gt: np.ndarray, tau: float = DEFAULT_TAU) -> dict[str, float]:
+    """Chamfer L1/L2, precision, recall and F-score of one pair of (N, 3) clouds."""
+    values = _chamfer_compute(_chamfer_update([pred], [gt], tau))
+    return {k: float(v[0]) for k, v in values.items()}

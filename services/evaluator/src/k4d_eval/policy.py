@@ -1,0 +1,174 @@
+"""Policy-evaluation agreement: does the world model judge rollouts the way reality does?
+
+- An automatic success judge for the data engine's synthetic tasks: it finds the target
+  object in a clip by its colour in frame 0 (its pixels there come from ground truth
+  object_ids, what the initial scene shows), reads the object's 3D position from the
+  clip's pointmap in that region frame by frame (median of its points, in the world frame
+  of the camera JSON) and applies the task's rule:
+    pick   the object ends >= LIFT_M above its start
+    push   the object ends >= PUSH_M away from its start, horizontally
+    stack  object 1 ends within STACK_XY_M of object 2 horizontally and >= STACK_Z_M above it
+  The same judge runs on the prediction and, as a check of the judge, on the ground truth.
+- Agreement of simulated with true success: accuracy, precision, recall per episode, the
+  success-rate gap per task and per scene, and the Spearman rank correlation of policies
+  (or checkpoints) by simulated vs true success rate (the measure WorldGym and WorldEval use).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from k4d_eval.clip import Clip
+
+LIFT_M = 0.05
+PUSH_M = 0.05
+STACK_XY_M = 0.03
+STACK_Z_M = 0.02
+COLOUR_TOL = 40.0      # RGB distance from the object's frame-0 median colour
+MIN_PIXELS = 20        # fewer matching pixels: the object is not seen in that frame
+JUDGED_KINDS = ("pick", "push", "stack")
+
+
+def object_track(clip: Clip, colour: np.ndarray, start: np.ndarray,
+                 T_world_from_cam0: np.ndarray) -> np.ndarray:
+    """(T, 3) world position of the object per frame (NaN where unseen): median of the
+    clip's valid points whose colour is within COLOUR_TOL of `colour`, off the robot.
+    Frame 0 uses the object's known pixels `start` (H, W)."""
+    T = clip.frames
+    track = np.full((T, 3), np.nan)
+    R, tr = T_world_from_cam0[:3, :3], T_world_from_cam0[:3, 3]
+    for t in range(T):
+        if t == 0:
+            region = start & clip.valid[0]
+        else:
+            dist = np.linalg.norm(clip.rgb[t].astype(np.float32) - colour, axis=-1)
+            region = (dist < COLOUR_TOL) & clip.valid[t]
+            if clip.robot_mask is not None:
+                region &= ~clip.robot_mask[t]
+        if region.sum() >= MIN_PIXELS:
+            track[t] = np.median(clip.pointmap[t][region].astype(np.float64), axis=0) @ R.T + tr
+    return track
+
+
+def _final(track: np.ndarray) -> np.ndarray | None:
+    seen = np.flatnonzero(~np.isnan(track[:, 0]))
+    return track[seen[-1]] if len(seen) and seen[-1] > 0 else None
+
+
+def judge(clip: Clip, object_ids0: np.ndarray, task_kind: str,
+          T_cam0_from_world: np.ndarray) -> dict:
+    """-> {"success": bool | None, "rule": str, ...}; None when the task kind has no rule
+    or an object cannot be found."""
+    if task_kind not in JUDGED_KINDS or clip.pointmap is None:
+        return {"success": None, "rule": f"no automatic rule for task kind {task_kind!r}"}
+    T_world_from_cam0 = np.linalg.inv(T_cam0_from_world)
+    needed = (1, 2) if task_kind == "stack" else (1,)
+    tracks = {}
+    for k in needed:
+        start = object_ids0 == k
+        if start.sum() < MIN_PIXELS:
+            return {"success": None, "rule": f"object {k} is not visible in frame 0"}
+        colour = np.median(clip.rgb[0][start].astype(np.float32), axis=0)
+        tracks[k] = object_track(clip, colour, start, T_world_from_cam0)
+    start1, end1 = tracks[1][0], _final(tracks[1])
+    if end1 is None or np.isnan(start1[0]):
+        return {"success": None, "rule": "object 1 is not found after frame 0"}
+    if task_kind == "pick":
+        lift = float(end1[2] - start1[2])
+        return {"success": lift >= LIFT_M, "rule": f"lift >= {LIFT_M} m", "lift_m": lift}
+    if task_kind == "push":
+        moved = float(np.linalg.norm(end1[:2] - start1[:2]))
+        return {"success": moved >= PUSH_M, "rule": f"horizontal move >= {PUSH_M} m",
+                "moved_m": moved}
+    end2 = _final(tracks[2])
+    end2 = tracks[2][0] if end2 is None else end2  # the base object may simply stay put
+    xy, dz = float(np.linalg.norm(end1[:2] - end2[:2])), float(end1[2] - end2[2])
+    return {"success": xy <= STACK_XY_M and dz >= STACK_Z_M,
+            "rule": f"object 1 within {STACK_XY_M} m of object 2 horizontally, >= {STACK_Z_M} m "
+                    "above it", "xy_m": xy, "dz_m": dz}
+
+
+def episode_labels(pred: Clip, gt: Clip) -> dict:
+    """Labels of one evaluated episode: the true success (the dataset's label, else the
+    judge on ground truth) and the simulated success (the judge on the prediction)."""
+    meta = gt.meta
+    kind = meta.get("task_kind", "")
+    source = meta.get("source", {}) or {}
+    labels = {"task": meta.get("task", ""), "task_kind": kind,
+              "scene": str(source.get("scene", source.get("dataset", ""))),
+              "policy": str(source.get("policy", "")), "true_success": meta.get("success"),
+              "simulated_success": None}
+    if gt.object_ids is None or gt.T_cam_from_world is None:
+        labels["judge"] = "no object ids: simulated success needs a label from outside"
+        return labels
+    on_pred = judge(pred, gt.object_ids[0], kind, gt.T_cam_from_world[0])
+    on_gt = judge(gt, gt.object_ids[0], kind, gt.T_cam_from_world[0])
+    labels.update(simulated_success=on_pred["success"], judge=on_pred, judge_on_gt=on_gt)
+    if labels["true_success"] is None:
+        labels["true_success"] = on_gt["success"]
+    return labels
+
+
+def agreement(true: Sequence[bool], simulated: Sequence[bool]) -> dict:
+    """Per-episode agreement of simulated with true success ('positive' = success)."""
+    t = np.asarray(true, dtype=bool)
+    s = np.asarray(simulated, dtype=bool)
+    tp, tn = int(np.sum(t & s)), int(np.sum(~t & ~s))
+    fp, fn = int(np.sum(~t & s)), int(np.sum(t & ~s))
+    n = len(t)
+    return {"episodes": n, "accuracy": (tp + tn) / n if n else None,
+            "precision": tp / (tp + fp) if tp + fp else None,
+            "recall": tp / (tp + fn) if tp + fn else None,
+            "success_rate_true": float(t.mean()) if n else None,
+            "success_rate_simulated": float(s.mean()) if n else None,
+            "success_rate_gap": float(s.mean() - t.mean()) if n else None,
+            "confusion": {"tp": tp, "fp": fp, "fn": fn, "tn": tn}}
+
+
+def rank_correlation(true_rates: Sequence[float], simulated_rates: Sequence[float]) -> float | None:
+    """Spearman's rho between true and simulated success rates of several policies."""
+    from scipy.stats import spearmanr
+
+    if len(true_rates) < 2:
+        return None
+    rho = spearmanr(true_rates, simulated_rates).statistic
+    return None if np.isnan(rho) else float(rho)
+
+
+def agreement_table(rows: Sequence[Mapping]) -> dict:
+    """rows: {policy, task, scene, true_success, simulated_success} (booleans; rows with a
+    missing label are counted apart) -> the full agreement section."""
+    labelled = [r for r in rows if r.get("true_success") is not None
+                and r.get("simulated_success") is not None]
+    out = {"rows": len(rows), "unlabelled": len(rows) - len(labelled),
+           "agreement": agreement([r["true_success"] for r in labelled],
+                                  [r["simulated_success"] for r in labelled])}
+    for key, name in (("task", "per_task"), ("scene", "per_scene"), ("policy", "per_policy")):
+        groups: dict[str, list] = {}
+        for r in labelled:
+            groups.setdefault(str(r.get(key, "")), []).append(r)
+        out[name] = {g: agreement([r["true_success"] for r in rs],
+                                  [r["simulated_success"] for r in rs])
+                     for g, rs in sorted(groups.items())}
+    policies = out["per_policy"]
+    named = {p: v for p, v in policies.items() if p}
+    out["spearman"] = rank_correlation([v["success_rate_true"] for v in named.values()],
+                                       [v["success_rate_simulated"] for v in named.values()])
+    return out
+
+
+def agreement_section(results, baseline=None) -> dict | None:
+    """The report's `policy` section from the per-episode labels of evaluated episodes."""
+    rows = [dict(r.info.get("policy", {}), episode_id=r.episode_id) for r in results]
+    if not rows:
+        return None
+    section = agreement_table(rows)
+    section["episodes"] = [{k: r.get(k) for k in ("episode_id", "task", "task_kind", "scene",
+                                                   "policy", "true_success", "simulated_success")}
+                           for r in rows]
+    if baseline:
+        base = [dict(r.info.get("policy", {})) for r in baseline]
+        section["static_world"] = agreement_table(base)["agreement"]
+    return section

@@ -1,0 +1,72 @@
+"""Pixel regions every metric is broken down by.
+
+  whole          every pixel
+  robot          the robot's pixels: the robot condition's mask when the prediction came
+                 with one (what the model was given), else the ground truth's robot_mask
+  environment    everything else: what the model must predict
+  moving_object  synthetic episodes: where the ground truth differs from frame 0 outside
+                 the robot; with object_ids, the pixels of objects that moved, where they
+                 are and where they started (object_poses decide which moved, else their
+                 pixels changing)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from k4d_eval.clip import Clip
+
+REGIONS = ("whole", "robot", "environment", "moving_object")
+MOVED_M = 0.005          # an object moved when its position changed by more than 5 mm
+MOVED_RAD = np.deg2rad(2.0)  # ... or its orientation by more than 2 degrees
+RGB_CHANGE = 25          # without object ids: a pixel changed by more than this (0-255)
+DEPTH_CHANGE_M = 0.01    # ... or its depth by more than 1 cm
+
+
+def build_regions(gt: Clip, condition_robot_mask: np.ndarray | None = None,
+                  synthetic: bool = False) -> dict[str, np.ndarray]:
+    """-> name -> (T, H, W) bool. `robot` and `environment` exist when a robot mask is
+    known, `moving_object` for synthetic ground truth."""
+    T, (H, W) = gt.frames, gt.size
+    regions = {"whole": np.ones((T, H, W), dtype=bool)}
+    robot = condition_robot_mask if condition_robot_mask is not None else gt.robot_mask
+    if robot is not None:
+        robot = np.asarray(robot, dtype=bool)
+        regions["robot"] = robot
+        regions["environment"] = ~robot
+    if synthetic or gt.object_ids is not None:
+        regions["moving_object"] = moving_object_region(gt, robot)
+    return regions
+
+
+def moved_objects(object_poses: np.ndarray) -> list[int]:
+    """(T, K, 7) poses -> ids (1-based) of objects whose pose left frame 0's."""
+    poses = np.asarray(object_poses, dtype=np.float64)
+    shift = np.linalg.norm(poses[:, :, :3] - poses[:1, :, :3], axis=-1).max(axis=0)
+    q0 = poses[:1, :, 3:] / np.linalg.norm(poses[:1, :, 3:], axis=-1, keepdims=True)
+    q = poses[:, :, 3:] / np.linalg.norm(poses[:, :, 3:], axis=-1, keepdims=True)
+    dot = np.clip(np.abs(np.sum(q * q0, axis=-1)), 0.0, 1.0)
+    turn = (2.0 * np.arccos(dot)).max(axis=0)
+    return [k + 1 for k in range(poses.shape[1]) if shift[k] > MOVED_M or turn[k] > MOVED_RAD]
+
+
+def moving_object_region(gt: Clip, robot: np.ndarray | None) -> np.ndarray:
+    """(T, H, W) bool; see the module doc."""
+    not_robot = ~robot if robot is not None else np.ones(gt.rgb.shape[:3], dtype=bool)
+    if gt.object_ids is not None:
+        ids = np.asarray(gt.object_ids)
+        if gt.object_poses is not None and np.asarray(gt.object_poses).shape[1] > 0:
+            moving = moved_objects(gt.object_poses)
+        else:
+            present = [int(k) for k in np.unique(ids) if k >= 1]
+            moving = [k for k in present if np.any((ids == k) != (ids[:1] == k))]
+        if not moving:
+            return np.zeros(ids.shape, dtype=bool)
+        return (np.isin(ids, moving) | np.isin(ids[:1], moving)) & not_robot
+    diff = np.abs(gt.rgb.astype(np.int16) - gt.rgb[:1].astype(np.int16)).max(axis=-1) > RGB_CHANGE
+    if gt.depth is not None:
+        both = (gt.depth > 0) & (gt.depth[:1] > 0)
+        diff |= both & (np.abs(gt.depth - gt.depth[:1]) > DEPTH_CHANGE_M)
+    if robot is not None:
+        not_robot = not_robot & ~robot[:1]
+    return diff & not_robot

@@ -1,0 +1,206 @@
+"""Aggregate episode results into the report people and tools read:
+DIR/report.json, summary.md and summary.csv (the paper's table layout)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import numpy as np
+
+from k4d_eval.evaluate import EpisodeResult, metric_values
+from k4d_eval.stats import FrameStats, frame_mean
+
+REPORT_JSON = "report.json"
+SUMMARY_MD = "summary.md"
+SUMMARY_CSV = "summary.csv"
+HEADLINE = ("psnr", "ssim", "chamfer_l1", "chamfer_l2", "fscore")
+LEARNED = ("lpips", "fid", "fvd", "latent_l2")
+# REFERENCE.md section 4 (paper, test = 2% of Robo4D-200k; geometry in its normalisation).
+PAPER_ROWS = {
+    "Kinema4D (paper)": {"psnr": 22.50, "ssim": 0.864, "latent_l2": 0.1380, "fid": 25.2,
+                         "fvd": 98.5, "lpips": 0.105, "chamfer_l1_k4d": 0.0479,
+                         "chamfer_l2_k4d": 0.0077, "fscore_k4d": 0.4733},
+    "TesserAct (paper)": {"psnr": 19.35, "ssim": 0.766, "latent_l2": 0.1911, "fid": 29.5,
+                          "fvd": 120.3, "lpips": 0.158, "chamfer_l1_k4d": 0.0836,
+                          "chamfer_l2_k4d": 0.0130, "fscore_k4d": 0.2896},
+}
+VIDEO_COLUMNS = (("PSNR", "psnr"), ("SSIM", "ssim"), ("latent L2", "latent_l2"), ("FID", "fid"),
+                 ("FVD", "fvd"), ("LPIPS", "lpips"))
+GEOMETRY_COLUMNS = (("CD-L1", "chamfer_l1{s}"), ("CD-L2", "chamfer_l2{s}"), ("F-score", "fscore{s}"),
+                    ("temporal CD-L1", "temporal_chamfer_l1{s}"), ("AbsRel", "depth_absrel{s}"),
+                    ("delta<1.25", "depth_delta1{s}"))
+
+
+def merge(results: Iterable[EpisodeResult]) -> dict[str, dict[str, FrameStats]]:
+    """region -> group -> stats of every frame of every episode (reduction: cat)."""
+    merged: dict[str, dict[str, FrameStats]] = {}
+    for result in results:
+        for region, groups in result.stats.items():
+            for group, stats in groups.items():
+                slot = merged.setdefault(region, {})
+                slot[group] = slot[group].cat(stats) if group in slot else stats
+    return merged
+
+
+def _per_frame_mean(results: list[EpisodeResult], region: str, psnr_max_db: float
+                    ) -> dict[str, list[float | None]]:
+    """metric -> value per frame index, the mean over episodes having that frame."""
+    rows: dict[str, list[np.ndarray]] = {}
+    for result in results:
+        if region in result.stats:
+            for name, values in metric_values(result.stats[region], psnr_max_db).items():
+                rows.setdefault(name, []).append(values)
+    out = {}
+    for name, series in rows.items():
+        frames = max(len(s) for s in series)
+        table = np.full((len(series), frames), np.nan)
+        for i, s in enumerate(series):
+            table[i, :len(s)] = s
+        out[name] = [frame_mean(table[:, t]) for t in range(frames)]
+    return out
+
+
+def section(results: list[EpisodeResult], psnr_max_db: float) -> dict:
+    """metrics (whole frame), regions, per_frame and episodes of one method."""
+    merged = merge(results)
+    regions = {region: {name: frame_mean(v) for name, v in metric_values(groups, psnr_max_db).items()}
+               for region, groups in merged.items()}
+    return {
+        "metrics": dict(regions.get("whole", {})),
+        "regions": regions,
+        "per_frame": _per_frame_mean(results, "whole", psnr_max_db),
+        "per_frame_regions": {r: _per_frame_mean(results, r, psnr_max_db)
+                              for r in merged if r != "whole"},
+        "episodes": [{"episode_id": r.episode_id, "frames": r.frames, "info": r.info,
+                      "metrics": {n: frame_mean(v) for n, v in
+                                  metric_values(r.stats.get("whole", {}), psnr_max_db).items()}}
+                     for r in results],
+    }
+
+
+def build_report(results: list[EpisodeResult], settings: Mapping, *, method: str = "model",
+                 baseline: list[EpisodeResult] | None = None, learned: Mapping | None = None,
+                 baseline_learned: Mapping | None = None, policy: Mapping | None = None,
+                 inputs: Mapping | None = None) -> dict:
+    psnr_max = float(settings.get("psnr_max_db", 100.0))
+    report = {"method": method, **section(results, psnr_max)}
+    if learned:
+        report["metrics"].update(learned)
+    report["baseline"] = None
+    if baseline:
+        base = section(baseline, psnr_max)
+        if baseline_learned:
+            base["metrics"].update(baseline_learned)
+        report["baseline"] = {"method": "static-world", **base}
+    report["policy"] = dict(policy) if policy else None
+    report["counts"] = {"episodes": len(results), "frames": int(sum(r.frames for r in results))}
+    report["settings"] = dict(settings)
+    report["inputs"] = dict(inputs or {})
+    report["reference"] = {"source": "Kinema4D paper (REFERENCE.md section 4); geometry in the "
+                                     "Kinema4D normalisation (our *_k4d keys)", "rows": PAPER_ROWS}
+    return report
+
+
+def _finite(value):
+    """JSON without NaN/Infinity: non-finite numbers become null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if isinstance(value, np.generic):
+        return _finite(value.item())
+    return value
+
+
+def _atomic_text(path: Path, text: str) -> Path:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
+
+
+def write_json(path: Path, data) -> Path:
+    return _atomic_text(Path(path), json.dumps(_finite(data), indent=1, allow_nan=False) + "\n")
+
+
+def _fmt(value, key: str) -> str:
+    if value is None:
+        return "-"
+    if key.startswith("psnr") or key in ("fid", "fvd"):
+        return f"{value:.2f}"
+    return f"{value:.4f}"
+
+
+def _rows(report: Mapping) -> list[tuple[str, Mapping]]:
+    rows = [(report.get("method", "model"), report["metrics"])]
+    if report.get("baseline"):
+        rows.append(("static-world (floor)", report["baseline"]["metrics"]))
+    return rows
+
+
+def _table(title: str, columns, rows, suffix: str = "", first: str = "method") -> list[str]:
+    keys = [(label, key.format(s=suffix)) for label, key in columns]
+    lines = [f"### {title}", "", f"| {first} | " + " | ".join(label for label, _ in keys) + " |",
+             "|---" * (len(keys) + 1) + "|"]
+    for name, metrics in rows:
+        lines.append(f"| {name} | " + " | ".join(_fmt(metrics.get(k), k) for _, k in keys) + " |")
+    return lines + [""]
+
+
+def summary_markdown(report: Mapping) -> str:
+    rows = _rows(report)
+    paper = list(PAPER_ROWS.items())
+    counts = report["counts"]
+    lines = [f"# Evaluation: {report.get('method', 'model')}", "",
+             f"{counts['episodes']} episode(s), {counts['frames']} frames. Per frame, then the "
+             "mean. Geometry on sampled pixels (settings.geometry_pixels), F-score at "
+             f"tau = {report['settings'].get('tau')}.", ""]
+    lines += _table("Video (paper Table 1 layout)", VIDEO_COLUMNS, rows + paper)
+    lines += _table("Geometry, Kinema4D normalisation (comparable with the paper)",
+                    GEOMETRY_COLUMNS, rows + paper, "_k4d")
+    lines += _table("Geometry, metres", GEOMETRY_COLUMNS, rows, "")
+    region_cols = (("PSNR", "psnr"), ("SSIM", "ssim"), ("CD-L1 m", "chamfer_l1"),
+                   ("CD-L2 m", "chamfer_l2"), ("F-score m", "fscore"),
+                   ("CD-L1 k4d", "chamfer_l1_k4d"), ("AbsRel", "depth_absrel"))
+    for name, sec in [(report.get("method", "model"), report)] + (
+            [("static-world", report["baseline"])] if report.get("baseline") else []):
+        region_rows = [(region, values) for region, values in sec["regions"].items()]
+        lines += _table(f"Regions: {name}", region_cols, region_rows, first="region")
+    if report.get("policy"):
+        policy = report["policy"]
+        lines += ["### Policy evaluation agreement", ""]
+        agreement = policy.get("agreement") or {}
+        for key in ("episodes", "accuracy", "precision", "recall", "success_rate_true",
+                    "success_rate_simulated", "success_rate_gap"):
+            if key in agreement:
+                lines.append(f"- {key}: {agreement[key]}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def summary_csv(report: Mapping) -> str:
+    columns = [key for _, key in VIDEO_COLUMNS] + [
+        key.format(s=s) for s in ("_k4d", "") for _, key in GEOMETRY_COLUMNS]
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["method"] + columns)
+    for name, metrics in _rows(report) + list(PAPER_ROWS.items()):
+        writer.writerow([name] + ["" if metrics.get(c) is None else f"{metrics[c]:.6g}"
+                                  for c in columns])
+    return buf.getvalue()
+
+
+def write_report(out_dir: Path, report: Mapping) -> dict[str, Path]:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return {"report": write_json(out_dir / REPORT_JSON, report),
+            "summary_md": _atomic_text(out_dir / SUMMARY_MD, summary_markdown(_finite(report))),
+            "summary_csv": _atomic_text(out_dir / SUMMARY_CSV, summary_csv(_finite(report)))}

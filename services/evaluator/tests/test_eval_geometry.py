@@ -1,0 +1,84 @@
+"""Chamfer, F-score, depth and the Kinema4D normalisation: brute-force references,
+hand-made known values, identical inputs perfect."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from k4d_eval import geometry
+
+
+def _brute(pred, gt, tau):
+    d = np.linalg.norm(pred[:, None, :] - gt[None, :, :], axis=-1)
+    d_pg, d_gp = d.min(axis=1), d.min(axis=0)
+    p, r = np.mean(d_pg < tau), np.mean(d_gp < tau)
+    return {"chamfer_l1": 0.5 * (d_pg.mean() + d_gp.mean()),
+            "chamfer_l2": 0.5 * (np.mean(d_pg ** 2) + np.mean(d_gp ** 2)),
+            "precision": p, "recall": r, "fscore": 0.0 if p + r == 0 else 2 * p * r / (p + r)}
+
+
+@pytest.mark.parametrize("tau", [0.01, 0.05, 0.2])
+def test_chamfer_and_fscore_match_brute_force(rng, tau):
+    gt = rng.normal(0, 0.3, (700, 3)) + [0, 0, 1.5]
+    pred = np.concatenate([gt[:500] + rng.normal(0, 0.02, (500, 3)), rng.uniform(-1, 1, (90, 3))])
+    got = geometry.chamfer(pred, gt, tau)
+    want = _brute(pred, gt, tau)
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, rel=1e-12, abs=1e-15), key
+
+
+def test_hand_made_known_values():
+    gt = np.array([[0.0, 0, 1], [1, 0, 1]])
+    pred = np.array([[0.0, 0, 1.005], [0, 0, 1.5]])
+    # pred -> gt: 0.005, 0.5; gt -> pred: 0.005, sqrt(1 + 0.005^2) (to the first pred point)
+    far = np.sqrt(1 + 0.005**2)
+    got = geometry.chamfer(pred, gt, tau=0.01)
+    assert got["chamfer_l1"] == pytest.approx(0.5 * ((0.005 + 0.5) / 2 + (0.005 + far) / 2))
+    assert got["chamfer_l2"] == pytest.approx(0.5 * ((0.005**2 + 0.25) / 2 + (0.005**2 + far**2) / 2))
+    assert got["precision"] == 0.5 and got["recall"] == 0.5 and got["fscore"] == 0.5
+
+
+def test_identical_clouds_are_perfect(rng):
+    cloud = rng.normal(size=(1000, 3))
+    got = geometry.chamfer(cloud, cloud.copy())
+    assert got == {"chamfer_l1": 0.0, "chamfer_l2": 0.0, "precision": 1.0, "recall": 1.0,
+                   "fscore": 1.0}
+
+
+def test_no_overlap_gives_zero_fscore():
+    got = geometry.chamfer(np.zeros((3, 3)), np.ones((4, 3)), tau=0.01)
+    assert got["fscore"] == 0.0 and got["chamfer_l1"] == pytest.approx(np.sqrt(3))
+
+
+def test_empty_cloud_frame_has_no_value():
+    stats = geometry._chamfer_update([np.zeros((0, 3)), np.zeros((2, 3))],
+                                     [np.zeros((5, 3)), np.zeros((2, 3))])
+    values = geometry._chamfer_compute(stats)
+    assert np.isnan(values["chamfer_l1"][0]) and np.isnan(values["fscore"][0])
+    assert values["chamfer_l1"][1] == 0.0 and values["fscore"][1] == 1.0
+
+
+def test_kinema4d_normalisation_formula(rng):
+    H, W = 40, 50
+    pointmap = (rng.normal(0, [0.5, 0.2, 0.1], (H, W, 3)) + [0.1, -0.2, 2.0]).astype(np.float32)
+    valid = rng.random((H, W)) < 0.8
+    q, scale = geometry.normalise_frame(pointmap, valid)
+    points = pointmap[valid].astype(np.float64)
+    lo, hi = np.percentile(points, [2, 98], axis=0)
+    assert scale == pytest.approx((hi - lo).max() / 2)
+    want = (np.clip(points, lo, hi) - (lo + hi) / 2) / scale
+    np.testing.assert_allclose(q[valid.reshape(-1)], want, atol=1e-12)
+    assert np.all(q[~valid.reshape(-1)] == 0)
+    assert np.isclose(np.abs(want[:, 0]).max(), 1.0)  # the longest axis spans [-1, 1]
+    # Scale invariance: a cloud and its 3x copy normalise to the same points.
+    q3, scale3 = geometry.normalise_frame(pointmap * 3, valid)
+    np.testing.assert_allclose(q3, q, atol=1e-5)
+    assert scale3 == pytest.approx(3 * scale, rel=1e-6)
+
+
+def test_depth_known_values():
+    z_gt = np.array([1.0, 2.0, 4.0, 1.0])
+    z_pred = np.array([1.1, 2.0, 2.0, 1.3])
+    stats = geometry.depth_stats(z_pred, z_gt)
+    assert stats["absrel_sum"] / stats["n"] == pytest.approx((0.1 + 0 + 0.5 + 0.3) / 4)
+    assert stats["delta1_count"] == 2  # 1.1 and 1.0 ratios; 2.0 and 1.3 fail
