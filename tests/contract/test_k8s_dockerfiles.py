@@ -28,11 +28,6 @@ TORCH_FREE = ("kinematics", "projection")
 # Services whose image also runs a Kafka stage worker (`k4d serve <name> --worker`, entry
 # point group k4d.workers). The simulator reads its job feed inside the server instead.
 STAGE_WORKERS = {"kinematics", "projection", "generator", "trainer"}
-# Declared in DESIGN.md, its image and manifests ready, but its issue has not been worked
-# yet, so no overlay deploys it (infra/k8s/components/trainer is opt-in) and the Tiltfile
-# does not build it. The strict xfail turns into a failure the day the entry points exist:
-# remove it then and enable the component.
-NOT_YET_IMPLEMENTED = {"trainer"}
 APP_USER = "10001:10001"
 
 
@@ -168,9 +163,7 @@ def test_cmd_serves_the_directory_service(service):
     assert not any(ins == "ENTRYPOINT" for s in stages for ins, _ in s.instructions)
 
 
-@pytest.mark.parametrize("service", [
-    pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=f"{s}: not implemented yet"))
-    if s in NOT_YET_IMPLEMENTED else s for s in SERVICES])
+@pytest.mark.parametrize("service", SERVICES)
 def test_cmd_names_a_registered_server_and_worker(service):
     """`k4d serve <name> [--worker]` loads the k4d.services (and k4d.workers) entry points."""
     entry_points = _pyproject(REPO / "services" / service)["project"].get("entry-points", {})

@@ -1,9 +1,8 @@
 """Render every kustomization and validate every resource offline.
 
 Built-in kinds go through kubernetes-validate (strict), custom resources through the
-vendored upstream CRDs (infra/k8s/crds). The opt-in trainer component
-(infra/k8s/components/trainer), which no overlay includes while the trainer has no code, is
-rendered and validated enabled on top of each overlay ("overlays/prod+trainer"). Needs the static kubectl from
+vendored upstream CRDs (infra/k8s/crds). The trainer component (infra/k8s/components/trainer)
+is included by the base, so every overlay deploys it. Needs the static kubectl from
 infra/tools/install-kubectl.sh (`make setup`); without it these tests fail, never skip.
 """
 
@@ -23,7 +22,6 @@ REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "infra" / "k8s"
 DEFAULT_OVERLAYS = ["base", "overlays/dev", "overlays/prod"]
 KUSTOMIZATIONS = DEFAULT_OVERLAYS + ["jobs/train"]
-WITH_TRAINER = [f"{o}+trainer" for o in DEFAULT_OVERLAYS]
 
 
 def _manifests_tool():
@@ -54,7 +52,7 @@ def test_kubectl_is_installed():
         pytest.fail(str(error), pytrace=False)
 
 
-@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS + WITH_TRAINER)
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
 def test_every_resource_validates(kustomization):
     docs = _render(kustomization)
     assert docs, f"{kustomization} rendered nothing"
@@ -65,8 +63,7 @@ def test_every_resource_validates(kustomization):
 @pytest.mark.parametrize("kustomization,kinds", [
     ("base", {"Namespace", "ConfigMap", "Deployment", "Service", "ServiceAccount",
               "PodDisruptionBudget", "ServiceMonitor", "Kafka", "KafkaNodePool", "KafkaTopic",
-              "Tenant", "OpenTelemetryCollector"}),
-    ("base+trainer", {"Role", "RoleBinding", "Deployment", "ServiceMonitor"}),
+              "Tenant", "OpenTelemetryCollector", "Role", "RoleBinding"}),
     ("overlays/dev", {"Secret", "Deployment", "Kafka", "Tenant"}),
     ("overlays/prod", {"HorizontalPodAutoscaler", "ScaledObject", "Deployment", "Kafka"}),
     ("jobs/train", {"PyTorchJob", "ConfigMap", "ServiceAccount"}),
@@ -77,7 +74,7 @@ def test_render_holds_the_expected_kinds(kustomization, kinds):
 
 
 def test_everything_lands_in_the_k4d_namespace():
-    for kustomization in KUSTOMIZATIONS + WITH_TRAINER:
+    for kustomization in KUSTOMIZATIONS:
         for doc in _render(kustomization):
             if doc["kind"] == "Namespace":
                 continue
@@ -92,10 +89,8 @@ def _serves(service: str) -> bool:
 
 @pytest.mark.parametrize("kustomization", DEFAULT_OVERLAYS)
 def test_default_overlays_deploy_only_services_that_can_start(kustomization):
-    """A Deployment whose `k4d serve <name>` has no entry point would crash-loop. The trainer
-    has no code yet, so components/trainer stays out of every overlay; the day services/trainer
-    registers its server this fails until the component is added to the overlays (and the
-    Tiltfile builds the trainer again)."""
+    """A Deployment whose `k4d serve <name>` has no entry point would crash-loop, and a
+    service that can start but is deployed nowhere is forgotten."""
     docs = _render(kustomization)
     deployed = {d["metadata"]["name"] for d in docs if d["kind"] == "Deployment"}
     startable = {s for s in SERVICE_PORTS if _serves(s)}

@@ -1,7 +1,6 @@
 """Our own rules for the rendered manifests, beyond schema validity.
 
-Every overlay is checked as shipped and with the opt-in trainer component enabled
-("overlays/prod+trainer"), so the trainer's manifests are ready for the day it exists.
+Every overlay is checked as shipped (the trainer component is part of the base).
 
 Security (non-root, read-only root fs, no privileges), resources, native gRPC probes on the
 ports of k4d.config.SERVICE_PORTS, the GPU placement of the generator, graceful shutdown,
@@ -21,10 +20,11 @@ from k4d.testing.modules import load_path_module
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OVERLAYS = ["base", "overlays/dev", "overlays/prod"]
-# Opt-in kustomize components (infra/k8s/components/<name>) deploying one service each; no
-# overlay includes them yet (the trainer has no code), so they are rendered added on top.
-OPT_IN_SERVICES = {"trainer"}
-OVERLAYS = DEFAULT_OVERLAYS + [f"{o}+trainer" for o in DEFAULT_OVERLAYS]
+# Opt-in kustomize components (infra/k8s/components/<name>) deploying one service each that
+# no overlay includes, rendered added on top as "DIR+name" (none at present: the trainer's
+# component is part of the base).
+OPT_IN_SERVICES: set[str] = set()
+OVERLAYS = DEFAULT_OVERLAYS + [f"{o}+{s}" for o in DEFAULT_OVERLAYS for s in sorted(OPT_IN_SERVICES)]
 WORKLOAD_RENDERS = OVERLAYS + ["jobs/train"]
 # Created out of band outside dev (docs/operations.md): allowed to be absent from a render.
 EXTERNAL_SECRETS = {"k4d-s3-credentials", "k4d-minio-config"}
@@ -114,8 +114,7 @@ def test_pods_run_unprivileged(kustomization):
             assert sc.get("runAsUser", APP_UID) != 0, where
 
 
-@pytest.mark.parametrize("kustomization", ["base", "overlays/prod", "base+trainer",
-                                           "overlays/prod+trainer", "jobs/train"])
+@pytest.mark.parametrize("kustomization", ["base", "overlays/prod", "jobs/train"])
 def test_root_filesystem_is_read_only_with_writable_scratch(kustomization):
     for workload, pod in _pod_specs(_render(kustomization)):
         volumes = {v["name"]: v for v in pod.get("volumes", [])}
@@ -129,7 +128,7 @@ def test_root_filesystem_is_read_only_with_writable_scratch(kustomization):
                 assert "sizeLimit" in volumes[mounts[path]]["emptyDir"], f"{where}: unbounded {path}"
 
 
-@pytest.mark.parametrize("kustomization", ["overlays/dev", "overlays/dev+trainer"])
+@pytest.mark.parametrize("kustomization", ["overlays/dev"])
 def test_only_dev_relaxes_the_read_only_root_for_tilt_live_update(kustomization):
     for _, pod in _pod_specs(_render(kustomization)):
         for container in pod["containers"]:
@@ -371,7 +370,7 @@ def test_every_event_topic_and_its_dlq_exists(kustomization):
         assert min_isr < replicas or replicas == 1, name
 
 
-@pytest.mark.parametrize("kustomization", ["overlays/prod", "overlays/prod+trainer"])
+@pytest.mark.parametrize("kustomization", ["overlays/prod"])
 def test_prod_autoscaling_targets_and_bounds(kustomization):
     docs = _render(kustomization)
     deployments = _by_name(docs, "Deployment")
@@ -402,7 +401,7 @@ def test_prod_autoscaling_targets_and_bounds(kustomization):
         assert hpa["spec"]["maxReplicas"] <= 12
 
 
-@pytest.mark.parametrize("kustomization", ["overlays/dev", "overlays/dev+trainer"])
+@pytest.mark.parametrize("kustomization", ["overlays/dev"])
 def test_dev_runs_one_of_everything(kustomization):
     docs = _render(kustomization)
     for deployment in _kind(docs, "Deployment"):

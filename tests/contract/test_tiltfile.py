@@ -1,8 +1,7 @@
 """Evaluate the Tiltfile with starlark-go and stubbed Tilt builtins (no tilt binary here).
 
 The stubs record every call; the assertions check that each service that can start (its
-package registers `k4d serve <name>`; not the trainer yet, whose kustomize component the
-dev overlay leaves out) gets an image build and a k8s resource with its ports, and that every path, object and stage the Tiltfile names
+package registers `k4d serve <name>`) gets an image build and a k8s resource with its ports, and that every path, object and stage the Tiltfile names
 exists in the repo, the dev render and the Dockerfiles.
 """
 
@@ -188,14 +187,6 @@ def test_grouped_objects_exist_in_the_dev_render(tilt):
         if doc["kind"] in ("Kafka", "KafkaNodePool", "KafkaTopic", "Tenant", "OpenTelemetryCollector"):
             assert f"{doc['metadata']['name']}:{doc['kind']}" in grouped, tool.resource_id(doc)
 
-
-def test_trainer_is_not_built_or_deployed_until_it_can_start(tilt):
-    assert "trainer" not in _startable_services(), (
-        "services/trainer registers `k4d serve trainer` now: add it to the Tiltfile's SERVICES "
-        "and infra/k8s/components/trainer to the overlays, then drop this test")
-    assert "k4d/trainer" not in _images(tilt) and "trainer" not in _resources(tilt)
-    grouped = [obj for res in _resources(tilt).values() for obj in res.get("objects", [])]
-    assert not [obj for obj in grouped if obj.startswith("trainer")]
 
 
 def test_stub_evaluation_catches_a_broken_tiltfile():

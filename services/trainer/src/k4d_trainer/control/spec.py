@@ -1,0 +1,148 @@
+"""TrainingJobSpec -> the run's recipe config, validated at the boundary.
+
+Every bad field is reported at once (one InvalidArgument with a violation per field) with
+the field's path in the request (`spec.learning_rate`, `spec.recipe_json.optim.lr`). Zero
+values of the proto mean "the recipe's default". String lengths are bounded so a request
+can never make the trainer store or log megabytes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+
+from k4d.errors import FieldViolation, InvalidArgument
+from kinema4d.v1 import trainer_pb2
+
+RECIPES = ("finetune-lora", "from-scratch")
+DEFAULT_RECIPE = "finetune-lora"
+VARIANTS = ("act", "pmcond")
+SHARDINGS = ("ddp", "fsdp2")
+MAX_URI_CHARS = 2048
+MAX_RECIPE_JSON_BYTES = 64 * 1024
+MAX_IDEMPOTENCY_KEY_CHARS = 256
+MAX_STEPS = 10_000_000
+MAX_WORLD_SIZE = 1024
+MAX_LORA_RANK = 1024
+# Registry names and versions (k4d_generator.registry): 1-100 safe characters.
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What the launcher needs: the recipe config (a dict the training program validates
+    again), the process count, the step count and the dataset."""
+
+    recipe: str
+    config: dict
+    nproc: int
+    steps: int
+    data_uri: str
+
+
+class _Violations:
+    def __init__(self):
+        self.items: list[FieldViolation] = []
+
+    def add(self, field: str, description: str) -> None:
+        self.items.append(FieldViolation(field, description))
+
+    def raise_if_any(self) -> None:
+        if self.items:
+            summary = "; ".join(f"{v.field}: {v.description}" for v in self.items[:5])
+            raise InvalidArgument(f"invalid training job spec: {summary}", self.items)
+
+
+def _check_uri(v: _Violations, field: str, value: str, required: bool) -> None:
+    if not value:
+        if required:
+            v.add(field, "required (s3://bucket/prefix or file:///path)")
+        return
+    if len(value) > MAX_URI_CHARS:
+        v.add(field, f"at most {MAX_URI_CHARS} characters")
+    elif not (value.startswith("s3://") and len(value) > 5 or value.startswith("file:///")):
+        v.add(field, f"expected s3://bucket/prefix or file:///path, got {value[:80]!r}")
+    elif any(ord(c) < 32 for c in value):
+        v.add(field, "control characters are not allowed")
+
+
+def _check_name(v: _Violations, field: str, value: str, required: bool) -> None:
+    if not value:
+        if required:
+            v.add(field, "required")
+    elif not NAME.match(value):
+        v.add(field, f"{value[:80]!r} must match {NAME.pattern}")
+
+
+def _check_number(v: _Violations, field: str, value: float, low: float, high: float,
+                  low_inclusive: bool = False) -> None:
+    if value == 0:
+        return  # the recipe's default
+    ok = math.isfinite(value) and (value >= low if low_inclusive else value > low) and value <= high
+    if not ok:
+        v.add(field, f"must be {'>=' if low_inclusive else '>'} {low:g} and <= {high:g} "
+                     f"(0 = the recipe's default), got {value!r}")
+
+
+def _recipe_overrides(v: _Violations, text: str) -> dict:
+    if not text:
+        return {}
+    if len(text.encode()) > MAX_RECIPE_JSON_BYTES:
+        v.add("spec.recipe_json", f"at most {MAX_RECIPE_JSON_BYTES} bytes")
+        return {}
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        v.add("spec.recipe_json", f"not valid JSON: {str(exc)[:200]}")
+        return {}
+    if not isinstance(value, dict):
+        v.add("spec.recipe_json", "must be a JSON object of recipe settings")
+        return {}
+    return value
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def validate_spec(spec: trainer_pb2.TrainingJobSpec) -> RunPlan:
+    """The run plan of a valid spec; InvalidArgument naming every bad field otherwise."""
+    v = _Violations()
+    recipe = spec.recipe or DEFAULT_RECIPE
+    if recipe not in RECIPES:
+        v.add("spec.recipe", f"one of {', '.join(RECIPES)}, got {spec.recipe[:80]!r}")
+    base = spec.base_model
+    _check_name(v, "spec.base_model.name", base.name, required=False)
+    if base.version and not NAME.match(base.version):
+        v.add("spec.base_model.version", f"{base.version[:80]!r} must match {NAME.pattern}")
+    _check_uri(v, "spec.base_model.uri", base.uri, required=False)
+    if recipe == "finetune-lora" and not (base.name or base.uri):
+        v.add("spec.base_model", "finetune-lora needs a base model (name or uri)")
+    _check_uri(v, "spec.dataset_uri", spec.dataset_uri, required=True)
+    _check_name(v, "spec.output_model_name", spec.output_model_name, required=True)
+    if spec.variant and spec.variant not in VARIANTS:
+        v.add("spec.variant", f"one of {', '.join(VARIANTS)}, got {spec.variant[:80]!r}")
+    if spec.num_steps > MAX_STEPS:
+        v.add("spec.num_steps", f"at most {MAX_STEPS}, got {spec.num_steps}")
+    _check_number(v, "spec.learning_rate", spec.learning_rate, 0.0, 1.0)
+    _check_number(v, "spec.weight_decay", spec.weight_decay, 0.0, 1.0, low_inclusive=True)
+    if spec.lora_rank > MAX_LORA_RANK:
+        v.add("spec.lora_rank", f"at most {MAX_LORA_RANK}, got {spec.lora_rank}")
+    _check_number(v, "spec.lora_alpha", spec.lora_alpha, 0.0, 1e4)
+    if spec.world_size > MAX_WORLD_SIZE:
+        v.add("spec.world_size", f"at most {MAX_WORLD_SIZE}, got {spec.world_size}")
+    if spec.sharding and spec.sharding not in SHARDINGS:
+        v.add("spec.sharding", f"one of {', '.join(SHARDINGS)}, got {spec.sharding[:80]!r}")
+    overrides = _recipe_overrides(v, spec.recipe_json)
+    v.raise_if_any()
+    return RunPlan(recipe=recipe, config=_config(spec, recipe, overrides),
+                   nproc=spec.world_size or 1, steps=spec.num_steps, data_uri=spec.dataset_uri)
+
+
+def _config(spec: trainer_pb2.TrainingJobSpec, recipe: str, overrides: dict) -> dict:
+    """The recipe config document: recipe_json first, the typed fields over it."""
+    config = json.loads(json.dumps(overrides))
+    config["recipe"] = recipe
+    return config
