@@ -21,6 +21,7 @@ from grpc_reflection.v1alpha import reflection
 from k4d.config import Config
 from k4d.errors import Unavailable
 from k4d.grpc_interceptors import ErrorMappingInterceptor, MetricsInterceptor, TracingInterceptor
+from k4d.grpc_requests import RequestCheckInterceptor
 from k4d.telemetry import configure_logging, get_logger, setup_tracing, start_metrics_server
 
 log = get_logger(__name__)
@@ -81,7 +82,7 @@ def create_server(config: Config, register_fns: Iterable[RegisterFn], *,
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=config.grpc_max_workers, thread_name_prefix="grpc"),
         interceptors=[TracingInterceptor(), MetricsInterceptor(), ErrorMappingInterceptor(),
-                      *interceptors],
+                      RequestCheckInterceptor(), *interceptors],
         # No SO_REUSEPORT: a second server on a busy port must fail, not share it silently.
         options=[*server_options(config.grpc_max_message_bytes), ("grpc.so_reuseport", 0)])
     state = _Health()
