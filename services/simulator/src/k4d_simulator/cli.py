@@ -21,6 +21,8 @@ def register(subparsers) -> None:
     p.add_argument("--fps", type=float, default=24.0, help="video frame rate (default 24)")
     p.add_argument("--viewer-points", type=int, default=6000,
                    help="points per frame in viewer.html (default 6000)")
+    p.add_argument("--no-recording", action="store_true",
+                   help="do not write rollout.rrd (the Rerun recording; docs/viewing.md)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(handler=_run_simulate)
 
@@ -85,7 +87,8 @@ def _run_simulate(args) -> int:
 
     paths = simulate_to_directory(_inputs(args), args.out, fps=args.fps,
                                   viewer_points=args.viewer_points,
-                                  show_progress=not args.no_progress)
+                                  show_progress=not args.no_progress,
+                                  record=not args.no_recording)
     print(f"outputs in {args.out}:")
     for name, path in paths.items():
         print(f"  {name:24s} {path}")

@@ -10,9 +10,16 @@ import time
 from pathlib import Path
 
 from k4d.errors import InvalidArgument
+from k4d_simulator.camera_proto import camera_from_proto
 from k4d_simulator.inputs import SimulationInputs, build_spec
-from k4d_simulator.outputs import write_rollout
-from k4d_simulator.pipeline import STATIC_WORLD, EmbeddedResult, StageCores, run_embedded
+from k4d_simulator.outputs import robot_link_meshes, write_rollout
+from k4d_simulator.pipeline import (
+    STATIC_WORLD,
+    EmbeddedResult,
+    StageCores,
+    _robot_name,
+    run_embedded,
+)
 from k4d_simulator.viewer import STATIC_WORLD_NOTICE
 
 log = logging.getLogger("k4d.simulate")
@@ -92,7 +99,8 @@ def build_summary(inputs: SimulationInputs, spec, result: EmbeddedResult,
 
 def simulate_to_directory(inputs: SimulationInputs, out_dir: Path, *, fps: float = 24.0,
                           viewer_points: int = 6000, show_progress: bool = True,
-                          cores: StageCores | None = None) -> dict[str, Path]:
+                          cores: StageCores | None = None,
+                          record: bool = True) -> dict[str, Path]:
     """Run one embedded simulation and write every output file; returns name -> path."""
     # Checked before the run: they are used only when the outputs are written.
     if not (math.isfinite(fps) and fps > 0):
@@ -110,6 +118,7 @@ def simulate_to_directory(inputs: SimulationInputs, out_dir: Path, *, fps: float
         from k4d.store import open_store
 
         store = open_store(config=load_config())
+    cores = cores or StageCores()
     bars = StageBars(show_progress)
     try:
         result = run_embedded(spec, store, bars, cores=cores)
@@ -117,8 +126,11 @@ def simulate_to_directory(inputs: SimulationInputs, out_dir: Path, *, fps: float
         bars.close()
     summary = build_summary(inputs, spec, result, time.perf_counter() - started)
     write_start = time.perf_counter()
+    # The recording poses the renderer's link meshes (cached by the projection stage).
+    meshes = robot_link_meshes(cores.renderer(cores.robot(_robot_name(spec), store)))
     paths = write_rollout(out_dir, result, summary, fps=fps, viewer_points=viewer_points,
-                          focal_px=spec.camera.intrinsics.fx)
+                          focal_px=spec.camera.intrinsics.fx, record=record,
+                          camera=camera_from_proto(spec.camera).to_dict(), link_meshes=meshes)
     log.info("wrote outputs in %.2f s", time.perf_counter() - write_start)
     if static:
         log.warning("outputs in %s come from the STATIC-WORLD backend (not generated dynamics)",

@@ -7,17 +7,23 @@
                             depth, pointmap, mask, link_id, rgb
     pointmap_k4d.mp4/.json  the Kinema4D 8-bit pointmap video + per-frame centre/scale
     summary.json            inputs, model, seed, per-stage timings
-    viewer.html             self-contained 4D point-cloud player
+    viewer.html             self-contained 4D point-cloud player (WebGL)
+    rollout.rrd             Rerun recording (docs/viewing.md), when rerun-sdk is installed
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 from k4d.errors import FailedPrecondition
+from k4d.recording import RECORDING_FILE, LinkMesh, is_rerun_available
+
+log = logging.getLogger("k4d.simulate")
 
 RGB_VIDEO = "rgb.mp4"
 POINTMAP_NPZ = "pointmap.npz"
@@ -26,6 +32,7 @@ POINTMAP_VIDEO = "pointmap_k4d.mp4"
 POINTMAP_VIDEO_META = "pointmap_k4d.json"
 SUMMARY_JSON = "summary.json"
 VIEWER_HTML = "viewer.html"
+RECORDING_RRD = RECORDING_FILE
 ROBOT_NPZ_KEYS = ("link_names", "joint_names", "joints", "poses", "depth", "pointmap", "mask",
                   "link_id", "rgb")
 
@@ -135,29 +142,72 @@ def write_pointmap_video(out_dir: Path, pointmap: np.ndarray, mask: np.ndarray,
     return video, write_json(out_dir / POINTMAP_VIDEO_META, metadata)
 
 
+def rollout_title(static_world: bool) -> str:
+    return "Kinema4D rollout" + (" (STATIC-WORLD, not generated)" if static_world else "")
+
+
+def robot_link_meshes(renderer) -> list[LinkMesh]:
+    """The projection renderer's link meshes (link frame), for the recording."""
+    return [LinkMesh(renderer.link_names[m.link_index], m.vertices, m.faces,
+                     tuple(np.asarray(m.face_rgb, np.float64).mean(axis=0)))
+            for m in renderer.link_meshes]
+
+
+def write_recording(path, result, summary: dict, *, fps: float, camera: dict,
+                    link_meshes=()) -> Path:
+    """rollout.rrd: the generated world, the robot condition, FK link frames and meshes,
+    joints and actions (docs/viewing.md)."""
+    from k4d.recording import write_episode_recording
+
+    gen, kin, proj = result.generation, result.kinematics, result.projection
+    actions = json.loads(Path(summary["inputs"]["actions"]).read_text())
+    info = {"model": summary["model"]["id"], "robot": summary["inputs"]["robot"],
+            "seed": summary["seed"], "pointmap": "first-frame camera frame, "
+                                                 + summary.get("pointmap_units", "metres")}
+    return write_episode_recording(
+        path, rgb=gen.rgb, camera=camera, pointmap=gen.pointmap,
+        mask=world_point_mask(gen.pointmap), robot_pointmap=proj.pointmap, robot_mask=proj.mask,
+        joints=kin.joints, joint_names=kin.joint_names, actions=actions,
+        link_poses=kin.poses, link_names=kin.link_names, link_meshes=link_meshes, fps=fps,
+        title=rollout_title(gen.static_world), notice=summary.get("notice", ""), info=info)
+
+
 def write_rollout(out_dir: str | os.PathLike, result, summary: dict, *, fps: float = 24.0,
-                  viewer_points: int = 6000, focal_px: float | None = None) -> dict[str, Path]:
-    """Write every output file of an EmbeddedResult; returns name -> path."""
+                  viewer_points: int = 6000, focal_px: float | None = None,
+                  camera: dict | None = None, link_meshes=(),
+                  record: bool = True) -> dict[str, Path]:
+    """Write every output file of an EmbeddedResult; returns name -> path. rollout.rrd is
+    written (when `record`, a `camera` JSON is given and rerun-sdk is installed) on a
+    thread beside the other files, so it adds little to the wall time."""
     from k4d_simulator.viewer import write_viewer
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     gen = result.generation
     mask = world_point_mask(gen.pointmap)
-    paths = {
-        "rgb_video": write_video(out / RGB_VIDEO, gen.rgb, fps),
-        "pointmap": write_pointmap_npz(out / POINTMAP_NPZ, gen.pointmap, mask, gen.rgb),
-        "robot": write_robot_npz(out / ROBOT_NPZ, result.robot_arrays()),
-    }
-    paths["pointmap_video"], paths["pointmap_video_metadata"] = write_pointmap_video(
-        out, gen.pointmap, mask, fps)
-    title = "Kinema4D rollout" + (" (STATIC-WORLD, not generated)" if gen.static_world else "")
-    info = {"model": summary["model"]["id"], "robot": summary["inputs"]["robot"],
-            "frames": gen.rgb.shape[0], "seed": summary["seed"]}
-    paths["viewer"] = write_viewer(out / VIEWER_HTML, gen.rgb, gen.pointmap, mask, title=title,
-                                   static_world=gen.static_world, info=info, fps=fps / 2,
-                                   max_points=viewer_points, focal_px=focal_px,
-                                   focus=result.projection.mask)
+    record = record and camera is not None
+    if record and not is_rerun_available():
+        log.warning("%s not written: rerun-sdk is not installed (pip install "
+                    "'k4d-runtime[viz]')", RECORDING_RRD)
+        record = False
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="k4d-recording") as pool:
+        recording = (pool.submit(write_recording, out / RECORDING_RRD, result, summary, fps=fps,
+                                 camera=camera, link_meshes=link_meshes) if record else None)
+        paths = {
+            "rgb_video": write_video(out / RGB_VIDEO, gen.rgb, fps),
+            "pointmap": write_pointmap_npz(out / POINTMAP_NPZ, gen.pointmap, mask, gen.rgb),
+            "robot": write_robot_npz(out / ROBOT_NPZ, result.robot_arrays()),
+        }
+        paths["pointmap_video"], paths["pointmap_video_metadata"] = write_pointmap_video(
+            out, gen.pointmap, mask, fps)
+        info = {"model": summary["model"]["id"], "robot": summary["inputs"]["robot"],
+                "frames": gen.rgb.shape[0], "seed": summary["seed"]}
+        paths["viewer"] = write_viewer(out / VIEWER_HTML, gen.rgb, gen.pointmap, mask,
+                                       title=rollout_title(gen.static_world), static_world=gen.static_world, info=info,
+                                       fps=fps / 2, max_points=viewer_points, focal_px=focal_px,
+                                       focus=result.projection.mask)
+        if recording is not None:
+            paths["recording"] = recording.result()
     summary = dict(summary, outputs={k: p.name for k, p in paths.items()})
     paths["summary"] = write_json(out / SUMMARY_JSON, summary)
     return paths
