@@ -137,7 +137,8 @@ def run_generate(args) -> int:
     result.metadata["camera_intrinsics"] = list(intrinsics)
     from k4d_generator.outputs import write_result
 
-    written = write_result(result, args.out, fps=fps)
+    written = write_result(result, args.out, fps=fps, camera_path=args.camera,
+                           robot_path=args.robot)
     print(json.dumps(written, indent=2))
     return 0
 
