@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from k4d.bus import InProcessBus, dlq, event_headers
 from k4d.config import Config
+from k4d.errors import NotFound, Unavailable
 from k4d.grpc_client import field_violations
 from k4d.grpc_server import create_server
 from k4d.stage_events import cancel_marker_key
@@ -68,13 +69,15 @@ def service(tmp_path):
     feed.stop()
 
 
-def publish_stage_events(bus, store, job_id: str, *, complete: bool = True, repeat: int = 1):
+def publish_stage_events(bus, store, job_id: str, *, complete: bool = True, repeat: int = 1,
+                         failed_frames: int = 0):
     """What the three stage workers publish for one job (completions possibly repeated,
     as a redelivered stage would)."""
     ref = put_array(store, f"jobs/{job_id}/generation/rgb", np.zeros((2, 4, 4, 3), np.uint8))
     h = lambda stage: ev.header(job_id, stage)  # noqa: E731
     bus.publish(ev.TOPIC_KINEMATICS, job_id, events_pb2.KinematicsCompleted(
-        header=h("kinematics")).SerializeToString(), event_headers(job_id))
+        header=h("kinematics"), failed_frames=failed_frames, seconds=0.1).SerializeToString(),
+        event_headers(job_id))
     bus.publish(ev.TOPIC_PROJECTED, job_id, events_pb2.ProjectionCompleted(
         header=h("projection")).SerializeToString(), event_headers(job_id))
     if complete:
@@ -229,3 +232,58 @@ def test_bad_list_jobs_page_token_is_invalid_argument(service):
     with pytest.raises(grpc.RpcError) as exc:
         stub.ListJobs(simulator_pb2.ListJobsRequest(page_token="not-a-token"))
     assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT, exc.value.details()
+
+
+class _FailingBus(InProcessBus):
+    def __init__(self):
+        super().__init__()
+        self.fail = True
+
+    def _send(self, topic, key, value, headers):
+        if self.fail:
+            from k4d.errors import Unavailable
+
+            raise Unavailable("broker down")
+        super()._send(topic, key, value, headers)
+
+
+def test_a_second_replica_knows_a_job_from_its_durable_record(service, tmp_path):
+    """A replica that has not folded a job yet (no feed here at all) answers from the
+    records another replica wrote: never NOT_FOUND for a known job, and one key is one
+    job across replicas."""
+    stub, bus, store, table, _ = service
+    other = SimulatorServicer(InProcessBus(), store, JobTable())
+    key_job = stub.Submit(simulator_pb2.SubmitRequest(spec=make_spec(), idempotency_key="k"))
+    plain = stub.Submit(simulator_pb2.SubmitRequest(spec=make_spec())).job_id
+    for job_id in (key_job.job_id, plain):
+        got = other.Get(simulator_pb2.GetRequest(job_id=job_id), None).job
+        assert got.state == S.JOB_STATE_QUEUED and got.job_id == job_id
+    again = other.Submit(simulator_pb2.SubmitRequest(spec=make_spec(), idempotency_key="k"), None)
+    assert (again.job_id, again.deduplicated) == (key_job.job_id, True)
+    # the loser's stored image is removed: only the winner's submit objects remain
+    submits = [k for k in store.list("jobs/") if "/submit/" in k]
+    assert sorted(k.split("/")[1] for k in submits) == sorted([key_job.job_id, plain])
+    with pytest.raises(NotFound):
+        other.Get(simulator_pb2.GetRequest(job_id="sim-0-unknown"), None)
+
+
+def test_submit_whose_publish_fails_releases_its_idempotency_key(tmp_path):
+    bus, store = _FailingBus(), LocalStore(tmp_path / "store")
+    servicer = SimulatorServicer(bus, store, JobTable())
+    request = simulator_pb2.SubmitRequest(spec=make_spec(), idempotency_key="retry-me")
+    with pytest.raises(Unavailable):
+        servicer.Submit(request, None)
+    bus.fail = False
+    answer = servicer.Submit(request, None)
+    assert not answer.deduplicated  # a retry makes a job that runs, not the dead one
+    assert servicer.Submit(request, None).job_id == answer.job_id
+
+
+def test_stage_outcomes_are_in_the_result(service):
+    stub, bus, store, *_ = service
+    job_id = stub.Submit(simulator_pb2.SubmitRequest(spec=make_spec())).job_id
+    publish_stage_events(bus, store, job_id, failed_frames=2)
+    job = wait_state(stub, job_id, S.JOB_STATE_SUCCEEDED)
+    assert job.result.stages[0].stage == "kinematics"
+    assert job.result.stages[0].failed_frames == 2
+    assert "IK missed its tolerances on 2 of 49 frames" in job.result.stages[0].warnings[0]

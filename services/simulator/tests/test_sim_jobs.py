@@ -7,7 +7,7 @@ import pytest
 from k4d.errors import InvalidArgument, NotFound
 from k4d_simulator import events as ev
 from k4d_simulator.jobs import JobTable
-from kinema4d.v1 import common_pb2, events_pb2, simulator_pb2
+from kinema4d.v1 import common_pb2, events_pb2, generator_pb2, simulator_pb2
 
 S = simulator_pb2.JobState
 
@@ -175,3 +175,62 @@ def test_prometheus_view_of_the_table():
     assert 'k4d_simulator_jobs{state="failed"} 1.0' in text
     assert 'k4d_simulator_jobs{state="queued"} 0.0' in text
     assert "k4d_simulator_ignored_terminal_events_total 1.0" in text
+
+
+def _outcome_events(job_id: str, failed_frames: int, static_world: bool):
+    h = lambda stage, dt: ev.header(job_id, stage, now_s=2000.0 + dt)  # noqa: E731
+    model = {"name": "static-world"} if static_world else {"name": "tiny", "version": "1"}
+    result = simulator_pb2.SimulationResult(
+        stage_seconds={"kinematics": 0.5, "projection": 1.0, "generation": 2.0},
+        model=generator_pb2.ModelInfo(**model))
+    return [
+        (ev.TOPIC_REQUESTED, events_pb2.SimulationRequested(
+            header=h("submit", 0), spec=simulator_pb2.SimulationSpec(num_frames=9))),
+        (ev.TOPIC_KINEMATICS, events_pb2.KinematicsCompleted(
+            header=h("kinematics", 1), failed_frames=failed_frames, seconds=0.5,
+            spec=simulator_pb2.SimulationSpec(num_frames=9))),
+        (ev.TOPIC_PROJECTED, events_pb2.ProjectionCompleted(header=h("projection", 2))),
+        (ev.TOPIC_COMPLETED, events_pb2.SimulationCompleted(header=h("generation", 3),
+                                                            result=result)),
+    ]
+
+
+@pytest.mark.parametrize("order", ["pipeline", "completion first"])
+def test_ik_failures_and_stage_outcomes_reach_the_result(order):
+    """KinematicsCompleted.failed_frames was dropped after the kinematics stage: the user
+    saw no trace of IK failures in cluster mode."""
+    events = _outcome_events("ik", failed_frames=3, static_world=True)
+    if order != "pipeline":
+        events = [events[0], events[3], events[2], events[1]]
+    table = JobTable()
+    for topic, event in events:
+        table.apply(topic, event.SerializeToString())
+    stages = table.get("ik").result.stages
+    assert [s.stage for s in stages] == ["kinematics", "projection", "generation"]
+    assert [s.seconds for s in stages] == [0.5, 1.0, 2.0]
+    assert stages[0].failed_frames == 3
+    assert list(stages[0].warnings) == [
+        "IK missed its tolerances on 3 of 9 frames; those frames show the closest pose it found"]
+    assert not stages[1].warnings and "static-world" in stages[2].warnings[0]
+    clean = JobTable()
+    for topic, event in _outcome_events("ok", failed_frames=0, static_world=False):
+        clean.apply(topic, event)
+    assert all(not s.warnings and not s.failed_frames for s in clean.get("ok").result.stages)
+
+
+def test_restored_final_record_is_kept_and_finished_jobs_are_taken_once():
+    table = JobTable()
+    for topic, event in _outcome_events("f", failed_frames=1, static_world=False):
+        table.apply(topic, event)
+    finished = table.take_finished()
+    assert [j.job_id for j in finished] == ["f"] and table.take_finished() == []
+    final = finished[0]
+
+    fresh = JobTable()
+    assert fresh.restore(final) and not fresh.restore(final)
+    assert fresh.get("f") == final
+    for topic, event in _outcome_events("f", failed_frames=0, static_world=True):
+        fresh.apply(topic, event)  # a replay of older events changes nothing
+    assert fresh.get("f") == final and fresh.take_finished() == []
+    with pytest.raises(InvalidArgument):
+        fresh.restore(simulator_pb2.Job(job_id="q", state=S.JOB_STATE_QUEUED))
