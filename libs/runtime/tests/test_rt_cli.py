@@ -13,6 +13,7 @@ import pytest
 from k4d.cli.main import main, run_handler
 from k4d.cli.up import plan_ports
 from k4d.local_servers import free_port, s3_server_available
+from k4d.testing.pytest_plugin import server_unavailable
 
 PLUGIN = textwrap.dedent('''
     import grpc
@@ -131,9 +132,9 @@ def test_up_check_starts_broker_s3_and_services_healthy(plugin_env, tmp_path):
 
         tansu_binary()
     except Exception as exc:
-        pytest.skip(f"broker package missing: {exc}")
+        server_unavailable(f"broker package missing: {exc}")
     if not s3_server_available():
-        pytest.skip("moto[server] missing")
+        server_unavailable("moto[server] missing")
     result = k4d("up", "--check", "--base-port", "0", "--services", "rttest", "--log-dir", str(tmp_path / "logs"), env=plugin_env)
     assert result.returncode == 0, result.stdout + result.stderr
     rows = {line.split()[0]: line.split() for line in result.stdout.splitlines()
@@ -147,7 +148,7 @@ def test_up_stops_every_child_on_ctrl_c(plugin_env, tmp_path):
     from k4d.local_servers import port_open
 
     if not s3_server_available():
-        pytest.skip("moto[server] missing")
+        server_unavailable("moto[server] missing")
     proc = subprocess.Popen([sys.executable, "-u", "-m", "k4d.cli.main", "up", "--base-port", "0",
                              "--services", "rttest", "--no-workers", "--log-dir", str(tmp_path / "logs")],
                             env=plugin_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

