@@ -1,4 +1,4 @@
-"""CameraModel proto -> k4d_projection Camera, with violations named by proto paths
+"""CameraModel proto -> k4d.camera.Camera (the runtime's), violations named by proto paths
 (`camera_to_proto`, the other way, is k4d_projection's)."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def _matrix(msg: common_pb2.Matrix4, field: str) -> np.ndarray:
 
 def camera_from_proto(msg: common_pb2.CameraModel, field: str = "camera"):
     """A validated k4d_projection Camera; InvalidArgument with proto field paths."""
-    from k4d_projection.camera import Camera
+    from k4d.camera import Camera
 
     i = msg.intrinsics
     if not msg.HasField("t_cam_from_world"):
