@@ -19,7 +19,7 @@ help:
 	@echo "make lint    ruff + buf lint"
 	@echo "make demo    the main job: k4d simulate on the shipped Panda example"
 	@echo "make protos  regenerate the committed gRPC/protobuf stubs"
-	@echo "make bench   run every benchmark under benchmarks/"
+	@echo "make bench   run every benchmark under benchmarks/ (GPU ones skip without a GPU)"
 
 setup: $(STAMP)
 
@@ -58,7 +58,7 @@ constraints:
 	$(PIP) freeze --exclude-editable | grep -v -E '^(-e|k4d-)' | sed -E 's/\+cpu$$//' > constraints.txt
 
 bench: setup
-	for b in benchmarks/*/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	$(PY) benchmarks/run.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

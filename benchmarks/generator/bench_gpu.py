@@ -153,6 +153,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--skip-rollout", action="store_true")
     args = parser.parse_args()
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print("bench_gpu: skipped: no CUDA GPU (smoke run on CPU: --config tiny --device cpu)")
+        return
     from k4d_generator.model.configs import get_model_config
 
     model_config = get_model_config(args.config)
