@@ -35,30 +35,26 @@ def normalize(uri: str | os.PathLike) -> str:
     return path.expanduser().resolve().as_uri()
 
 
-def storage_options(uri: str, config=None) -> dict:
-    """fsspec keyword arguments for `uri` (empty for local paths)."""
-    if not is_remote(uri):
-        return {}
-    if config is None:
-        from k4d.config import load_config
+def _s3_location(uri: str, config=None):
+    # The episode format's S3 location holds the platform's one s3fs set-up (endpoint,
+    # credentials, no listing cache); runs and checkpoints use the same.
+    from k4d.episodes.location import S3Location
 
-        config = load_config()
-    if not config.s3_endpoint:
-        raise InvalidArgument.for_field("K4D_S3_ENDPOINT", f"{uri} needs an S3 endpoint (host:port)")
-    scheme = "https" if config.s3_secure else "http"
-    return {"key": config.s3_access_key or None, "secret": config.s3_secret_key or None,
-            "client_kwargs": {"endpoint_url": f"{scheme}://{config.s3_endpoint}",
-                              "region_name": config.s3_region or None},
-            "use_listings_cache": False}
+    return S3Location(uri, config)
+
+
+def storage_options(uri: str, config=None) -> dict:
+    """fsspec keyword arguments for `uri` (empty for local paths); what
+    torch.distributed.checkpoint's FsspecWriter/FsspecReader take."""
+    return dict(_s3_location(uri, config).storage_options) if is_remote(uri) else {}
 
 
 def filesystem(uri: str, config=None):
     """(fsspec filesystem, path inside it) for a URI."""
     uri = normalize(uri)
     if is_remote(uri):
-        import s3fs
-
-        return s3fs.S3FileSystem(**storage_options(uri, config)), uri[len("s3://"):]
+        location = _s3_location(uri, config)
+        return location.fs, location.root
     from fsspec.implementations.local import LocalFileSystem
 
     return LocalFileSystem(auto_mkdir=True), uri[len("file://"):]

@@ -1,7 +1,7 @@
 """Launchers: start a run, tell whether it is still going, stop it.
 
-- `LocalLauncher` runs `k4d train --config CFG --out RUN_URI --data URI [--steps N]
-  --nproc N [--resume]` as a subprocess (which runs torchrun for N > 1), in its own session,
+- `LocalLauncher` runs `k4d train --config CFG --out RUN_URI [--resume] --nproc N` as a
+  subprocess (which runs torchrun for N > 1), in its own session,
   output to `<work_dir>/<job_id>/train.log`. It can adopt a run a previous trainer
   process started (same host, pid alive, its command line names the run).
 - `KubernetesLauncher` creates the run's ConfigMap and PyTorchJob (`pytorchjob.render_run`)
@@ -51,6 +51,8 @@ class Launch:
     name: str = ""
     log_path: str = ""
     started_unix: float = 0.0
+    # The trainer stopped this run itself (shutdown): resume it, whatever its status says.
+    interrupted: bool = False
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
@@ -86,7 +88,7 @@ class LocalLauncher:
         self._processes: dict[str, subprocess.Popen] = {}
 
     def argv(self, plan: RunPlan, run_uri: str, config_path: Path, resume: bool) -> list[str]:
-        return [*self.command, "train", *pytorchjob.train_args(plan, run_uri, str(config_path), resume),
+        return [*self.command, "train", *pytorchjob.train_args(run_uri, str(config_path), resume),
                 "--nproc", str(plan.nproc)]
 
     def launch(self, job_id: str, plan: RunPlan, run_uri: str, *, resume: bool,

@@ -1,6 +1,6 @@
 """The Kubernetes objects of one training run (docs/adr/001-trainer-job-kind.md): a ConfigMap
 with the run's recipe config and an elastic Kubeflow PyTorchJob (kubeflow.org/v1) whose
-workers run `torchrun --no-python k4d train --config ... --out RUN_URI --resume`.
+workers run `torchrun --no-python k4d train --config CFG --out RUN_URI --resume`.
 
 Pure rendering (dicts in, dicts out); `kube.KubeClient` creates them. The pod template is
 the one of infra/k8s/jobs/train (tests/control check the two agree and that the render
@@ -25,7 +25,6 @@ RUN_SERVICE_ACCOUNT = "trainer-run"
 RUN_ENV_VARS = ("K4D_KAFKA_BOOTSTRAP", "K4D_STORE_URI", "K4D_S3_ENDPOINT", "K4D_S3_SECURE",
                 "K4D_S3_REGION", "K4D_LOG_LEVEL", "OTEL_EXPORTER_OTLP_ENDPOINT",
                 "OTEL_TRACES_EXPORTER")
-MAX_REPLICAS = 4
 
 
 def object_name(job_id: str) -> str:
@@ -38,12 +37,10 @@ def _labels(job_id: str) -> dict[str, str]:
             "app.kubernetes.io/component": "training-run", "k4d.io/job-id": job_id}
 
 
-def train_args(plan: RunPlan, run_uri: str, config_path: str, resume: bool) -> list[str]:
-    """`k4d train` arguments of a run (shared by the local launcher and the pods)."""
-    args = ["--config", config_path, "--out", run_uri, "--data", plan.data_uri]
-    if plan.steps:
-        args += ["--steps", str(plan.steps)]
-    return args + (["--resume"] if resume else [])
+def train_args(run_uri: str, config_path: str, resume: bool) -> list[str]:
+    """`k4d train` arguments of a run (shared by the local launcher and the pods); the
+    config file holds everything else (data, steps, publishing)."""
+    return ["--config", config_path, "--out", run_uri] + (["--resume"] if resume else [])
 
 
 def render_config_map(job_id: str, plan: RunPlan, namespace: str) -> dict:
@@ -55,11 +52,12 @@ def render_config_map(job_id: str, plan: RunPlan, namespace: str) -> dict:
 
 def render_pytorchjob(job_id: str, plan: RunPlan, run_uri: str, *, namespace: str, image: str,
                       nproc_per_node: str, env: dict[str, str]) -> dict:
-    """The PyTorchJob of one run. Elastic between 1 and min(world_size, 4) nodes; every
-    start (first or after a node loss) passes --resume, which continues from the newest
-    complete checkpoint in RUN_URI or starts fresh when there is none."""
+    """The PyTorchJob of one run: one GPU per pod, `world_size` pods, elastic down to one
+    (the run derives its data sharding from the world size it gets). Every start (first,
+    or after a node loss) passes --resume, which continues from the newest complete
+    checkpoint in RUN_URI or starts fresh when there is none."""
     name = object_name(job_id)
-    nodes = max(1, min(plan.nproc, MAX_REPLICAS))
+    nodes = max(1, plan.nproc)
     container_env = [{"name": k, "value": env[k]} for k in RUN_ENV_VARS if env.get(k)]
     container_env += [{"name": "OTEL_SERVICE_NAME", "value": "trainer-run"},
                       {"name": "K4D_TRAIN_JOB_ID", "value": job_id}]
@@ -70,7 +68,7 @@ def render_pytorchjob(job_id: str, plan: RunPlan, run_uri: str, *, namespace: st
         # The training operator requires this container name.
         "name": "pytorch", "image": image,
         "command": ["torchrun", "--no-python", "k4d", "train"],
-        "args": train_args(plan, run_uri, f"{CONFIG_MOUNT}/{CONFIG_FILE}", resume=True),
+        "args": train_args(run_uri, f"{CONFIG_MOUNT}/{CONFIG_FILE}", resume=True),
         "env": container_env,
         "resources": {"requests": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": 1},
                       "limits": {"cpu": "16", "memory": "128Gi", "nvidia.com/gpu": 1}},

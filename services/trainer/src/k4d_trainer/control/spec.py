@@ -14,15 +14,15 @@ import re
 from dataclasses import dataclass
 
 from k4d.errors import FieldViolation, InvalidArgument
+from k4d.limits import MAX_COMPONENT_BYTES, MAX_NAME_CHARS, MAX_URI_CHARS
 from kinema4d.v1 import trainer_pb2
 
 RECIPES = ("finetune-lora", "from-scratch")
 DEFAULT_RECIPE = "finetune-lora"
 VARIANTS = ("act", "pmcond")
 SHARDINGS = ("ddp", "fsdp2")
-MAX_URI_CHARS = 2048
 MAX_RECIPE_JSON_BYTES = 64 * 1024
-MAX_IDEMPOTENCY_KEY_CHARS = 256
+MAX_IDEMPOTENCY_KEY_CHARS = MAX_NAME_CHARS
 MAX_STEPS = 10_000_000
 MAX_WORLD_SIZE = 1024
 MAX_LORA_RANK = 1024
@@ -32,14 +32,19 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 @dataclass(frozen=True)
 class RunPlan:
-    """What the launcher needs: the recipe config (a dict the training program validates
-    again), the process count, the step count and the dataset."""
+    """What the launcher needs: the validated recipe config (as the dict written to the
+    run's config file) and the process count."""
 
-    recipe: str
     config: dict
     nproc: int
-    steps: int
-    data_uri: str
+
+    @property
+    def steps(self) -> int:
+        return self.config["training"]["steps"]
+
+    @property
+    def data_uri(self) -> str:
+        return self.config["data"]["uri"]
 
 
 class _Violations:
@@ -66,6 +71,8 @@ def _check_uri(v: _Violations, field: str, value: str, required: bool) -> None:
         v.add(field, f"expected s3://bucket/prefix or file:///path, got {value[:80]!r}")
     elif any(ord(c) < 32 for c in value):
         v.add(field, "control characters are not allowed")
+    elif any(len(c.encode("utf-8", "surrogatepass")) > MAX_COMPONENT_BYTES for c in value.split("/")):
+        v.add(field, f"a path component is longer than {MAX_COMPONENT_BYTES} bytes")
 
 
 def _check_name(v: _Violations, field: str, value: str, required: bool) -> None:
@@ -118,8 +125,6 @@ def validate_spec(spec: trainer_pb2.TrainingJobSpec) -> RunPlan:
     if base.version and not NAME.match(base.version):
         v.add("spec.base_model.version", f"{base.version[:80]!r} must match {NAME.pattern}")
     _check_uri(v, "spec.base_model.uri", base.uri, required=False)
-    if recipe == "finetune-lora" and not (base.name or base.uri):
-        v.add("spec.base_model", "finetune-lora needs a base model (name or uri)")
     _check_uri(v, "spec.dataset_uri", spec.dataset_uri, required=True)
     _check_name(v, "spec.output_model_name", spec.output_model_name, required=True)
     if spec.variant and spec.variant not in VARIANTS:
@@ -137,12 +142,61 @@ def validate_spec(spec: trainer_pb2.TrainingJobSpec) -> RunPlan:
         v.add("spec.sharding", f"one of {', '.join(SHARDINGS)}, got {spec.sharding[:80]!r}")
     overrides = _recipe_overrides(v, spec.recipe_json)
     v.raise_if_any()
-    return RunPlan(recipe=recipe, config=_config(spec, recipe, overrides),
-                   nproc=spec.world_size or 1, steps=spec.num_steps, data_uri=spec.dataset_uri)
+    config = _validated_config(_config(spec, recipe, overrides))
+    return RunPlan(config=config, nproc=spec.world_size or 1)
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _deep_merge(out[key], value) if isinstance(value, dict) and isinstance(
+            out.get(key), dict) else value
+    return out
 
 
 def _config(spec: trainer_pb2.TrainingJobSpec, recipe: str, overrides: dict) -> dict:
-    """The recipe config document: recipe_json first, the typed fields over it."""
-    config = json.loads(json.dumps(overrides))
-    config["recipe"] = recipe
-    return config
+    """The recipe config document: recipe_json first, the typed spec fields over it (zero
+    fields leave the recipe's value). Runs managed by the trainer service report through
+    it, so the run's own bus events and progress bar are off unless recipe_json asks."""
+    typed: dict = {"recipe": recipe, "model": {}, "data": {"uri": spec.dataset_uri},
+                   "training": {}, "publish": {"name": spec.output_model_name}}
+    base = spec.base_model
+    if base.uri or base.name:
+        typed["model"]["base"] = base.uri or (
+            f"registry:{base.name}" + (f"/{base.version}" if base.version else ""))
+    for proto_field, section, key in _TYPED_FIELDS:
+        value = getattr(spec, proto_field)
+        if value:
+            typed[section][key] = value
+    if spec.sharding:
+        typed["parallelism"] = ({"dp_replicate": -1, "dp_shard": 1} if spec.sharding == "ddp"
+                                else {"dp_replicate": 1, "dp_shard": -1})
+    quiet = {"observability": {"bus_events": False, "progress_bar": False}}
+    return _deep_merge(_deep_merge(quiet, overrides), typed)
+
+
+# (TrainingJobSpec field, config section, config key); zero = the recipe's value.
+_TYPED_FIELDS = (("variant", "model", "variant"), ("lora_rank", "model", "lora_rank"),
+                 ("lora_alpha", "model", "lora_alpha"), ("num_steps", "training", "steps"),
+                 ("learning_rate", "training", "lr"),
+                 ("weight_decay", "training", "weight_decay"))
+# Recipe config field -> the request field a violation is reported on.
+_SPEC_FIELD = {"recipe": "spec.recipe", "model.base": "spec.base_model",
+               "model.kinema4d": "spec.base_model", "model.variant": "spec.variant",
+               "model.lora_rank": "spec.lora_rank", "model.lora_alpha": "spec.lora_alpha",
+               "data.uri": "spec.dataset_uri", "training.steps": "spec.num_steps",
+               "training.lr": "spec.learning_rate", "training.weight_decay": "spec.weight_decay",
+               "publish.name": "spec.output_model_name"}
+
+
+def _validated_config(document: dict) -> dict:
+    """The document through the training program's own schema (k4d_trainer.config), its
+    violations renamed to the request's fields (recipe_json ones keep their path)."""
+    from k4d_trainer.config import config_from_dict
+
+    try:
+        return config_from_dict(document).to_dict()
+    except InvalidArgument as exc:
+        violations = [FieldViolation(_SPEC_FIELD.get(x.field, f"spec.recipe_json.{x.field}"),
+                                     x.description) for x in exc.violations]
+        raise InvalidArgument(f"invalid training job spec: {exc}", violations) from None

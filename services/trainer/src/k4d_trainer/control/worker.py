@@ -159,6 +159,9 @@ class TrainerWorker:
                 if self.launcher.adopt(launch):
                     log.info("following a run started by a previous trainer process")
                     self._follow(launch, plan)
+                elif launch.interrupted and not self.records.cancel_requested(job.job_id):
+                    log.info("resuming a run the previous trainer process stopped")
+                    self._start(job, plan, "", resume=True)
                 else:
                     self._follow(launch, plan)
                     self._check(job.job_id)  # final status -> finished; else resumed
@@ -192,6 +195,10 @@ class TrainerWorker:
         launch = f.launch
         exit_code = self.launcher.exit_code(launch)  # before the status: no lost last write
         status = self._read_status(launch.run_uri)
+        if status is not None and status.get("state") == "failed" and exit_code is None:
+            # A SIGTERMed worker (a preempted node) writes "failed" and the job carries on
+            # (an elastic restart resumes it): final only once the process or job ended.
+            status = {**status, "state": "running", "error": None}
         if status is not None:
             job, changed = self.records.update(job_id, lambda j: jobs.apply_status(j, status))
             if changed:
@@ -295,6 +302,12 @@ class TrainerWorker:
         if self.launcher.kind != "local":
             return
         for f in followed:
+            f.launch.interrupted = True
+            try:
+                self.store.put_bytes(launch_key(f.launch.job_id), f.launch.to_json(),
+                                     "application/json")
+            except Exception:
+                log.exception("could not record the interrupted run", extra={"job_id": f.launch.job_id})
             self.launcher.terminate(f.launch, STOP_GRACE_S)
 
 

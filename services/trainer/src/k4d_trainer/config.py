@@ -1,0 +1,374 @@
+"""The training recipe: one validated schema for every recipe file (YAML or JSON).
+
+A recipe is data: nested sections, each a small dataclass whose fields are the schema.
+Unknown keys and bad values are `InvalidArgument` naming the dotted field
+(`training.lr: must be > 0, got -1.0`). Command-line overrides are few (data, steps, out,
+checkpoint interval) and go through the same validation.
+
+    recipe: finetune-lora | from-scratch
+    seed, run_name
+    model:        base / kinema4d checkpoints or a named size, variant, LoRA, precision, AC
+    data:         dataset URI, latent cache, clip adaptation limits
+    training:     steps, global batch, AdamW + warmup, objective settings
+    vae:          the from-scratch recipe's VAE stage
+    parallelism:  dp_replicate x dp_shard (DDP, FSDP2 or both) = world size
+    checkpoint:   interval, retention
+    publish:      registry name/version, layouts, store
+    observability: TensorBoard, Prometheus port, bus events, progress bar
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from k4d.errors import InvalidArgument
+
+RECIPES = ("finetune-lora", "from-scratch")
+VARIANTS = ("act", "pmcond")
+PRECISIONS = ("auto", "fp32", "bf16")
+LR_SCHEDULES = ("constant", "cosine", "linear")
+
+
+def _check(ok: bool, name: str, message: str) -> None:
+    if not ok:
+        raise InvalidArgument.for_field(name, message)
+
+
+@dataclass
+class ModelSection:
+    """What is trained.
+
+    finetune-lora: `base` is a Wan2.1-I2V diffusers directory, an official pair directory
+    (base/ + kinema4d/), a k4d-layout model directory or `registry:name[/version]`;
+    `kinema4d` optionally an official Kinema4D directory applied on top of a bare base.
+    from-scratch: `size` names the generator's model config (`tiny`, `small`).
+    """
+
+    base: str | None = None
+    kinema4d: str | None = None
+    size: str | None = None
+    variant: str = "act"
+    num_frames: int | None = None  # clip; default: the checkpoint's or the size's
+    height: int | None = None
+    width: int | None = None
+    lora_rank: int = 64
+    lora_alpha: float = 32.0
+    precision: str = "auto"  # bf16 autocast on GPU, fp32 on CPU
+    activation_checkpointing: bool = True
+    arm_patch_size: list[int] = field(default_factory=lambda: [1, 15, 15])
+    arm_bottleneck_dim: int = 128
+
+    def validate(self, recipe: str) -> None:
+        _check(self.variant in VARIANTS, "model.variant", f"must be one of {VARIANTS}")
+        _check(self.precision in PRECISIONS, "model.precision", f"must be one of {PRECISIONS}")
+        _check(self.lora_rank >= 1, "model.lora_rank", f"must be >= 1, got {self.lora_rank}")
+        _check(self.lora_alpha > 0, "model.lora_alpha", f"must be > 0, got {self.lora_alpha}")
+        _check(len(self.arm_patch_size) == 3 and all(p >= 1 for p in self.arm_patch_size),
+               "model.arm_patch_size", "must be three integers >= 1")
+        for name in ("num_frames", "height", "width"):
+            value = getattr(self, name)
+            _check(value is None or value >= 1, f"model.{name}", f"must be >= 1, got {value}")
+        if self.num_frames is not None:
+            _check((self.num_frames - 1) % 4 == 0, "model.num_frames",
+                   f"must be 1 + 4k (the VAE's temporal stride), got {self.num_frames}")
+        for name in ("height", "width"):
+            value = getattr(self, name)
+            _check(value is None or value % 16 == 0, f"model.{name}",
+                   f"must be a multiple of 16 (VAE stride 8 x patch 2), got {value}")
+        if recipe == "finetune-lora":
+            _check(bool(self.base), "model.base", "the finetune-lora recipe needs a base model "
+                                                  "(Wan2.1-I2V directory or Kinema4D checkpoint)")
+            _check(self.size is None, "model.size", "only the from-scratch recipe takes a size")
+        else:
+            _check(bool(self.size), "model.size", "the from-scratch recipe needs a model size "
+                                                  "(tiny, small)")
+            _check(self.base is None and self.kinema4d is None, "model.base",
+                   "the from-scratch recipe trains every parameter from random; no base")
+
+
+@dataclass
+class DataSection:
+    """Where the episodes are and how they become the recipe's clip."""
+
+    uri: str | None = None
+    format: str = "auto"  # auto | episodes | robo4d
+    latents_uri: str | None = None  # latent cache; default RUN_URI/latents
+    max_episodes: int | None = None
+    max_upscale: float = 2.0  # refuse to enlarge frames more than this to fill the clip
+
+    def validate(self) -> None:
+        _check(self.format in ("auto", "episodes", "robo4d"), "data.format",
+               "must be auto, episodes or robo4d")
+        _check(self.max_episodes is None or self.max_episodes >= 1, "data.max_episodes",
+               "must be >= 1")
+        _check(math.isfinite(self.max_upscale) and self.max_upscale >= 1.0, "data.max_upscale",
+               f"must be a finite number >= 1, got {self.max_upscale}")
+
+
+@dataclass
+class TrainingSection:
+    """The optimisation. Defaults are the official recipe's (REFERENCE section 2)."""
+
+    steps: int = 5000
+    global_batch_size: int = 32
+    lr: float = 2e-5
+    weight_decay: float = 1e-4
+    warmup_steps: int = 100
+    lr_schedule: str = "constant"  # after warmup
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8
+    max_grad_norm: float = 1.0
+    soft_mask_ratio: float = 0.1  # fraction of robot-mask entries set to 0.5
+    timestep_shift: float = 1.0  # FlowMatchEulerDiscrete shift of the training schedule
+
+    def validate(self) -> None:
+        _check(self.steps >= 1, "training.steps", f"must be >= 1, got {self.steps}")
+        _check(self.global_batch_size >= 1, "training.global_batch_size", "must be >= 1")
+        _check(math.isfinite(self.lr) and self.lr > 0, "training.lr",
+               f"must be a finite number > 0, got {self.lr}")
+        _check(math.isfinite(self.weight_decay) and self.weight_decay >= 0,
+               "training.weight_decay", f"must be >= 0, got {self.weight_decay}")
+        _check(self.warmup_steps >= 0, "training.warmup_steps", "must be >= 0")
+        _check(self.lr_schedule in LR_SCHEDULES, "training.lr_schedule",
+               f"must be one of {LR_SCHEDULES}")
+        _check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "training.betas",
+               "must be two numbers in [0, 1)")
+        _check(self.eps > 0, "training.eps", "must be > 0")
+        _check(self.max_grad_norm >= 0, "training.max_grad_norm", "must be >= 0 (0 = off)")
+        _check(0 <= self.soft_mask_ratio <= 1, "training.soft_mask_ratio", "must be in [0, 1]")
+        _check(math.isfinite(self.timestep_shift) and self.timestep_shift > 0,
+               "training.timestep_shift", "must be a finite number > 0")
+
+
+@dataclass
+class VaeSection:
+    """The from-scratch recipe's first stage: a small AutoencoderKLWan on the same clips."""
+
+    steps: int = 200
+    lr: float = 1e-3
+    batch_size: int = 2
+    kl_weight: float = 1e-6
+
+    def validate(self) -> None:
+        _check(self.steps >= 0, "vae.steps", "must be >= 0")
+        _check(math.isfinite(self.lr) and self.lr > 0, "vae.lr", f"must be > 0, got {self.lr}")
+        _check(self.batch_size >= 1, "vae.batch_size", "must be >= 1")
+        _check(self.kl_weight >= 0, "vae.kl_weight", "must be >= 0")
+
+
+@dataclass
+class ParallelismSection:
+    """Data parallelism: dp_replicate (DDP) x dp_shard (FSDP2) must equal the world size;
+    -1 takes what is left. dp_shard > 1 shards with FSDP2 (HSDP when dp_replicate > 1)."""
+
+    dp_replicate: int = -1
+    dp_shard: int = 1
+    nnodes: str = "1"  # torchrun --nnodes: "N" or elastic "MIN:MAX"
+    max_restarts: int = 0
+
+    def validate(self) -> None:
+        for name in ("dp_replicate", "dp_shard"):
+            value = getattr(self, name)
+            _check(value == -1 or value >= 1, f"parallelism.{name}",
+                   f"must be -1 (the rest) or >= 1, got {value}")
+        _check(not (self.dp_replicate == -1 and self.dp_shard == -1), "parallelism.dp_shard",
+               "at most one degree can be -1")
+        parts = self.nnodes.split(":")
+        _check(1 <= len(parts) <= 2 and all(p.isdigit() and int(p) >= 1 for p in parts)
+               and int(parts[0]) <= int(parts[-1]), "parallelism.nnodes",
+               f"must be N or MIN:MAX with 1 <= MIN <= MAX, got {self.nnodes!r}")
+        _check(self.max_restarts >= 0, "parallelism.max_restarts", "must be >= 0")
+
+
+@dataclass
+class CheckpointSection:
+    every: int = 500  # optimizer steps; 0 = only at the end and on SIGTERM / cancel
+    keep: int = 3  # newest complete checkpoints kept; 0 = all
+
+    def validate(self) -> None:
+        _check(self.every >= 0, "checkpoint.every", f"must be >= 0, got {self.every}")
+        _check(self.keep >= 0, "checkpoint.keep", "must be >= 0")
+
+
+@dataclass
+class PublishSection:
+    """Publishing at the end of a successful run (skipped when `name` is empty)."""
+
+    name: str | None = None
+    version: str | None = None  # default: the run name
+    store_uri: str | None = None  # default: K4D_STORE_URI
+    official_layout: bool = True  # also export added_weights + pytorch_lora_weights (LoRA)
+
+    def validate(self) -> None:
+        import re
+
+        pattern = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+        for name in ("name", "version"):
+            value = getattr(self, name)
+            _check(value is None or bool(pattern.match(value)), f"publish.{name}",
+                   f"{value!r} must match {pattern.pattern}")
+
+
+@dataclass
+class ObservabilitySection:
+    tensorboard: bool = True
+    prometheus_port: int | None = None  # serve /metrics on this port (rank 0)
+    bus_events: bool = True  # progress on k4d.train.events when K4D_KAFKA_BOOTSTRAP is set
+    progress_bar: bool = True
+    event_every: int = 10  # steps between bus progress events
+
+    def validate(self) -> None:
+        _check(self.prometheus_port is None or 0 <= self.prometheus_port <= 65535,
+               "observability.prometheus_port", "must be a port in 0..65535")
+        _check(self.event_every >= 1, "observability.event_every", "must be >= 1")
+
+
+@dataclass
+class TrainConfig:
+    recipe: str = "finetune-lora"
+    seed: int = 0
+    run_name: str | None = None
+    model: ModelSection = field(default_factory=ModelSection)
+    data: DataSection = field(default_factory=DataSection)
+    training: TrainingSection = field(default_factory=TrainingSection)
+    vae: VaeSection = field(default_factory=VaeSection)
+    parallelism: ParallelismSection = field(default_factory=ParallelismSection)
+    checkpoint: CheckpointSection = field(default_factory=CheckpointSection)
+    publish: PublishSection = field(default_factory=PublishSection)
+    observability: ObservabilitySection = field(default_factory=ObservabilitySection)
+
+    def validate(self) -> TrainConfig:
+        _check(self.recipe in RECIPES, "recipe", f"must be one of {RECIPES}, got {self.recipe!r}")
+        self.model.validate(self.recipe)
+        for section in (self.data, self.training, self.vae, self.parallelism, self.checkpoint,
+                        self.publish, self.observability):
+            section.validate()
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# ---------------------------------------------------------------- parsing
+
+def _type_name(tp) -> str:
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp, name: str) -> Any:
+    """`value` as the annotated type `tp`, or InvalidArgument naming the field."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(value, arg, name)
+            except InvalidArgument as exc:
+                errors.append(exc)
+        raise errors[0]
+    if origin is list:
+        (item,) = typing.get_args(tp)
+        _check(isinstance(value, list), name, f"expected a list, got {value!r}")
+        return [_coerce(v, item, f"{name}[{i}]") for i, v in enumerate(value)]
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, name)
+    if tp is bool:
+        _check(isinstance(value, bool), name, f"expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        _check(isinstance(value, int) and not isinstance(value, bool), name,
+               f"expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, str):  # YAML 1.1 reads 2e-5 as a string
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        _check(isinstance(value, (int, float)) and not isinstance(value, bool), name,
+               f"expected a number, got {value!r}")
+        _check(math.isfinite(float(value)), name, f"expected a finite number, got {value!r}")
+        return float(value)
+    if tp is str:
+        _check(isinstance(value, str), name, f"expected a string, got {value!r}")
+        return value
+    raise TypeError(f"unsupported config type {_type_name(tp)} for {name}")
+
+
+def _build(cls, data: Any, prefix: str = ""):
+    where = prefix or "config"
+    _check(isinstance(data, dict), where, f"expected a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        key = unknown[0]
+        raise InvalidArgument.for_field(f"{prefix}.{key}" if prefix else key,
+                                        f"unknown key; {where} takes {names}")
+    values = {k: _coerce(v, hints[k], f"{prefix}.{k}" if prefix else k) for k, v in data.items()}
+    return cls(**values)
+
+
+def config_from_dict(data: dict[str, Any]) -> TrainConfig:
+    return _build(TrainConfig, data).validate()
+
+
+def load_config_file(path: str | Path) -> TrainConfig:
+    """Read a recipe file (.yaml/.yml/.json); every problem is InvalidArgument."""
+    path = Path(path)
+    if not path.is_file():
+        raise InvalidArgument.for_field("config", f"{path} not found")
+    text = path.read_text()
+    try:
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+    except Exception as exc:  # yaml.YAMLError / JSONDecodeError: a malformed file
+        raise InvalidArgument.for_field("config", f"{path} is not valid "
+                                                  f"{'YAML' if path.suffix != '.json' else 'JSON'}: "
+                                                  f"{str(exc).splitlines()[0]}") from None
+    return config_from_dict(data or {})
+
+
+def with_overrides(config: TrainConfig, *, data: str | None = None, steps: int | None = None,
+                   checkpoint_every: int | None = None) -> TrainConfig:
+    """The few command-line overrides, validated like the file."""
+    changed = dataclasses.replace(config)
+    if data is not None:
+        changed.data = dataclasses.replace(config.data, uri=data)
+    if steps is not None:
+        changed.training = dataclasses.replace(config.training, steps=steps)
+    if checkpoint_every is not None:
+        changed.checkpoint = dataclasses.replace(config.checkpoint, every=checkpoint_every)
+    return changed.validate()
+
+
+def resolve_degrees(parallelism: ParallelismSection, world_size: int) -> tuple[int, int]:
+    """(dp_replicate, dp_shard) for this world size; a product that does not match is one
+    readable error naming both degrees."""
+    rep, shard = parallelism.dp_replicate, parallelism.dp_shard
+    if rep == -1:
+        _check(world_size % shard == 0, "parallelism.dp_shard",
+               f"world size {world_size} is not divisible by dp_shard {shard}")
+        rep = world_size // shard
+    elif shard == -1:
+        _check(world_size % rep == 0, "parallelism.dp_replicate",
+               f"world size {world_size} is not divisible by dp_replicate {rep}")
+        shard = world_size // rep
+    _check(rep * shard == world_size, "parallelism",
+           f"dp_replicate {rep} x dp_shard {shard} = {rep * shard} does not match the world "
+           f"size {world_size} (processes launched); change the degrees or --nproc")
+    return rep, shard

@@ -1,0 +1,126 @@
+"""Pre-encoded training samples: VAE latents and CLIP image embeddings per episode.
+
+A sample is built by the generator's own inference code (`Kinema4DPipeline.encode_image`,
+`prepare_condition`, `prepare_arm_cond`, `encode_video`), so training sees exactly the
+conditioning the generator computes at inference:
+
+    latents       (16, F, h, 2w)  target x0 = [RGB latents | pointmap latents (z+0.17)/1.36]
+    condition     (20, F, h, 2w)  first-frame mask + latents of [first frame | uniform pointmap]
+    image_embeds  (N, D)          CLIP penultimate hidden states of the first frame
+    arm_cond      (20, F, h, 2w)  robot mask + robot latents (w for `pmcond`), no soft mask
+
+The scene pointmap is normalised with the same `PointmapNormalization` the generator
+derives from the robot's points at inference, so decoded outputs de-normalise alike.
+
+The cache is one safetensors object per episode under a URI (local or s3://), tagged with
+a fingerprint of the encoders and the clip; an episode whose object exists with the same
+fingerprint is skipped, which makes encoding resumable and shardable across ranks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from k4d_generator.checkpoints import ModelComponents
+from k4d_generator.conditions import (
+    POINTMAP_LATENT_MEAN,
+    POINTMAP_LATENT_STD,
+    PointmapNormalization,
+)
+from k4d_generator.pipeline import Kinema4DPipeline, _to_video, model_id_of
+from k4d_generator.results import RobotCondition
+from safetensors.torch import load as load_safetensors
+from safetensors.torch import save as save_safetensors
+
+from k4d_trainer import uris
+from k4d_trainer.clips import ClipSpec
+
+SAMPLE_KEYS = ("latents", "condition", "image_embeds", "arm_cond")
+INDEX_FILE = "index.json"
+
+
+def _digest(module: torch.nn.Module) -> str:
+    """Content id of a module's weights (the generator's model id, applied to one module)."""
+    return model_id_of(ModelComponents(module, None, None, None, None, None))
+
+
+class SampleEncoder:
+    """Episode clip arrays -> one training sample, with the generator pipeline's code."""
+
+    def __init__(self, components: ModelComponents, device: str | torch.device = "cpu"):
+        self.pipe = Kinema4DPipeline(components, backend=None, device=str(device),
+                                     model_id="trainer-encoder")
+        self.variant = components.transformer.config.variant
+        info = components.info
+        payload = {"vae": _digest(components.vae), "clip": _digest(components.image_encoder),
+                   "variant": self.variant, "size": [info.num_frames, info.height, info.width],
+                   "format": 1}
+        self.fingerprint = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+    @torch.no_grad()
+    def encode(self, clip: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        pipe = self.pipe
+        image = clip["rgb"][0]
+        robot = RobotCondition(clip["robot_rgb"], clip["robot_pointmap"].astype(np.float32),
+                               clip["robot_mask"])
+        norm = PointmapNormalization.from_points(robot.pointmap, robot.mask)
+        rgb = clip["rgb"].astype(np.float32) / 255.0 * 2.0 - 1.0
+        scene = clip["pointmap"].astype(np.float32)
+        pm = norm.normalise(scene)
+        pm[~np.isfinite(scene).all(-1) | (scene == 0).all(-1)] = -1.0  # invalid: as off-robot
+        rgb_latent = pipe.encode_video(_to_video(rgb))
+        pm_latent = (pipe.encode_video(_to_video(pm)) - POINTMAP_LATENT_MEAN) / POINTMAP_LATENT_STD
+        sample = {
+            "latents": torch.cat([rgb_latent, pm_latent], dim=-1)[0],
+            "condition": pipe.prepare_condition(image)[0],
+            "image_embeds": pipe.encode_image(image)[0],
+            "arm_cond": pipe.prepare_arm_cond(robot, norm)[0],
+        }
+        return {k: v.detach().float().cpu().contiguous() for k, v in sample.items()}
+
+
+@dataclass
+class LatentCache:
+    """`<uri>/<episode_id>.safetensors`, each with {"fingerprint": ...} metadata."""
+
+    uri: str
+    fingerprint: str
+    config: object = None
+
+    def __post_init__(self):
+        self.uri = uris.normalize(self.uri)
+        self.fs, self.path = uris.filesystem(self.uri, self.config)
+
+    def _p(self, episode_id: str) -> str:
+        return f"{self.path}/{episode_id}.safetensors"
+
+    def has(self, episode_id: str) -> bool:
+        path = self._p(episode_id)
+        if not self.fs.exists(path):
+            return False
+        try:
+            head = self.fs.cat_file(path, start=0, end=8)
+            (size,) = struct.unpack("<Q", head)
+            header = json.loads(self.fs.cat_file(path, start=8, end=8 + size))
+        except (OSError, ValueError, struct.error):
+            return False  # a damaged object is re-encoded
+        return header.get("__metadata__", {}).get("fingerprint") == self.fingerprint
+
+    def save(self, episode_id: str, sample: dict[str, torch.Tensor]) -> None:
+        data = save_safetensors(sample, metadata={"fingerprint": self.fingerprint,
+                                                  "episode_id": episode_id})
+        uris.write_atomic(self.fs, self._p(episode_id), data)
+
+    def load(self, episode_id: str) -> dict[str, torch.Tensor]:
+        return load_safetensors(self.fs.cat_file(self._p(episode_id)))
+
+    def write_index(self, episode_ids: list[str], clip: ClipSpec) -> None:
+        index = {"fingerprint": self.fingerprint, "episodes": sorted(episode_ids),
+                 "clip": [clip.num_frames, clip.height, clip.width]}
+        uris.write_atomic(self.fs, f"{self.path}/{INDEX_FILE}",
+                          json.dumps(index, indent=2).encode())

@@ -1,0 +1,191 @@
+"""Building the model a recipe trains, from the generator's own classes and checkpoint
+layouts (k4d_generator.checkpoints / model / registry), and choosing what is trainable.
+
+- finetune-lora: a base (Wan2.1-I2V diffusers directory, official pair, k4d-layout model or
+  registry reference) + optionally an official Kinema4D directory; peft LoRA on
+  to_q/to_k/to_v/to_out.0; trainable = LoRA + every parameter named
+  `learnable_domain_embeddings` or containing `arm`; the rest frozen.
+- from-scratch: the generator's named size (`tiny`, `small`) with random weights, every
+  transformer parameter trainable (the VAE is trained in its own stage, k4d_trainer.vae).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import torch
+from k4d.errors import InvalidArgument, NotFound
+from k4d_generator import checkpoints
+from k4d_generator.checkpoints import ModelComponents, ModelInfo
+from k4d_generator.model.configs import arm_grid_for, get_model_config
+from k4d_generator.model.transformer import Kinema4DTransformer3DModel
+
+from k4d_trainer.clips import ClipSpec
+from k4d_trainer.config import ModelSection
+
+LORA_TARGETS = ["to_q", "to_k", "to_v", "to_out.0"]
+ADAPTER = "default"  # peft adapter name
+
+
+def is_added_parameter(name: str) -> bool:
+    """The official trainer's rule for the Kinema4D parameters it trains."""
+    return "learnable_domain_embeddings" in name or "arm" in name
+
+
+def is_lora_parameter(name: str) -> bool:
+    return ".lora_A." in name or ".lora_B." in name
+
+
+# ---------------------------------------------------------------- loading
+
+def load_components(recipe: str, section: ModelSection, seed: int) -> ModelComponents:
+    """The recipe's starting model on the CPU in float32 (the caller moves and wraps it)."""
+    if recipe == "from-scratch":
+        return _from_scratch(section, seed)
+    return _finetune_base(section)
+
+
+def _from_scratch(section: ModelSection, seed: int) -> ModelComponents:
+    config = get_model_config(section.size, section.variant)
+    for name in ("num_frames", "height", "width"):
+        value = getattr(section, name)
+        if value is not None and value != getattr(config, name):
+            raise InvalidArgument.for_field(f"model.{name}", f"size {section.size!r} has a fixed "
+                                                             f"clip {config.num_frames}x"
+                                                             f"{config.height}x{config.width}")
+    components, _ = checkpoints.build_components(config, seed=seed, name=f"k4d-{section.size}")
+    return components
+
+
+def _finetune_base(section: ModelSection) -> ModelComponents:
+    from k4d_generator.registry import is_registry_ref, resolve_registry_ref
+
+    ref = section.base
+    path = resolve_registry_ref(ref) if is_registry_ref(ref) else Path(ref)
+    if not path.exists():
+        raise NotFound(f"model.base: {path} not found")
+    clip = {k: getattr(section, k) for k in ("num_frames", "height", "width")}
+    if section.kinema4d:
+        kinema4d = Path(section.kinema4d)
+        if not (kinema4d / checkpoints.ADDED_WEIGHTS_FILE).exists():
+            raise NotFound(f"model.kinema4d: no {checkpoints.ADDED_WEIGHTS_FILE} in {kinema4d}")
+        components = checkpoints.load_official(path, kinema4d, variant=section.variant,
+                                               **{k: v for k, v in clip.items() if v})
+    elif _is_bare_wan(path):
+        components = _load_bare_wan(path, section)
+    else:
+        components = checkpoints.load_model(path, **clip)
+    if components.transformer.config.variant != section.variant:
+        raise InvalidArgument.for_field("model.variant", f"the checkpoint is "
+                                                         f"{components.transformer.config.variant!r}")
+    return components
+
+
+def _is_bare_wan(path: Path) -> bool:
+    return ((path / "transformer" / "config.json").exists()
+            and not (path / checkpoints.K4D_MODEL_FILE).exists())
+
+
+def _load_bare_wan(base: Path, section: ModelSection) -> ModelComponents:
+    """A Wan2.1-I2V diffusers directory without Kinema4D weights: the Kinema4D parameters
+    start fresh (zero projections, so the untrained model is the base model)."""
+    import json
+
+    frames = section.num_frames or 49
+    height, width = section.height or 480, section.width or 720
+    # The generator's loader for Wan weights (also used by its official-layout loading).
+    wan = checkpoints._wan_config_only(json.loads((base / "transformer" / "config.json").read_text()))
+    encoder, processor = checkpoints._load_image_encoder(base)
+    patch = tuple(section.arm_patch_size)
+    config = {**wan, "variant": section.variant, "arm_patch_size": patch,
+              "arm_grid": arm_grid_for(frames, height, width, patch),
+              "arm_bottleneck_dim": section.arm_bottleneck_dim,
+              "num_image_tokens": (encoder.config.image_size // encoder.config.patch_size) ** 2 + 1}
+    transformer = checkpoints._load_transformer(
+        config, checkpoints._read_weight_files(base / "transformer"), allow_missing_added=True)
+    _materialise_added(transformer)
+    info = ModelInfo(name=base.name, version="base", layout="k4d", variant=section.variant,
+                     num_frames=frames, height=height, width=width, source=str(base))
+    return ModelComponents(transformer, checkpoints._load_vae(base), encoder, processor,
+                           checkpoints._load_scheduler(base), info)
+
+
+@torch.no_grad()
+def _materialise_added(model: Kinema4DTransformer3DModel) -> None:
+    """Allocate the Kinema4D parameters left on the meta device and initialise them as the
+    constructor does."""
+    for module in (model.patch_embedding_arm, model.arm_ln, model.arm_patch_proj,
+                   model.arm_cond_proj):
+        module.to_empty(device="cpu")
+        module.reset_parameters()
+    for name in ("learnable_domain_embeddings", "arm_pos_emb", "arm_domain_emb"):
+        param = getattr(model, name, None)
+        if param is not None and param.is_meta:
+            setattr(model, name, torch.nn.Parameter(torch.zeros(param.shape)))
+    model._init_added_weights()
+
+
+def clip_of(components: ModelComponents) -> ClipSpec:
+    info = components.info
+    return ClipSpec(info.num_frames, info.height, info.width)
+
+
+# ---------------------------------------------------------------- trainable parameters
+
+def add_lora(transformer: Kinema4DTransformer3DModel, rank: int, alpha: float) -> None:
+    """peft LoRA on every attention's to_q/to_k/to_v/to_out.0 (the official targets)."""
+    from peft import LoraConfig
+
+    transformer.add_adapter(LoraConfig(r=rank, lora_alpha=alpha, init_lora_weights=True,
+                                       target_modules=LORA_TARGETS), adapter_name=ADAPTER)
+
+
+def set_trainable(transformer: torch.nn.Module, recipe: str) -> list[str]:
+    """requires_grad per the recipe; returns the trainable parameter names."""
+    names = []
+    for name, param in transformer.named_parameters():
+        trainable = recipe == "from-scratch" or is_lora_parameter(name) or (
+            is_added_parameter(name) and not is_lora_parameter(name))
+        param.requires_grad_(trainable)
+        if trainable:
+            names.append(name)
+    return names
+
+
+def lora_layers(transformer: torch.nn.Module) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """{module path: (lora_A (r, in), lora_B (out, r))} of the peft adapter, as plain tensors
+    (full tensors when the model is FSDP-sharded), in the generator's `write_lora` form."""
+    layers = {}
+    for name, module in transformer.named_modules():
+        if hasattr(module, "lora_A") and ADAPTER in getattr(module, "lora_A", {}):
+            down = _full(module.lora_A[ADAPTER].weight)
+            up = _full(module.lora_B[ADAPTER].weight)
+            layers[name] = (down.detach().float().cpu().clone(), up.detach().float().cpu().clone())
+    return layers
+
+
+def _full(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+
+
+def base_state_without_lora(transformer: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The transformer's own state dict (peft's `base_layer.` names folded back, LoRA
+    tensors left out), full tensors on the CPU."""
+    state = {}
+    for name, tensor in transformer.state_dict().items():
+        if is_lora_parameter(name):
+            continue
+        state[name.replace(".base_layer.", ".")] = _full(tensor).detach().float().cpu().clone()
+    return state
+
+
+def unwrapped(components: ModelComponents, transformer_state: dict[str, torch.Tensor]
+              ) -> ModelComponents:
+    """A fresh, plain Kinema4D transformer (no adapter, no parallel wrapper) holding
+    `transformer_state`, with the other components shared: what publishing saves."""
+    config = {k: v for k, v in components.transformer.config.items() if not k.startswith("_")}
+    with torch.device("meta"):
+        plain = Kinema4DTransformer3DModel(**config)
+    plain.load_state_dict(transformer_state, strict=True, assign=True)
+    return dataclasses.replace(components, transformer=plain.eval())

@@ -1,0 +1,76 @@
+"""The official Kinema4D training objective (rectified flow), exactly:
+
+- timestep: an index drawn uniformly from the FlowMatchEulerDiscrete training schedule
+  (1000 steps), giving the timestep t in [0, 1000) and its sigma s;
+- x_t = (1 - s) x + s eps, target = eps - x, loss = MSE(model(x_t, t, ...), target);
+- the robot mask (arm_cond channels 0:4) has 10% of its ones set to 0.5 ("soft mask").
+
+Every random draw of a sample comes from a generator seeded by (run seed, global sample
+number), so a sample gets the same noise whichever rank, world size or restart computes
+it: a DDP step equals the single-process step on the same global batch, and a resumed run
+repeats the uninterrupted run's losses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+def training_schedule(shift: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(timesteps, sigmas) of the 1000-step FlowMatchEulerDiscrete training schedule."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    scheduler = FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=shift)
+    return scheduler.timesteps.float().clone(), scheduler.sigmas.float().clone()
+
+
+def sample_generator(seed: int, sample_number: int) -> torch.Generator:
+    return torch.Generator().manual_seed((seed * 0x9E3779B1 + sample_number * 7919) % (2 ** 63))
+
+
+def soften_mask(arm_cond: torch.Tensor, ratio: float, mask_channels: int,
+                generator: torch.Generator) -> torch.Tensor:
+    """arm_cond: (C, F, h, w) of one sample; `ratio` of the mask entries equal to 1 become
+    0.5 (all mask channels of a position together, as the mask is one map tiled 4x)."""
+    if ratio <= 0:
+        return arm_cond
+    mask = arm_cond[:mask_channels]
+    pick = (torch.rand(mask.shape[1:], generator=generator) < ratio) & (mask[0] == 1)
+    softened = torch.where(pick.expand_as(mask), torch.full_like(mask, 0.5), mask)
+    return torch.cat([softened, arm_cond[mask_channels:]], dim=0)
+
+
+@dataclass
+class NoisedBatch:
+    model_input: torch.Tensor  # (B, 36, F, h, 2w)
+    timestep: torch.Tensor  # (B,)
+    target: torch.Tensor  # (B, 16, F, h, 2w) = eps - x
+    arm_cond: torch.Tensor  # soft-masked
+
+
+def noise_batch(batch: dict[str, torch.Tensor], sample_numbers: list[int], seed: int,
+                schedule: tuple[torch.Tensor, torch.Tensor], soft_mask_ratio: float,
+                mask_channels: int) -> NoisedBatch:
+    """Draw each sample's timestep, noise and soft mask; build the model input (CPU)."""
+    timesteps, sigmas = schedule
+    inputs, ts, targets, arms = [], [], [], []
+    for i, number in enumerate(sample_numbers):
+        generator = sample_generator(seed, number)
+        x = batch["latents"][i]
+        index = int(torch.randint(0, len(timesteps), (1,), generator=generator))
+        eps = torch.randn(x.shape, generator=generator, dtype=x.dtype)
+        s = sigmas[index]
+        x_t = (1.0 - s) * x + s * eps
+        inputs.append(torch.cat([x_t, batch["condition"][i]], dim=0))
+        ts.append(timesteps[index])
+        targets.append(eps - x)
+        arms.append(soften_mask(batch["arm_cond"][i], soft_mask_ratio, mask_channels, generator))
+    return NoisedBatch(torch.stack(inputs), torch.stack(ts), torch.stack(targets),
+                       torch.stack(arms))
+
+
+def flow_matching_loss(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return F.mse_loss(prediction.float(), target.float())

@@ -1,0 +1,124 @@
+"""Distributed set-up and parallelism applied to the model from outside it (torchtitan's
+shape): `parallelize(model, dist, precision, activation_checkpointing)`.
+
+- The process group comes from torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK):
+  gloo on CPU, NCCL on GPU. Without torchrun the world is one process and nothing is
+  initialised.
+- dp_replicate x dp_shard must equal the world size (`config.resolve_degrees`).
+  dp_shard > 1: FSDP2 `fully_shard` per transformer block, then the root, with a
+  MixedPrecisionPolicy (bf16 parameters, fp32 reductions on GPU); dp_replicate > 1 as
+  well gives HSDP on a 2-D mesh. dp_shard == 1 and dp_replicate > 1: DDP.
+- Activation checkpointing recomputes each transformer block in the backward pass.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass
+class DistInfo:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+    dp_replicate: int = 1
+    dp_shard: int = 1
+    mesh: object = None
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def strategy(self) -> str:
+        if self.dp_shard > 1:
+            return "hsdp" if self.dp_replicate > 1 else "fsdp2"
+        return "ddp" if self.dp_replicate > 1 else "single"
+
+
+def init_distributed(degrees_of) -> DistInfo:
+    """Initialise from torchrun's env; `degrees_of(world_size) -> (dp_replicate, dp_shard)`
+    raises the readable mismatch error before any collective runs."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    replicate, shard = degrees_of(world_size)
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    info = DistInfo(rank, world_size, local_rank, device, replicate, shard)
+    if world_size > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if cuda else "gloo")
+    if world_size > 1:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        info.mesh = init_device_mesh(device.type, (replicate, shard),
+                                     mesh_dim_names=("dp_replicate", "dp_shard"))
+    return info
+
+
+def close_distributed() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """bf16 autocast on GPU (official), none on CPU unless bf16 is asked for."""
+    if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
+        return torch.bfloat16
+    return None
+
+
+def parallelize(model: torch.nn.Module, info: DistInfo, compute_dtype: torch.dtype | None,
+                activation_checkpointing: bool) -> torch.nn.Module:
+    """Activation checkpointing, then DDP or FSDP2 per the degrees. Returns the module to
+    call (the DDP wrapper, or the model itself, sharded in place, for FSDP2)."""
+    if activation_checkpointing:
+        model.enable_gradient_checkpointing()
+    if info.dp_shard > 1:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        mesh = info.mesh if info.dp_replicate > 1 else info.mesh["dp_shard"]
+        policy = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
+        for block in model.blocks:
+            fully_shard(block, mesh=mesh, mp_policy=policy)
+        fully_shard(model, mesh=mesh, mp_policy=policy)
+        return model
+    if info.dp_replicate > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(
+            model, device_ids=[info.device.index] if info.device.type == "cuda" else None)
+    return model
+
+
+def all_reduce_max(flag: bool, info: DistInfo) -> bool:
+    """True on every rank if any rank says so (cancel and SIGTERM agreement)."""
+    if not info.distributed:
+        return flag
+    tensor = torch.tensor([1.0 if flag else 0.0], device=info.device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return bool(tensor.item() > 0)
+
+
+def all_reduce_mean(value: float, info: DistInfo) -> float:
+    if not info.distributed:
+        return value
+    tensor = torch.tensor([value], dtype=torch.float64, device=info.device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return float(tensor.item()) / info.world_size
+
+
+def barrier(info: DistInfo) -> None:
+    if info.distributed:
+        dist.barrier()

@@ -1,0 +1,315 @@
+"""The training loop: `Trainer.build(config, run_uri)` -> `train()` -> `close()`.
+
+`build` wires the components from the recipe (model, data, latent cache, parallelism,
+optimizer, checkpoints, reporting); `train` is a short linear loop whose details live in
+`train_step`; everything resumable is one state dict of Stateful parts.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import resource
+import signal
+import time
+from dataclasses import dataclass, field
+
+import torch
+from k4d.errors import K4DError
+
+from k4d_trainer import model as model_lib
+from k4d_trainer.checkpoint import Checkpointer, ModelOptimizerState, RngState
+from k4d_trainer.clips import ClipSpec
+from k4d_trainer.config import TrainConfig, resolve_degrees
+from k4d_trainer.data import EpisodeSampler, collate, encode_missing, open_source, select_episodes
+from k4d_trainer.latents import LatentCache, SampleEncoder
+from k4d_trainer.objective import flow_matching_loss, noise_batch, training_schedule
+from k4d_trainer.observe import NullReporter, RunReporter
+from k4d_trainer.parallel import (
+    DistInfo,
+    all_reduce_max,
+    all_reduce_mean,
+    autocast_dtype,
+    barrier,
+    close_distributed,
+    init_distributed,
+    parallelize,
+)
+from k4d_trainer.runs import RunDir, RunStatus
+
+log = logging.getLogger("k4d.trainer")
+
+
+def lr_lambda(warmup: int, total: int, schedule: str):
+    """Linear warmup over `warmup` steps, then constant / cosine / linear decay to 0."""
+
+    def factor(step: int) -> float:  # step = optimizer steps taken so far
+        if step < warmup:
+            return (step + 1) / warmup
+        if schedule == "constant":
+            return 1.0
+        progress = (step - warmup) / max(1, total - warmup)
+        if schedule == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+        return max(0.0, 1.0 - progress)
+
+    return factor
+
+
+@dataclass
+class TrainState:
+    """Step counters (Stateful)."""
+
+    step: int = 0
+    losses: list[float] = field(default_factory=list)
+
+    def state_dict(self) -> dict:
+        return {"step": self.step}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step = int(state["step"])
+
+
+class _Stateful:
+    """Adapts an object with state_dict/load_state_dict (sampler, lr schedule) to DCP."""
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def state_dict(self):
+        return self.obj.state_dict()
+
+    def load_state_dict(self, state):
+        self.obj.load_state_dict(state)
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """Peak allocated GPU memory, or the process's peak resident set size on CPU."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+class Trainer:
+    def __init__(self, config: TrainConfig, run: RunDir, dist: DistInfo, components, model,
+                 trainable: list[torch.nn.Parameter], optimizer, scheduler, sampler,
+                 cache: LatentCache, clip: ClipSpec, checkpointer: Checkpointer, reporter,
+                 job_id: str, env_config=None, bus=None):
+        self.config, self.run, self.dist = config, run, dist
+        self.env_config, self.bus = env_config, bus
+        self.components, self.model, self.trainable = components, model, trainable
+        self.optimizer, self.lr_scheduler, self.sampler = optimizer, scheduler, sampler
+        self.cache, self.clip = cache, clip
+        self.checkpointer, self.reporter, self.job_id = checkpointer, reporter, job_id
+        self.state = TrainState()
+        self.schedule = training_schedule(config.training.timestep_shift)
+        self.compute_dtype = autocast_dtype(config.model.precision, dist.device)
+        self.mask_channels = components.transformer.mask_channels
+        self.status = RunStatus(state="running", total_steps=config.training.steps)
+        self._terminate = False
+        self._previous_sigterm = None
+
+    # ------------------------------------------------------------------ build
+
+    @classmethod
+    def build(cls, config: TrainConfig, run_uri: str, *, resume: bool = False,
+              env_config=None, job_id: str | None = None, bus=None) -> Trainer:
+        dist = init_distributed(lambda ws: resolve_degrees(config.parallelism, ws))
+        run = RunDir(run_uri, env_config)
+        job_id = job_id or config.run_name or run.uri.rstrip("/").rsplit("/", 1)[-1]
+        if dist.is_main and not resume and run.exists("checkpoints/latest.json"):
+            from k4d.errors import FailedPrecondition
+
+            raise FailedPrecondition(f"{run.uri} already holds a run with checkpoints; pass "
+                                     "--resume to continue it or choose another --out")
+        torch.manual_seed(config.seed)  # identical initial replicas on every rank
+        components = model_lib.load_components(config.recipe, config.model, config.seed)
+        clip = model_lib.clip_of(components)
+        dataset = open_source(config.data, env_config)
+        episode_ids = select_episodes(dataset, config.data, clip)
+
+        if config.recipe == "from-scratch":
+            from k4d_trainer.vae import vae_stage
+
+            vae_stage(components, dataset, episode_ids, clip, config.vae, dist, run, config.seed,
+                      log=log.info)
+
+        encoder = SampleEncoder(components, dist.device)
+        cache = LatentCache(config.data.latents_uri or run.child("latents"), encoder.fingerprint,
+                            env_config)
+        encode_missing(dataset, episode_ids, encoder, cache, clip, dist.rank, dist.world_size)
+        barrier(dist)
+        if dist.is_main:
+            cache.write_index(episode_ids, clip)
+        components.vae.cpu()
+        components.image_encoder.cpu()
+
+        transformer = components.transformer
+        if config.recipe == "finetune-lora":
+            torch.manual_seed(config.seed)
+            model_lib.add_lora(transformer, config.model.lora_rank, config.model.lora_alpha)
+        model_lib.set_trainable(transformer, config.recipe)
+        transformer.train().to(dist.device)
+        compute = autocast_dtype(config.model.precision, dist.device)
+        model = parallelize(transformer, dist, compute, config.model.activation_checkpointing)
+        trainable = [p for p in transformer.parameters() if p.requires_grad]
+        t = config.training
+        optimizer = torch.optim.AdamW(trainable, lr=t.lr, betas=tuple(t.betas), eps=t.eps,
+                                      weight_decay=t.weight_decay)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lr_lambda(t.warmup_steps, t.steps, t.lr_schedule))
+        sampler = EpisodeSampler(episode_ids, config.seed, t.global_batch_size, dist.rank,
+                                 dist.world_size)
+        checkpointer = Checkpointer(run, dist.rank, config.checkpoint.keep)
+        reporter = NullReporter()
+        if dist.is_main:
+            obs = config.observability
+            reporter = RunReporter(run, t.steps, job_id=job_id, tensorboard=obs.tensorboard,
+                                   prometheus_port=obs.prometheus_port,
+                                   bus=bus if obs.bus_events else None,
+                                   event_every=obs.event_every, progress_bar=obs.progress_bar)
+        trainer = cls(config, run, dist, components, model, trainable, optimizer, scheduler,
+                      sampler, cache, clip, checkpointer, reporter, job_id, env_config, bus)
+        if resume:
+            trainer.restore()
+        return trainer
+
+    # ------------------------------------------------------------------ state
+
+    def state_dict(self) -> dict:
+        return {"model_optim": ModelOptimizerState(self.model, self.optimizer),
+                "lr_schedule": _Stateful(self.lr_scheduler), "data": _Stateful(self.sampler),
+                "train_state": self.state, "rng": RngState()}
+
+    def restore(self) -> None:
+        latest = self.checkpointer.latest()
+        if latest is None:
+            log.info("resume: no committed checkpoint in %s; starting at step 0", self.run.uri)
+            return
+        self.checkpointer.load(latest, self.state_dict())
+        self.status.checkpoint_uri = latest.uri
+        log.info("resumed from %s (step %d)", latest.uri, self.state.step)
+
+    def save_checkpoint(self) -> None:
+        info = self.checkpointer.save(self.state.step, self.state_dict(),
+                                      barrier=lambda: barrier(self.dist))
+        self.status.checkpoint_uri = info.uri
+
+    # ------------------------------------------------------------------ loop
+
+    def train(self) -> RunStatus:
+        self._install_sigterm()
+        self.status.step = self.state.step
+        self.reporter.start(self.status, self.state.step)
+        every = self.config.checkpoint.every
+        while self.state.step < self.config.training.steps:
+            if self._should_stop():
+                return self._stop()
+            metrics = self.train_step()
+            self.status.step, self.status.loss = self.state.step, metrics["loss"]
+            self.reporter.step(metrics)
+            self.reporter.status(self.status)
+            if every and self.state.step % every == 0:
+                self.save_checkpoint()
+        if self.status.checkpoint_uri != self.checkpointer.uri_for(self.state.step):
+            self.save_checkpoint()
+        self.status.published_model = self.publish()
+        self.status.state = "succeeded"
+        return self.status
+
+    def train_step(self) -> dict:
+        started = time.perf_counter()
+        items = self.sampler.next_batch()
+        batch = collate([self.cache.load(episode_id) for _, episode_id in items])
+        noised = noise_batch(batch, [number for number, _ in items], self.config.seed,
+                             self.schedule, self.config.training.soft_mask_ratio,
+                             self.mask_channels)
+        device = self.dist.device
+        with torch.autocast(device.type, dtype=self.compute_dtype or torch.float32,
+                            enabled=self.compute_dtype is not None):
+            prediction = self.model(noised.model_input.to(device), noised.timestep.to(device),
+                                    batch["image_embeds"].to(device), noised.arm_cond.to(device),
+                                    return_dict=False)[0]
+        loss = flow_matching_loss(prediction, noised.target.to(device))
+        loss.backward()
+        max_norm = self.config.training.max_grad_norm or float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, max_norm)
+        if hasattr(grad_norm, "full_tensor"):
+            grad_norm = grad_norm.full_tensor()
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.optimizer.step()
+        self.lr_scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.state.step += 1
+        loss_value = all_reduce_mean(float(loss.detach()), self.dist)
+        if not math.isfinite(loss_value):
+            raise FloatingPointError(f"loss is {loss_value} at step {self.state.step}")
+        elapsed = time.perf_counter() - started
+        peak = all_reduce_max_int(peak_memory_bytes(device), self.dist)
+        return {"step": self.state.step, "loss": loss_value, "lr": lr,
+                "grad_norm": float(grad_norm), "samples_per_s":
+                    self.config.training.global_batch_size / elapsed,
+                "peak_mem_bytes": peak, "step_time_s": elapsed,
+                "epoch": self.sampler.position.epoch}
+
+    # ------------------------------------------------------------------ stopping
+
+    def _install_sigterm(self) -> None:
+        def on_sigterm(signum, frame):
+            self._terminate = True
+
+        self._previous_sigterm = signal.signal(signal.SIGTERM, on_sigterm)
+
+    def _should_stop(self) -> bool:
+        cancel = self.dist.is_main and self.run.cancel_requested()
+        self._cancel = all_reduce_max(cancel, self.dist)
+        self._terminate = all_reduce_max(self._terminate, self.dist)
+        return self._cancel or self._terminate
+
+    def _stop(self) -> RunStatus:
+        """Checkpoint at this step boundary and end: `cancelled` on a cancel request;
+        `failed` (resumable) on SIGTERM, e.g. a preempted node."""
+        if self.state.step > 0:
+            self.save_checkpoint()
+        if self._cancel:
+            self.status.state = "cancelled"
+            self.status.error = f"cancelled at step {self.state.step}"
+        else:
+            self.status.state = "failed"
+            self.status.error = (f"terminated (SIGTERM) at step {self.state.step}; checkpoint "
+                                 "saved, continue with --resume")
+        return self.status
+
+    # ------------------------------------------------------------------ publish
+
+    def publish(self) -> dict | None:
+        from k4d_trainer.publish import publish_run
+
+        return publish_run(self)
+
+    # ------------------------------------------------------------------ close
+
+    def fail(self, exc: BaseException) -> RunStatus:
+        self.status.state = "failed"
+        message = str(exc) if isinstance(exc, K4DError) else f"{type(exc).__name__}: {exc}"
+        self.status.error = message[:2000]
+        return self.status
+
+    def close(self) -> None:
+        self.reporter.close(self.status)
+        if self._previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
+        close_distributed()
+
+
+def all_reduce_max_int(value: int, dist: DistInfo) -> int:
+    if not dist.distributed:
+        return value
+    tensor = torch.tensor([value], dtype=torch.int64, device=dist.device)
+    torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
+    return int(tensor.item())
+
+
+def env_job_id() -> str | None:
+    return os.environ.get("K4D_TRAIN_JOB_ID") or None
