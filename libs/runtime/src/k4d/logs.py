@@ -2,6 +2,10 @@
 
 Each record carries the service, logger, level, message, and, when known, the job id
 (`log_context(job_id=...)`) and the current OpenTelemetry trace/span ids.
+
+User-supplied strings (paths, names, error messages that quote them) are cut to a sane
+length: `clip` for callers, and the formatter clips the message, every string extra and
+every line of a traceback, so one hostile 5 kB path cannot flood the logs.
 """
 
 from __future__ import annotations
@@ -16,6 +20,17 @@ import time
 _job_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("k4d_job_id", default=None)
 _HANDLER_NAME = "k4d-json"
 _STANDARD_ATTRS = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+MAX_LOGGED_CHARS = 500        # one user-supplied value (clip's default)
+MAX_MESSAGE_CHARS = 2000      # a log message, a string extra
+MAX_TRACEBACK_LINE_CHARS = 1000
+
+
+def clip(value, limit: int = MAX_LOGGED_CHARS) -> str:
+    """`value` as text, cut to `limit` characters with a note of how many were dropped."""
+    text = value if isinstance(value, str) else str(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}...[{len(text) - limit} more chars]"
 
 
 @contextlib.contextmanager
@@ -44,7 +59,7 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname,
             "service": self.service_name,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": clip(record.getMessage(), MAX_MESSAGE_CHARS),
         }
         job_id = getattr(record, "job_id", None) or _job_id.get()
         if job_id:
@@ -52,9 +67,13 @@ class JsonFormatter(logging.Formatter):
         entry.update(_trace_ids())
         for key, value in vars(record).items():  # extra={...} fields
             if key not in _STANDARD_ATTRS and key not in entry and not key.startswith("_"):
-                entry[key] = value if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
+                if not isinstance(value, (int, float, bool, type(None))):
+                    value = clip(value if isinstance(value, str) else repr(value), MAX_MESSAGE_CHARS)
+                entry[key] = value
         if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
+            entry["exception"] = "\n".join(
+                clip(line, MAX_TRACEBACK_LINE_CHARS)
+                for line in self.formatException(record.exc_info).splitlines())
         return json.dumps(entry, ensure_ascii=False)
 
 
