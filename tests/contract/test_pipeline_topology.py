@@ -6,6 +6,7 @@ Tiltfile, the stage workers' wiring and the SimulationResult fields."""
 from __future__ import annotations
 
 import re
+import threading
 import tomllib
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -127,17 +128,35 @@ def test_tiltfile_topics_are_the_tables():
     assert list(interpreter.get("TOPICS")) == list(topology.topic_names())
 
 
-def _stage_workers(obj, depth: int = 0) -> list[StageWorker]:
-    """The StageWorkers inside what a `k4d.workers` entry point returned."""
-    if isinstance(obj, StageWorker):
-        return [obj]
-    if depth >= 2:
-        return []
-    found = []
-    for value in (vars(obj).values() if hasattr(obj, "__dict__") else ()):
-        for item in value if isinstance(value, list | tuple) else (value,):
-            found += _stage_workers(item, depth + 1)
-    return found
+def _build_worker(name: str, config, bus, store):
+    """The stage worker `k4d serve <name> --worker` would run."""
+    try:
+        from k4d.service import load_service
+    except ImportError:  # the plug-in protocol before k4d.service: a k4d.workers function
+        (entry,) = [e for e in entry_points(group="k4d.workers") if e.name == name]
+        return entry.load()(config, bus, store)
+    return load_service(name, config, with_worker=True).build_worker(bus, store)
+
+
+def _wiring(name: str, tmp_path, monkeypatch) -> set[tuple[tuple[str, ...], str]]:
+    """(input topics, group id) of every StageWorker the service's worker creates, while
+    built and while run with its stop event already set (some create theirs in run)."""
+    created = []
+    original = StageWorker.__init__
+
+    def recording(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        created.append(self)
+
+    monkeypatch.setattr(StageWorker, "__init__", recording)
+    worker = _build_worker(name, Config(service_name=name), InProcessBus(), LocalStore(tmp_path))
+    stop = threading.Event()
+    stop.set()
+    runner = threading.Thread(target=worker.run, args=(stop,), daemon=True)
+    runner.start()
+    runner.join(60)
+    assert not runner.is_alive(), f"{name}: worker.run did not return on a set stop event"
+    return {(tuple(w.topics), w.group_id) for w in created}
 
 
 def _topic_constants(module) -> set[str]:
@@ -150,11 +169,9 @@ def _topic_constants(module) -> set[str]:
 def test_stage_workers_are_wired_as_the_table_says(entry, tmp_path, monkeypatch):
     for key in ("K4D_GENERATOR_MODEL", "K4D_GENERATOR_DEVICE"):
         monkeypatch.delenv(key, raising=False)
-    built = entry.load()(Config(service_name=entry.name), InProcessBus(), LocalStore(tmp_path))
-    workers = _stage_workers(built)
-    assert workers, f"{entry.name}: no StageWorker in {built!r}"
+    wired = _wiring(entry.name, tmp_path, monkeypatch)
+    assert wired, f"{entry.name}: its worker creates no StageWorker"
     stages = [s for s in topology.stages_of(entry.name) if s.consumes]
-    wired = {(tuple(w.topics), w.group_id) for w in workers}
     for stage in stages:
         matching = [g for tps, g in wired if tps == stage.consumes]
         assert matching, f"{entry.name}: no worker consumes {stage.consumes} (stage {stage.name})"
