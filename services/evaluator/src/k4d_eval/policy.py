@@ -4,10 +4,15 @@
   object in a clip by its colour in frame 0 (its pixels there come from ground truth
   object_ids, what the initial scene shows), reads the object's 3D position from the
   clip's pointmap in that region frame by frame (median of its points, in the world frame
-  of the camera JSON) and applies the task's rule:
-    pick   the object ends >= LIFT_M above its start
-    push   the object ends >= PUSH_M away from its start, horizontally
-    stack  object 1 ends within STACK_XY_M of object 2 horizontally and >= STACK_Z_M above it
+  of the camera JSON) and applies the data engine's rules (k4d_datagen.tasks.judge) as far
+  as pointmaps show them:
+    pick   lifted > LIFT_M at some frame and resting again at the end (final height within
+           REST_M of the start); the place marker's position is not in the episode
+           metadata, so "within 4 cm of the marker" is not checked
+    push   moved >= PUSH_M along the direction named in the task text (left, right,
+           forward, back), else horizontally
+    stack  object 1 ends within STACK_XY_M of object 2 horizontally and >= STACK_Z_M above
+           it, object 2 moved <= BASE_MOVED_M
   The same judge runs on the prediction and, as a check of the judge, on the ground truth.
 - Agreement of simulated with true success: accuracy, precision, recall per episode, the
   success-rate gap per task and per scene, and the Spearman rank correlation of policies
@@ -23,9 +28,13 @@ import numpy as np
 from k4d_eval.clip import Clip
 
 LIFT_M = 0.05
-PUSH_M = 0.05
+REST_M = 0.02
+PUSH_M = 0.7 * 0.12   # 0.7 x the data engine's push distance
 STACK_XY_M = 0.03
 STACK_Z_M = 0.02
+BASE_MOVED_M = 0.03
+PUSH_DIRECTIONS = {"left": (0.0, 1.0), "right": (0.0, -1.0), "forward": (1.0, 0.0),
+                   "back": (-1.0, 0.0)}
 COLOUR_TOL = 40.0      # RGB distance from the object's frame-0 median colour
 MIN_PIXELS = 20        # fewer matching pixels: the object is not seen in that frame
 JUDGED_KINDS = ("pick", "push", "stack")
@@ -57,37 +66,54 @@ def _final(track: np.ndarray) -> np.ndarray | None:
     return track[seen[-1]] if len(seen) and seen[-1] > 0 else None
 
 
+def _direction(task_text: str) -> np.ndarray | None:
+    words = task_text.lower().replace(",", " ").replace(".", " ").split()
+    for name, d in PUSH_DIRECTIONS.items():
+        if name in words:
+            return np.asarray(d)
+    return None
+
+
 def judge(clip: Clip, object_ids0: np.ndarray, task_kind: str,
-          T_cam0_from_world: np.ndarray) -> dict:
-    """-> {"success": bool | None, "rule": str, ...}; None when the task kind has no rule
-    or an object cannot be found."""
+          T_cam0_from_world: np.ndarray, task_text: str = "") -> dict:
+    """-> {"success": bool | None, "rule": str, measured values}; success None when the
+    task kind has no rule or an object cannot be found."""
     if task_kind not in JUDGED_KINDS or clip.pointmap is None:
         return {"success": None, "rule": f"no automatic rule for task kind {task_kind!r}"}
     T_world_from_cam0 = np.linalg.inv(T_cam0_from_world)
-    needed = (1, 2) if task_kind == "stack" else (1,)
     tracks = {}
-    for k in needed:
+    for k in ((1, 2) if task_kind == "stack" else (1,)):
         start = object_ids0 == k
         if start.sum() < MIN_PIXELS:
             return {"success": None, "rule": f"object {k} is not visible in frame 0"}
         colour = np.median(clip.rgb[0][start].astype(np.float32), axis=0)
         tracks[k] = object_track(clip, colour, start, T_world_from_cam0)
-    start1, end1 = tracks[1][0], _final(tracks[1])
+    track = tracks[1]
+    start1, end1 = track[0], _final(track)
     if end1 is None or np.isnan(start1[0]):
         return {"success": None, "rule": "object 1 is not found after frame 0"}
     if task_kind == "pick":
-        lift = float(end1[2] - start1[2])
-        return {"success": lift >= LIFT_M, "rule": f"lift >= {LIFT_M} m", "lift_m": lift}
+        lift = float(np.nanmax(track[:, 2]) - start1[2])
+        rest = float(abs(end1[2] - start1[2]))
+        return {"success": lift > LIFT_M and rest <= REST_M,
+                "rule": f"lifted > {LIFT_M} m, final height within {REST_M} m of the start",
+                "lift_m": lift, "final_height_change_m": rest}
     if task_kind == "push":
-        moved = float(np.linalg.norm(end1[:2] - start1[:2]))
-        return {"success": moved >= PUSH_M, "rule": f"horizontal move >= {PUSH_M} m",
-                "moved_m": moved}
-    end2 = _final(tracks[2])
-    end2 = tracks[2][0] if end2 is None else end2  # the base object may simply stay put
+        direction = _direction(task_text)
+        step = end1[:2] - start1[:2]
+        moved = float(step @ direction if direction is not None else np.linalg.norm(step))
+        return {"success": moved >= PUSH_M, "moved_m": moved,
+                "rule": f"moved >= {PUSH_M:.3f} m " + ("along the task's direction"
+                                                       if direction is not None else "horizontally")}
+    base = tracks[2]
+    end2 = _final(base)
+    end2 = base[0] if end2 is None else end2  # the base object may be hidden under object 1
     xy, dz = float(np.linalg.norm(end1[:2] - end2[:2])), float(end1[2] - end2[2])
-    return {"success": xy <= STACK_XY_M and dz >= STACK_Z_M,
+    base_moved = float(np.linalg.norm(end2[:2] - base[0, :2]))
+    return {"success": xy <= STACK_XY_M and dz >= STACK_Z_M and base_moved <= BASE_MOVED_M,
             "rule": f"object 1 within {STACK_XY_M} m of object 2 horizontally, >= {STACK_Z_M} m "
-                    "above it", "xy_m": xy, "dz_m": dz}
+                    f"above it, object 2 moved <= {BASE_MOVED_M} m",
+            "xy_m": xy, "dz_m": dz, "base_moved_m": base_moved}
 
 
 def episode_labels(pred: Clip, gt: Clip) -> dict:
@@ -103,9 +129,11 @@ def episode_labels(pred: Clip, gt: Clip) -> dict:
     if gt.object_ids is None or gt.T_cam_from_world is None:
         labels["judge"] = "no object ids: simulated success needs a label from outside"
         return labels
-    on_pred = judge(pred, gt.object_ids[0], kind, gt.T_cam_from_world[0])
-    on_gt = judge(gt, gt.object_ids[0], kind, gt.T_cam_from_world[0])
-    labels.update(simulated_success=on_pred["success"], judge=on_pred, judge_on_gt=on_gt)
+    text = meta.get("task", "")
+    on_pred = judge(pred, gt.object_ids[0], kind, gt.T_cam_from_world[0], text)
+    on_gt = judge(gt, gt.object_ids[0], kind, gt.T_cam_from_world[0], text)
+    labels.update(simulated_success=on_pred["success"], judge=on_pred, judge_on_gt=on_gt,
+                  judge_on_gt_success=on_gt["success"])
     if labels["true_success"] is None:
         labels["true_success"] = on_gt["success"]
     return labels
@@ -168,6 +196,11 @@ def agreement_section(results, baseline=None) -> dict | None:
     section["episodes"] = [{k: r.get(k) for k in ("episode_id", "task", "task_kind", "scene",
                                                    "policy", "true_success", "simulated_success")}
                            for r in rows]
+    checked = [r for r in rows if r.get("true_success") is not None
+               and r.get("judge_on_gt_success") is not None]
+    # How far the automatic judge is to be trusted: its verdict on the ground truth itself.
+    section["judge_on_ground_truth"] = agreement([r["true_success"] for r in checked],
+                                                 [r["judge_on_gt_success"] for r in checked])
     if baseline:
         base = [dict(r.info.get("policy", {})) for r in baseline]
         section["static_world"] = agreement_table(base)["agreement"]

@@ -1,0 +1,105 @@
+"""End to end on a data engine dataset: `k4d eval run` with a tiny model (and the
+static-world floor, both through `k4d simulate`), resume, then `k4d eval --pred --gt` on
+the same outputs. The ground-truth episode IS a static-world rollout, so the floor's
+report must be perfect, which checks the whole chain (loading, frames, regions, report)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from k4d.cli.main import main
+
+pytest.importorskip("zarr")
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "panda_pick"
+FRAMES, DOWN = 5, 15  # the tiny model's clip: 5 x 32 x 48
+
+
+def _k4d(*args: str) -> None:
+    subprocess.run([sys.executable, "-m", "k4d.cli.main", *args], check=True,
+                   capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    from k4d.episodes import DatasetWriter, EpisodeMeta
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("evalrun")
+    cam = json.loads((EXAMPLE / "camera.json").read_text())
+    cam.update(width=48, height=32, fx=cam["fx"] / DOWN, fy=cam["fy"] / DOWN,
+               cx=(cam["cx"] + 0.5) / DOWN - 0.5, cy=(cam["cy"] + 0.5) / DOWN - 0.5)
+    (root / "cam.json").write_text(json.dumps(cam))
+    Image.open(EXAMPLE / "scene.png").convert("RGB").resize((48, 32)).save(root / "scene.png")
+    _k4d("simulate", "--robot", "panda", "--actions", str(EXAMPLE / "actions.json"),
+         "--image", str(root / "scene.png"), "--camera", str(root / "cam.json"),
+         "--frames", str(FRAMES), "--out", str(root / "gt_sim"), "--no-progress")
+    world = np.load(root / "gt_sim" / "pointmap.npz")
+    robot = np.load(root / "gt_sim" / "robot.npz")
+    pointmap = np.where(world["mask"][..., None], world["pointmap"], 0).astype(np.float32)
+    arrays = {"rgb": world["rgb"], "pointmap": pointmap,
+              "depth": np.where(world["mask"], world["pointmap"][..., 2], 0).astype(np.float32),
+              "robot_mask": robot["mask"].astype(bool), "robot_rgb": robot["rgb"],
+              "robot_pointmap": robot["pointmap"].astype(np.float32),
+              "joints": robot["joints"].astype(np.float64)}
+    meta = EpisodeMeta(
+        episode_id="ep0", frames=FRAMES, height=32, width=48, fps=24.0, task="pick the red cube",
+        task_kind="pick", success=True, success_judge="test fixture", robot="panda",
+        joint_names=[str(n) for n in robot["joint_names"]],
+        actions=json.loads((EXAMPLE / "actions.json").read_text()), camera=cam,
+        source={"kind": "test", "note": "a static-world rollout used as ground truth"},
+        arrays=sorted(arrays))
+    writer = DatasetWriter(root / "data")
+    writer.write_episode(meta, arrays)
+    _k4d("generate", "init-model", "--config", "tiny", "--out", str(root / "tiny"))
+    return root
+
+
+def test_eval_run_then_resume_then_eval_dirs(dataset, capsys):
+    out = dataset / "run"
+    args = ["eval", "run", "--model", str(dataset / "tiny"), "--data", str(dataset / "data"),
+            "--out", str(out), "--workers", "2", "--no-progress", "--geometry-pixels", "0"]
+    assert main(args) == 0
+    report = json.loads((out / "report.json").read_text())
+    for name in ("summary.md", "summary.csv", "per_frame.png", "strip.png"):
+        assert (out / name).stat().st_size > 0, name
+    # The floor re-renders the ground truth's own robot and scene geometry: its geometry
+    # and robot pixels are exact; its environment differs only by the frame-0 robot left
+    # in the image it composites onto.
+    base = report["baseline"]["metrics"]
+    assert base["chamfer_l1"] == 0.0 and base["fscore"] == 1.0 and base["depth_absrel"] == 0.0
+    assert base["fscore_k4d"] == 1.0
+    assert report["baseline"]["regions"]["robot"]["psnr"] == 100.0
+    model = report["metrics"]
+    assert 0 < model["psnr"] < base["psnr"] < 100 and 0 < model["chamfer_l1"]
+    assert set(report["regions"]) == {"whole", "robot", "environment"}
+    assert len(report["per_frame"]["psnr"]) == FRAMES
+    assert report["inputs"]["generation"] == "`k4d simulate` subprocess"
+    assert report["policy"]["episodes"][0]["true_success"] is True
+
+    # Resume: outputs and cached results are reused, the report is the same.
+    stamp = (out / "predictions" / "ep0" / "summary.json").stat().st_mtime_ns
+    assert main(args) == 0
+    assert (out / "predictions" / "ep0" / "summary.json").stat().st_mtime_ns == stamp
+    again = json.loads((out / "report.json").read_text())
+    assert again["metrics"] == report["metrics"]
+
+    # The same predictions through `k4d eval --pred --gt --baseline`.
+    out2 = dataset / "dirs"
+    assert main(["eval", "--pred", str(out / "predictions"), "--gt", str(dataset / "data"),
+                 "--baseline", str(out / "static-world"), "--out", str(out2), "--no-progress",
+                 "--geometry-pixels", "0"]) == 0
+    dirs = json.loads((out2 / "report.json").read_text())
+    assert dirs["metrics"] == pytest.approx(report["metrics"])
+    assert "PSNR" in capsys.readouterr().out
+
+
+def test_eval_dirs_missing_prediction_is_one_line(dataset, tmp_path, capsys):
+    code = main(["eval", "--pred", str(tmp_path), "--gt", str(dataset / "data"),
+                 "--no-baseline", "--out", str(tmp_path / "o"), "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "ep0" in err[0]
