@@ -25,6 +25,7 @@ DAY_MS = 24 * 3600 * 1000
 RETAIN_FOREVER = -1
 DLQ_PARTITIONS_MAX = 3
 DLQ_RETENTION_MS = 30 * DAY_MS
+PIPELINES = ("simulation", "training", "models", "evaluation")
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ class Stage:
     consumes: tuple[str, ...]    # input topics (empty: it only produces, e.g. from an RPC)
     produces: tuple[str, ...]    # every topic it publishes to
     group_id: str                # consumer group; "" = one group per process (broadcast)
-    pipeline: str                # "simulation" | "training" | "models"
+    pipeline: str                # one of PIPELINES
     result_fields: tuple[str, ...] = ()  # SimulationResult fields it fills in
     description: str = ""
 
