@@ -73,6 +73,8 @@ def _check_uri(v: _Violations, field: str, value: str, required: bool) -> None:
         v.add(field, "control characters are not allowed")
     elif any(len(c.encode("utf-8", "surrogatepass")) > MAX_COMPONENT_BYTES for c in value.split("/")):
         v.add(field, f"a path component is longer than {MAX_COMPONENT_BYTES} bytes")
+    elif any(c in (".", "..") for c in value.split("://", 1)[1].split("/")):
+        v.add(field, "'.' and '..' path components are not allowed")
 
 
 def _check_name(v: _Violations, field: str, value: str, required: bool) -> None:
