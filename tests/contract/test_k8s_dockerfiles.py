@@ -24,7 +24,7 @@ from packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parents[2]
 SERVICES = sorted(p.parent.name for p in (REPO / "services").glob("*/pyproject.toml"))
-TORCH_FREE = ("kinematics", "projection")
+TORCH_FREE = ("kinematics", "projection", "simulator")
 # Services whose image also runs a Kafka stage worker (`k4d serve <name> --worker`, entry
 # point group k4d.workers). The simulator reads its job feed inside the server instead.
 STAGE_WORKERS = {"kinematics", "projection", "generator", "trainer"}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from k4d_simulator.localcluster import STAGE_SERVICES, Cluster, run_k4d
+from k4d_embedded.testing.localcluster import STAGE_SERVICES, Cluster, run_k4d
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,7 @@ from k4d.bus.kafka import KafkaBus
 from k4d.config import load_config
 from k4d.grpc_server import create_server
 from k4d.store.s3 import S3Store
-from k4d_simulator.localcluster import STAGE_SERVICES, example_spec, wait_terminal
+from k4d_embedded.testing.localcluster import STAGE_SERVICES, example_spec, wait_terminal
 from k4d_simulator.server import build_servicer
 from kinema4d.v1 import simulator_pb2, simulator_pb2_grpc
 

@@ -91,7 +91,7 @@ class Cluster:
 def example_spec(example_dir: Path, model_dir: Path | None, *, steps: int = 2, seed: int = 42,
                  frames: int | None = None, downscale: int | None = None):
     """The shipped example (default: at the tiny model's clip size) as a SimulationSpec."""
-    from k4d_simulator.inputs import SimulationInputs, build_spec
+    from k4d_embedded.inputs import SimulationInputs, build_spec
 
     return build_spec(SimulationInputs(
         robot="panda", actions=example_dir / "actions.json", image=example_dir / "scene.png",

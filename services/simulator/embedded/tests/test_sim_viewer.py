@@ -5,7 +5,7 @@ import json
 import re
 
 import numpy as np
-from k4d_simulator.viewer import sample_frames, write_viewer
+from k4d_embedded.viewer import sample_frames, write_viewer
 
 
 def _scene(T=3, H=40, W=60):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from k4d_simulator.viewer import write_viewer
+from k4d_embedded.viewer import write_viewer
 from PIL import Image
 
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which(

@@ -14,7 +14,7 @@ import numpy as np
 from k4d.errors import FailedPrecondition, InvalidArgument
 from k4d.tensor_io import to_tensor
 from k4d_projection.camera_proto import camera_to_proto
-from k4d_simulator.actions_proto import spec_to_proto
+from k4d_embedded.actions_proto import spec_to_proto
 from kinema4d.v1 import common_pb2, generator_pb2, simulator_pb2
 
 

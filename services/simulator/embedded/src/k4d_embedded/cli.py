@@ -73,7 +73,7 @@ def _add_spec_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _inputs(args):
-    from k4d_simulator.inputs import SimulationInputs
+    from k4d_embedded.inputs import SimulationInputs
 
     return SimulationInputs(robot=args.robot, actions=args.actions, image=args.image,
                             camera=args.camera, model=args.model, steps=args.steps,
@@ -83,7 +83,7 @@ def _inputs(args):
 
 
 def _run_simulate(args) -> int:
-    from k4d_simulator.embedded import simulate_to_directory
+    from k4d_embedded.embedded import simulate_to_directory
 
     paths = simulate_to_directory(_inputs(args), args.out, fps=args.fps,
                                   viewer_points=args.viewer_points,
@@ -96,20 +96,20 @@ def _run_simulate(args) -> int:
 
 
 def _run_view(args) -> int:
-    from k4d_simulator.view import view_directory
+    from k4d_embedded.view import view_directory
 
     return view_directory(args.dir, serve=args.serve, port=args.port, open_browser=args.open,
                           out=sys.stdout)
 
 
 def _run_submit(args) -> int:
-    from k4d_simulator.client import submit_command
+    from k4d_embedded.client import submit_command
 
     return submit_command(_inputs(args), args.address, args.idempotency_key, args.wait, sys.stdout)
 
 
 def _run_jobs(args) -> int:
-    from k4d_simulator.client import jobs_command
+    from k4d_embedded.client import jobs_command
 
     return jobs_command(args.address, job_id=args.job_id, watch=args.watch, state=args.state,
                         limit=args.limit, cancel=args.cancel, as_json=args.json, out=sys.stdout)

@@ -11,16 +11,16 @@ from pathlib import Path
 
 from k4d.errors import InvalidArgument
 from k4d_simulator.camera_proto import camera_from_proto
-from k4d_simulator.inputs import SimulationInputs, build_spec
-from k4d_simulator.outputs import robot_link_meshes, write_rollout
-from k4d_simulator.pipeline import (
+from k4d_embedded.inputs import SimulationInputs, build_spec
+from k4d_embedded.outputs import robot_link_meshes, write_rollout
+from k4d_embedded.pipeline import (
     STATIC_WORLD,
     EmbeddedResult,
     StageCores,
     _robot_name,
     run_embedded,
 )
-from k4d_simulator.viewer import STATIC_WORLD_NOTICE
+from k4d_embedded.viewer import STATIC_WORLD_NOTICE
 
 log = logging.getLogger("k4d.simulate")
 

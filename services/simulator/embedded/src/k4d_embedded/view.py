@@ -9,7 +9,7 @@ import webbrowser
 from pathlib import Path
 
 from k4d.errors import InvalidArgument
-from k4d_simulator.outputs import VIEWER_HTML
+from k4d_embedded.outputs import VIEWER_HTML
 
 
 def viewer_path(directory: Path) -> Path:

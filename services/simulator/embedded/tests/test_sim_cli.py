@@ -20,10 +20,10 @@ from k4d.tensor_io import load_npz
 from k4d_simulator.api import SimulatorServicer
 from k4d_simulator.feed import JobFeed
 from k4d_simulator.jobs import JobTable
-from k4d_simulator.view import view_directory
+from k4d_embedded.view import view_directory
 from kinema4d.v1 import simulator_pb2_grpc
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "panda_pick"
+EXAMPLE = Path(__file__).resolve().parents[4] / "examples" / "panda_pick"
 QUICK = ["--downscale", "8", "--frames", "7", "--no-progress"]  # 60x90 px, 7 frames
 
 
@@ -55,7 +55,7 @@ def test_simulate_writes_every_output_with_design_keys(quick_rollout):
     assert world["pointmap"].shape == (T, H, W, 3) and world["rgb"].shape == (T, H, W, 3)
     # static-world: the robot's own points are composited into the world pointmap
     np.testing.assert_array_equal(world["pointmap"][robot["mask"]], robot["pointmap"][robot["mask"]])
-    from k4d_simulator.outputs import read_video
+    from k4d_embedded.outputs import read_video
 
     assert read_video(out / "rgb.mp4").shape == (T, H, W, 3)
     meta = json.loads((out / "pointmap_k4d.json").read_text())

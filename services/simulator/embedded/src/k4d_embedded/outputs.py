@@ -179,7 +179,7 @@ def write_rollout(out_dir: str | os.PathLike, result, summary: dict, *, fps: flo
     """Write every output file of an EmbeddedResult; returns name -> path. rollout.rrd is
     written (when `record`, a `camera` JSON is given and rerun-sdk is installed) on a
     thread beside the other files, so it adds little to the wall time."""
-    from k4d_simulator.viewer import write_viewer
+    from k4d_embedded.viewer import write_viewer
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 from k4d.errors import Cancelled, InvalidArgument
-from k4d_simulator.localcluster import example_spec
-from k4d_simulator.pipeline import StageCores, run_embedded
+from k4d_embedded.testing.localcluster import example_spec
+from k4d_embedded.pipeline import StageCores, run_embedded
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "panda_pick"
+EXAMPLE = Path(__file__).resolve().parents[4] / "examples" / "panda_pick"
 
 
 @pytest.fixture(scope="module")

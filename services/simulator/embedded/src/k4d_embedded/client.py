@@ -8,7 +8,7 @@ import grpc
 from google.protobuf import json_format
 from k4d.errors import FieldViolation, InvalidArgument, NotFound, Unavailable
 from k4d.grpc_client import create_channel, field_violations
-from k4d_simulator.inputs import SimulationInputs, build_spec
+from k4d_embedded.inputs import SimulationInputs, build_spec
 from k4d_simulator.jobs import is_terminal
 from kinema4d.v1 import simulator_pb2, simulator_pb2_grpc
 
