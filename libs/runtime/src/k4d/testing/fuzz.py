@@ -22,10 +22,11 @@ Usage (what tests/integration/test_fuzz_all_services.py does for every service):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -88,13 +89,15 @@ class Failure:
 class FuzzReport:
     calls: int = 0
     codes: dict[str, dict[str, int]] = field(default_factory=dict)  # method -> code -> n
+    slowest_s: dict[str, float] = field(default_factory=dict)  # method -> longest call
     failures: list[Failure] = field(default_factory=list)
     health_before: dict[str, str] = field(default_factory=dict)
     health_after: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
 
-    def count(self, method: str, code: str) -> None:
+    def count(self, method: str, code: str, seconds: float = 0.0) -> None:
         self.calls += 1
+        self.slowest_s[method] = max(self.slowest_s.get(method, 0.0), seconds)
         per_method = self.codes.setdefault(method, {})
         per_method[code] = per_method.get(code, 0) + 1
 
@@ -114,7 +117,8 @@ class FuzzReport:
     def summary(self) -> str:
         lines = [f"{self.calls} calls in {self.seconds:.1f} s"]
         for method, codes in sorted(self.codes.items()):
-            lines.append(f"  {method}: " + ", ".join(f"{c} {n}" for c, n in sorted(codes.items())))
+            lines.append(f"  {method}: " + ", ".join(f"{c} {n}" for c, n in sorted(codes.items()))
+                         + f" (slowest {self.slowest_s.get(method, 0.0):.2f} s)")
         return "\n".join(lines)
 
 
@@ -132,6 +136,18 @@ class HostileMessages:
         self._fill(message, 0, self.deep_depth if deep else self.max_depth)
         return message
 
+    def mutate(self, seed: Message) -> Message:
+        """A copy of a valid `seed` with one to three of its fields, anywhere in it, given
+        hostile values: the rest stays valid, so the request gets past the first checks
+        and reaches deeper code."""
+        message = type(seed)()
+        message.CopyFrom(seed)
+        for _ in range(self.rng.choice((1, 1, 2, 3))):
+            parent, fd = self.rng.choice(_field_slots(message))
+            parent.ClearField(fd.name)
+            self._fill_field(parent, fd, 0, self.max_depth)
+        return message
+
     def _fill(self, message: Message, depth: int, max_depth: int) -> None:
         density = self.rng.choice((0.2, 0.5, 0.9, 1.0))
         for fd in message.DESCRIPTOR.fields:
@@ -139,15 +155,19 @@ class HostileMessages:
                 continue
             if fd.message_type is not None and depth >= max_depth:
                 continue
-            if _is_map(fd):
-                self._fill_map(getattr(message, fd.name), fd, depth, max_depth)
-            elif fd.is_repeated:
-                self._fill_repeated(message, fd, depth, max_depth)
-            elif fd.message_type is not None:
-                self._fill(getattr(message, fd.name), depth + 1, max_depth)
-                getattr(message, fd.name).SetInParent()
-            else:
-                setattr(message, fd.name, self.scalar(fd))
+            self._fill_field(message, fd, depth, max_depth)
+
+    def _fill_field(self, message: Message, fd: FieldDescriptor, depth: int,
+                    max_depth: int) -> None:
+        if _is_map(fd):
+            self._fill_map(getattr(message, fd.name), fd, depth, max_depth)
+        elif fd.is_repeated:
+            self._fill_repeated(message, fd, depth, max_depth)
+        elif fd.message_type is not None:
+            self._fill(getattr(message, fd.name), depth + 1, max_depth)
+            getattr(message, fd.name).SetInParent()
+        else:
+            setattr(message, fd.name, self.scalar(fd))
 
     def _fill_repeated(self, message: Message, fd: FieldDescriptor, depth: int,
                        max_depth: int) -> None:
@@ -187,6 +207,18 @@ class HostileMessages:
         return self.rng.choice(_SCALARS[cpp])
 
 
+def _field_slots(message: Message, limit: int = 8) -> list[tuple[Message, FieldDescriptor]]:
+    """(message, field) for every field of `message` and of the sub-messages it holds (the
+    first `limit` items of repeated ones): where a mutation may land."""
+    slots = [(message, fd) for fd in message.DESCRIPTOR.fields]
+    for fd, value in message.ListFields():
+        if fd.message_type is None or _is_map(fd):
+            continue
+        for item in (value[:limit] if fd.is_repeated else [value]):
+            slots += _field_slots(item, limit)
+    return slots
+
+
 def _is_map(fd: FieldDescriptor) -> bool:
     return (fd.is_repeated and fd.message_type is not None
             and fd.message_type.GetOptions().map_entry)
@@ -208,8 +240,13 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
-def request_bytes(hostile: HostileMessages, cls: type[Message]) -> tuple[bytes, str]:
-    """One hostile request for `cls`, serialized, with a short description for reports."""
+def request_bytes(hostile: HostileMessages, cls: type[Message],
+                  seeds: Sequence[Message] = ()) -> tuple[bytes, str]:
+    """One hostile request for `cls`, serialized, with a short description for reports:
+    mostly a mutated seed when valid seed requests are given, else built from scratch."""
+    if seeds and hostile.rng.random() < 0.7:
+        message = hostile.mutate(hostile.rng.choice(seeds))
+        return message.SerializeToString(), "mutated seed: " + _describe(message)
     roll = hostile.rng.random()
     if roll < 0.04:
         data = hostile.rng.randbytes(hostile.rng.randint(1, 300))
@@ -241,6 +278,7 @@ class Method:
     path: str                 # /package.Service/Method
     descriptor: MethodDescriptor
     input_class: type[Message]
+    seeds: tuple[Message, ...] = ()  # valid requests to mutate (input_class instances)
 
 
 def discover_methods(channel: grpc.Channel, services: Iterable[str] | None = None) -> list[Method]:
@@ -280,11 +318,11 @@ def _call(channel: grpc.Channel, method: Method, hostile: HostileMessages,
     identity: Callable[[bytes], bytes] = lambda b: b  # noqa: E731
     received = 0
     if desc.client_streaming:
-        requests = [request_bytes(hostile, method.input_class)
+        requests = [request_bytes(hostile, method.input_class, method.seeds)
                     for _ in range(hostile.rng.choice((0, 1, 2, 4)))]
         payload, what = iter([r[0] for r in requests]), "; ".join(r[1] for r in requests)[:400]
     else:
-        payload, what = request_bytes(hostile, method.input_class)
+        payload, what = request_bytes(hostile, method.input_class, method.seeds)
     kind = ("stream" if desc.client_streaming else "unary") + "_" + (
         "stream" if desc.server_streaming else "unary")
     callable_ = getattr(channel, kind)(method.path, request_serializer=identity,
@@ -304,11 +342,20 @@ def _call(channel: grpc.Channel, method: Method, hostile: HostileMessages,
 
 def fuzz_channel(channel: grpc.Channel, *, calls_per_method: int = 40, seed: int = 0,
                  deadline_s: float = 10.0, services: Iterable[str] | None = None,
+                 seeds: Mapping[str, Sequence[Message]] | None = None,
                  extra_strings: Sequence[str] = ()) -> FuzzReport:
     """Fuzz every discovered method `calls_per_method` times; a report of what came back.
-    A server stream that delivered messages and was still open at the deadline is a live
-    stream (Watch of a running job), not a failure."""
+    `seeds` maps a method path ("/kinema4d.v1.KinematicsService/ForwardKinematics") to
+    valid requests (any message class of that type): most calls of that method then mutate
+    one of them. A server stream that delivered messages and was still open at the
+    deadline is a live stream (Watch of a running job), not a failure."""
     methods = discover_methods(channel, services)
+    unknown = sorted(set(seeds or {}) - {m.path for m in methods})
+    if unknown:
+        raise ValueError(f"seeds for methods the server does not have: {unknown}")
+    methods = [dataclasses.replace(m, seeds=tuple(
+        m.input_class.FromString(s.SerializeToString()) for s in (seeds or {}).get(m.path, ())))
+        for m in methods]
     names = sorted({m.path.split("/")[1] for m in methods})
     report = FuzzReport(health_before=health(channel, names))
     hostile = HostileMessages(random.Random(seed), extra_strings=extra_strings)
@@ -316,7 +363,7 @@ def fuzz_channel(channel: grpc.Channel, *, calls_per_method: int = 40, seed: int
     for _ in range(calls_per_method):
         for method in methods:
             code, details, seconds, what, received = _call(channel, method, hostile, deadline_s)
-            report.count(method.path, code.name)
+            report.count(method.path, code.name, seconds)
             live_stream = (method.descriptor.server_streaming and received
                            and code is grpc.StatusCode.DEADLINE_EXCEEDED)
             if (code in BAD_CODES and not live_stream) or seconds > deadline_s + DEADLINE_SLACK_S:
