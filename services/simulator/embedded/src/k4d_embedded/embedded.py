@@ -9,8 +9,10 @@ import math
 import time
 from pathlib import Path
 
+from google.protobuf import json_format
 from k4d.errors import InvalidArgument
 from k4d_simulator.camera_proto import camera_from_proto
+from k4d_simulator.outcomes import STATIC_WORLD_WARNING, warnings_of
 from k4d_embedded.inputs import SimulationInputs, build_spec
 from k4d_embedded.outputs import robot_link_meshes, write_rollout
 from k4d_embedded.pipeline import (
@@ -89,6 +91,10 @@ def build_summary(inputs: SimulationInputs, spec, result: EmbeddedResult,
         "pointmap_units": "metres" if gen.metric else "normalised",
         "kinematics": {"joint_names": kin.joint_names, "ik_failed_frames": kin.failed_frames},
         "stage_seconds": {k: round(v, 4) for k, v in result.stage_seconds.items()},
+        # SimulationResult.stages of the same run in cluster mode (k4d jobs shows those).
+        "stages": [json_format.MessageToDict(o, preserving_proto_field_name=True)
+                   for o in result.outcomes()],
+        "warnings": warnings_of(result.outcomes()),
         "total_seconds": round(total_s, 4),
         "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
@@ -125,6 +131,10 @@ def simulate_to_directory(inputs: SimulationInputs, out_dir: Path, *, fps: float
     finally:
         bars.close()
     summary = build_summary(inputs, spec, result, time.perf_counter() - started)
+    for outcome in result.outcomes():  # the static-world notice is logged on its own
+        for warning in outcome.warnings:
+            if warning != STATIC_WORLD_WARNING:
+                log.warning("%s: %s", outcome.stage, warning)
     write_start = time.perf_counter()
     # The recording poses the renderer's link meshes (cached by the projection stage).
     meshes = robot_link_meshes(cores.renderer(cores.robot(_robot_name(spec), store)))

@@ -21,6 +21,7 @@ import numpy as np
 from k4d.errors import Cancelled, FailedPrecondition
 from k4d.tensor_io import from_tensor_data
 from k4d_simulator.camera_proto import camera_from_proto
+from k4d_simulator.outcomes import stage_outcomes
 from k4d_simulator.validation import DEFAULT_NUM_FRAMES, validate_spec
 from kinema4d.v1 import common_pb2, simulator_pb2
 
@@ -76,6 +77,13 @@ class EmbeddedResult:
     generation: GenerationOutput
     image: np.ndarray  # (H, W, 3) uint8 initial image
     stage_seconds: dict[str, float]
+
+    def outcomes(self) -> list[simulator_pb2.StageOutcome]:
+        """Every stage's outcome, built as the cluster's job table builds them
+        (`SimulationResult.stages`): the same failed frames and warnings in both modes."""
+        return stage_outcomes(self.stage_seconds, failed_frames=self.kinematics.failed_frames,
+                              num_frames=int(self.kinematics.joints.shape[0]),
+                              static_world=self.generation.static_world)
 
     def robot_arrays(self) -> dict[str, np.ndarray]:
         """robot.npz content (DESIGN.md keys)."""

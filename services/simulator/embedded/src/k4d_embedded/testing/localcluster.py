@@ -22,6 +22,7 @@ from k4d.grpc_client import wait_healthy
 STAGE_SERVICES = ("kinematics", "projection", "generator")
 TINY_CLIP = {"frames": 5, "downscale": 15}  # 480x720 / 15 = 32x48, the tiny model's size
 SESSION_TIMEOUT_MS = 3000
+SIMULATOR_SERVICE = "kinema4d.v1.SimulatorService"
 
 
 def run_k4d(*args: str, env: dict | None = None, timeout: float = 300) -> str:
@@ -69,7 +70,11 @@ class Cluster:
                                       f"127.0.0.1:{self.ports[name]}", self.log_dir,
                                       env=self.env(name))
         self.processes[name] = process
-        if not wait_healthy(process.address, "", timeout_s, should_abort=lambda: not process.alive()):
+        # The simulator front door is ready once its job feed has caught up (its own
+        # health entry); the stage services once their server runs.
+        service = SIMULATOR_SERVICE if name == "simulator" else ""
+        if not wait_healthy(process.address, service, timeout_s,
+                            should_abort=lambda: not process.alive()):
             raise RuntimeError(f"{name} did not become healthy:\n{process.log_tail(40)}")
 
     def kill(self, name: str) -> None:
@@ -98,6 +103,21 @@ def example_spec(example_dir: Path, model_dir: Path | None, *, steps: int = 2, s
         camera=example_dir / "camera.json", model=str(model_dir) if model_dir else "",
         steps=steps, seed=seed, frames=frames or TINY_CLIP["frames"],
         downscale=downscale or TINY_CLIP["downscale"]))
+
+
+def unreachable_example(directory: Path, example_dir: Path) -> Path:
+    """A copy of an example whose last three end-effector targets are 1.6 m out, beyond
+    the Panda's reach: IK misses there and the rollout still runs (stage outcomes tests)."""
+    import shutil
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in ("scene.png", "camera.json"):
+        shutil.copy(example_dir / name, directory / name)
+    actions = json.loads((example_dir / "actions.json").read_text())
+    for step in actions["steps"][-3:]:
+        step[0] = 1.6
+    (directory / "actions.json").write_text(json.dumps(actions))
+    return directory
 
 
 def wait_terminal(stub, job_ids, timeout_s: float):
