@@ -6,7 +6,6 @@ metrics see the final status code that the error mapping chose.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import grpc
@@ -16,7 +15,7 @@ from grpc_status import rpc_status
 from opentelemetry import trace
 
 from k4d.errors import InvalidArgument, K4DError
-from k4d.metrics import runtime_metrics
+from k4d.metrics import begin_work, end_work, runtime_metrics
 from k4d.telemetry import extract_trace_context, get_logger
 
 log = get_logger(__name__)
@@ -162,7 +161,9 @@ class TracingInterceptor(grpc.ServerInterceptor):
 
 
 class MetricsInterceptor(grpc.ServerInterceptor):
-    """Request count per method and status code, latency histogram per method."""
+    """Per method: request count by status code, and histograms of the whole handling time,
+    of its queue time (what the handler spent in `k4d.metrics.waiting()`, e.g. the
+    generator's sampling lock) and of its compute time (the rest)."""
 
     def __init__(self, metrics=None):
         self.metrics = metrics or runtime_metrics()
@@ -171,12 +172,17 @@ class MetricsInterceptor(grpc.ServerInterceptor):
         method = handler_call_details.method
 
         def before(context):
-            return time.perf_counter()
+            return begin_work()
 
-        def after(started, context, exc):
+        def after(state, context, exc):
+            timing, token = state
+            queued, computed = timing.split()
+            end_work(token)
             code = status_code_of(context, exc)
             self.metrics.rpc_requests.labels(method, code.name).inc()
-            self.metrics.rpc_latency.labels(method).observe(time.perf_counter() - started)
+            self.metrics.rpc_latency.labels(method).observe(queued + computed)
+            self.metrics.rpc_queue.labels(method).observe(queued)
+            self.metrics.rpc_compute.labels(method).observe(computed)
 
         return wrap_handler(continuation(handler_call_details),
                             lambda behavior, streaming: _around(behavior, streaming, before, after))

@@ -16,6 +16,7 @@ from kinema4d.v1 import common_pb2, events_pb2
 from k4d.bus.base import event_headers
 from k4d.bus.topics import SIM_FAILED
 from k4d.errors import InvalidArgument
+from k4d.metrics import note_queued_since
 from k4d.store.base import validate_key
 
 
@@ -52,6 +53,8 @@ def read_stage_event(message, event_type, stage: str):
         raise InvalidArgument.for_field("header.job_id", "missing")
     validate_key(f"jobs/{job_id}", "header.job_id")
     traceparent = message.header("traceparent") or event.header.traceparent
+    if event.header.HasField("created_at"):  # queue time of this stage (k4d.metrics)
+        note_queued_since(event.header.created_at.ToNanoseconds() / 1e9)
     return event, StageContext(stage, job_id, message.attempt, traceparent)
 
 

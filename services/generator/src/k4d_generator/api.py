@@ -9,6 +9,7 @@ Domain errors propagate to the runtime's ErrorMappingInterceptor.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import queue
 import threading
@@ -82,7 +83,9 @@ class GeneratorServicer(generator_pb2_grpc.GeneratorServiceServicer):
                 events.put(("error", exc))
 
         started = time.perf_counter()
-        threading.Thread(target=run, name="generate", daemon=True).start()
+        # In this RPC's context, so its wait for the sampling lock counts as its queue time.
+        threading.Thread(target=contextvars.copy_context().run, args=(run,), name="generate",
+                         daemon=True).start()
         while True:
             kind, *payload = events.get()
             if kind == "progress":
@@ -137,22 +140,8 @@ class GeneratorServicer(generator_pb2_grpc.GeneratorServiceServicer):
                                                load_seconds=loaded.load_seconds)
 
     def ListModels(self, request, context):
-        from k4d_generator import registry
-
-        models = []
-        loaded = self.manager.loaded
-        seen = set()
-        if self.store is not None:
-            for name, versions in registry.list_models(self.store).items():
-                for version in versions:
-                    models.append(model_info_proto(self.manager.describe(name, version)))
-                    seen.add((name, version))
-        if loaded is not None and (loaded.info.get("name"), loaded.info.get("version")) \
-                not in seen:
-            models.append(model_info_proto(self.manager.describe(uri=loaded.ref)
-                                           if not loaded.ref.startswith("registry:") else
-                                           {**loaded.info, "loaded": True}))
-        return generator_pb2.ListModelsResponse(models=models)
+        return generator_pb2.ListModelsResponse(
+            models=[model_info_proto(info) for info in self.manager.list_models()])
 
     def GetModelInfo(self, request, context):
         info = self.manager.describe(request.model.name, request.model.version,

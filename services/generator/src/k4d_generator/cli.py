@@ -61,7 +61,12 @@ def register(subparsers) -> None:
     init.add_argument("--seed", type=int, default=0)
     init.set_defaults(handler=run_init_model)
 
-    pub = sub.add_parser("publish", help="publish a k4d model dir to the registry in the store")
+    pub = sub.add_parser("publish", help="publish a k4d model dir to the registry in the store "
+                                         "and announce it on k4d.model.published",
+                         description="Upload the model directory as models/NAME/VERSION/ "
+                                     "(manifest last), then, when K4D_KAFKA_BOOTSTRAP names a "
+                                     "broker, announce it on k4d.model.published so running "
+                                     "generators serving NAME switch to it between jobs.")
     pub.add_argument("--model", required=True)
     pub.add_argument("--name", required=True)
     pub.add_argument("--version", required=True)
@@ -215,11 +220,21 @@ def _open_store(uri):
 
 
 def run_publish(args) -> int:
+    """Publish, then announce on k4d.model.published when a broker is configured
+    (K4D_KAFKA_BOOTSTRAP): running generators serving NAME switch to the new version."""
+    from k4d.bus import open_bus
+    from k4d.config import load_config
+
     from k4d_generator.registry import publish
 
-    manifest = publish(_open_store(args.store), args.model, args.name, args.version)
+    config = load_config()
+    store = _open_store(args.store)
+    with open_bus(config) as bus:
+        announce = bool(config.kafka_bootstrap)
+        manifest = publish(store, args.model, args.name, args.version,
+                           bus=bus if announce else None)
     print(json.dumps({"name": manifest["name"], "version": manifest["version"],
-                      "files": len(manifest["files"])}))
+                      "files": len(manifest["files"]), "announced": announce}))
     return 0
 
 

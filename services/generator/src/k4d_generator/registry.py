@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from k4d.errors import FailedPrecondition, InvalidArgument, NotFound
-from k4d.tensor_io import sha256_file
+from k4d.tensor_io import sha256_bytes, sha256_file
 
 from k4d_generator import cache_root
 from k4d_generator.checkpoints import K4D_MODEL_FILE
@@ -41,8 +41,11 @@ def build_manifest(model_dir: Path, name: str, version: str) -> dict:
             "created_unix": time.time(), "files": files}
 
 
-def publish(store, model_dir: str | Path, name: str, version: str) -> dict:
-    """Upload a k4d-layout model directory as `models/<name>/<version>/`; returns the manifest."""
+def publish(store, model_dir: str | Path, name: str, version: str, *, bus=None) -> dict:
+    """Upload a k4d-layout model directory as `models/<name>/<version>/`; returns the manifest.
+
+    With `bus`, the version is announced on `k4d.model.published` once its manifest is
+    stored (running generators serving `name` switch to it between jobs)."""
     model_dir = Path(model_dir)
     _check_name("name", name)
     _check_name("version", version)
@@ -56,27 +59,45 @@ def publish(store, model_dir: str | Path, name: str, version: str) -> dict:
     for entry in manifest["files"]:
         store.put_file(f"{prefix}/{entry['path']}", model_dir / entry["path"])
     # The manifest goes last: a version is visible only once all its files are stored.
-    store.put_bytes(f"{prefix}/{MANIFEST}", json.dumps(manifest, indent=2).encode(),
-                    content_type="application/json")
+    manifest_bytes = json.dumps(manifest, indent=2).encode()
+    store.put_bytes(f"{prefix}/{MANIFEST}", manifest_bytes, content_type="application/json")
+    if bus is not None:
+        from k4d.model_events import announce_model_published
+
+        variant = json.loads((model_dir / K4D_MODEL_FILE).read_text()).get("variant", "")
+        announce_model_published(bus, name, version, store.uri_for(prefix),
+                                 manifest_sha256=sha256_bytes(manifest_bytes),
+                                 variant=str(variant))
     return manifest
+
+
+def list_versions(store) -> dict[str, list[tuple[str, bytes]]]:
+    """{name: [(version, manifest bytes), oldest first]} of published (manifest present)
+    models: one listing and one read per version."""
+    models: dict[str, list[tuple[float, str, bytes]]] = {}
+    for key in store.list(f"{PREFIX}/"):
+        parts = key.split("/")
+        if len(parts) == 4 and parts[3] == MANIFEST:
+            raw = store.get_bytes(key)
+            models.setdefault(parts[1], []).append((json.loads(raw)["created_unix"], parts[2],
+                                                    raw))
+    return {name: [(v, raw) for _, v, raw in sorted(vs)] for name, vs in sorted(models.items())}
 
 
 def list_models(store) -> dict[str, list[str]]:
     """{name: [versions, oldest first]} of published (manifest present) models."""
-    models: dict[str, list[tuple[float, str]]] = {}
-    for key in store.list(f"{PREFIX}/"):
-        parts = key.split("/")
-        if len(parts) == 4 and parts[3] == MANIFEST:
-            manifest = read_manifest(store, parts[1], parts[2])
-            models.setdefault(parts[1], []).append((manifest["created_unix"], parts[2]))
-    return {name: [v for _, v in sorted(vs)] for name, vs in sorted(models.items())}
+    return {name: [v for v, _ in vs] for name, vs in list_versions(store).items()}
 
 
-def read_manifest(store, name: str, version: str) -> dict:
+def read_manifest_bytes(store, name: str, version: str) -> bytes:
     key = f"{PREFIX}/{name}/{version}/{MANIFEST}"
     if not store.exists(key):
         raise NotFound(f"model {name} version {version} not found in the registry")
-    return json.loads(store.get_bytes(key))
+    return store.get_bytes(key)
+
+
+def read_manifest(store, name: str, version: str) -> dict:
+    return json.loads(read_manifest_bytes(store, name, version))
 
 
 def fetch(store, name: str, version: str | None, cache_dir: str | Path) -> Path:

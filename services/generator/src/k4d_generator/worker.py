@@ -3,7 +3,9 @@ on `k4d.model.published`.
 
 For each ProjectionCompleted: skip a cancelled job (marker `jobs/<id>/cancel`: emit
 SimulationFailed{CANCELLED}); load the initial image and the robot condition; sample
-with the job's model (loaded on first use; an empty model = the static-world generator),
+with the process's model (`GeneratorService` shares one `ModelManager` between gRPC and
+this stage; with no start-up model, a job's model is loaded on first use; an empty
+model = the static-world generator),
 publishing SimulationProgress per step on `k4d.sim.progress` and checking the cancel
 marker between steps; store rgb, pointmap and rgb.mp4 at `jobs/<id>/generation/<name>`;
 publish SimulationCompleted. Sampling is seeded, so a redelivered event rewrites the same
@@ -11,8 +13,13 @@ bytes. Bad input raises InvalidArgument/NotFound, which the StageWorker sends to
 dead-letter topic at once.
 
 Model announcements are broadcast: every generator process listens on
-`k4d.model.published` in its own consumer group and reloads when the model it serves
-gets a new version.
+`k4d.model.published` in its own consumer group and switches, between jobs, to a newer
+published version of the model it serves.
+
+Nothing is consumed before the start-up model is loaded (`StartupLoad.wait`): a load
+inside the Kafka handler would outlast `max.poll.interval.ms` and make the group
+rebalance and redeliver in a loop. With a start-up model, a job naming another model
+fails at once (FailedPrecondition, dead-lettered) instead of loading a second model.
 """
 
 from __future__ import annotations
@@ -24,7 +31,6 @@ import threading
 import time
 from pathlib import Path
 
-from google.protobuf.message import DecodeError
 from k4d.bus import StageWorker
 from k4d.bus.topics import (
     MODEL_PUBLISHED,
@@ -32,7 +38,9 @@ from k4d.bus.topics import (
     SIM_PROGRESS,
     SIM_PROJECTED,
 )
-from k4d.errors import Cancelled, InvalidArgument
+from k4d.bus.worker import PERMANENT_ERRORS
+from k4d.errors import Cancelled, FailedPrecondition
+from k4d.model_events import read_model_published
 from k4d.stage_events import (
     is_cancelled,
     publish_cancelled,
@@ -54,8 +62,9 @@ log = get_logger(__name__)
 
 
 class GenerationStage:
-    def __init__(self, bus, store, manager: ModelManager):
+    def __init__(self, bus, store, manager: ModelManager, served_model: str = ""):
         self.bus, self.store, self.manager = bus, store, manager
+        self.served_model = served_model  # the start-up model: the only one served
 
     def handle(self, message) -> None:
         started = time.perf_counter()
@@ -70,8 +79,7 @@ class GenerationStage:
                                  field=name) for name in ("rgb", "pointmap", "mask")}
         kwargs = sampling_kwargs(spec.sampling)
         if spec.model.name or spec.model.uri:
-            self._ensure_loaded(spec.model, kwargs["backend"] or "torch",
-                                spec.sampling.precision)
+            self._ensure_loaded(spec.model, kwargs["backend"], spec.sampling.precision)
         else:
             kwargs["backend"] = STATIC_WORLD
         try:
@@ -98,12 +106,19 @@ class GenerationStage:
                             events_pb2.SimulationCompleted(result=sim_result))
 
     def _ensure_loaded(self, ref: common_pb2.ModelRef, backend: str, precision: str) -> None:
+        """The job's model on the job's backend ("" = the loaded one's) is the loaded one;
+        else load it, unless this process serves its start-up model only."""
         loaded = self.manager.loaded
-        if loaded is not None and loaded.backend == backend and loaded.matches(
+        if loaded is not None and backend in ("", loaded.backend) and loaded.matches(
                 ref.name, ref.version, ref.uri):
             return
-        self.manager.load(model_ref_string(ref.name, ref.version, ref.uri), backend,
-                          precision or None)
+        wanted = model_ref_string(ref.name, ref.version, ref.uri)
+        if self.served_model:
+            serving = loaded.ref if loaded is not None else self.served_model
+            raise FailedPrecondition(
+                f"this generator serves {serving[:200]} (K4D_GENERATOR_MODEL); the job asks "
+                f"for {wanted[:200]}{' on ' + backend if backend else ''}")
+        self.manager.load(wanted, backend or "torch", precision or None)
 
     def _store_video(self, job_id: str, result) -> str:
         from k4d_generator.outputs import write_video
@@ -120,29 +135,29 @@ class GenerationStage:
 
 
 class ModelReloader:
-    """Handles `k4d.model.published`: reload when the served model gets a new version."""
+    """Handles `k4d.model.published`: switch to a newer version of the served model."""
 
     def __init__(self, manager: ModelManager):
         self.manager = manager
 
     def handle(self, message) -> None:
-        event = events_pb2.ModelPublished()
-        try:
-            event.ParseFromString(message.value)
-        except DecodeError:
-            raise InvalidArgument.for_field("event", "not a ModelPublished payload") from None
+        event = read_model_published(message)
         reloaded = self.manager.on_model_published(event.model.name, event.model.version)
         if reloaded is not None:
             log.info("hot-reloaded model", extra={"model": reloaded.ref})
 
 
 class GeneratorWorker:
-    """The stage worker and the reload listener, run together (`run(stop_event)`)."""
+    """The stage worker and the reload listener, run together (`run(stop_event)`) once
+    the start-up model is loaded."""
 
-    def __init__(self, stage_worker: StageWorker, reload_worker: StageWorker):
+    def __init__(self, stage_worker: StageWorker, reload_worker: StageWorker, startup=None):
         self.stage_worker, self.reload_worker = stage_worker, reload_worker
+        self.startup = startup
 
     def run(self, stop_event: threading.Event) -> None:
+        if self.startup is not None and not self.startup.wait(stop_event):
+            return  # stopped while loading
         reload_thread = threading.Thread(target=self.reload_worker.run, args=(stop_event,),
                                          name="generator-reload", daemon=True)
         reload_thread.start()
@@ -153,14 +168,20 @@ class GeneratorWorker:
             reload_thread.join(timeout=10)
 
 
-def build_worker(config, bus, store, manager: ModelManager | None = None) -> GeneratorWorker:
-    """Entry point `k4d.workers`: the generation stage worker + model hot reload."""
+def build_worker(config, bus, store, manager: ModelManager | None = None,
+                 startup=None) -> GeneratorWorker:
+    """The generation stage worker + model hot reload. `k4d serve generator --worker` calls
+    it through `GeneratorService.build_worker` with the process's one manager and start-up
+    load; called alone (entry point k4d.workers, tests) it builds a manager of its own."""
     settings = generator_settings()
     manager = manager or ModelManager(store, cache_dir=settings["cache_dir"] or None,
                                       device=settings["device"])
-    stage = GenerationStage(bus, store, manager)
+    stage = GenerationStage(bus, store, manager,
+                            served_model=startup.model if startup is not None else "")
     reload_group = f"{GROUP_ID}-reload-{socket.gethostname()}-{os.getpid()}"
     return GeneratorWorker(
-        StageWorker.from_config(config, bus, SIM_PROJECTED, GROUP_ID, stage.handle),
+        StageWorker.from_config(config, bus, SIM_PROJECTED, GROUP_ID, stage.handle,
+                                permanent_errors=(*PERMANENT_ERRORS, FailedPrecondition)),
         StageWorker.from_config(config, bus, MODEL_PUBLISHED, reload_group,
-                                ModelReloader(manager).handle))
+                                ModelReloader(manager).handle),
+        startup)

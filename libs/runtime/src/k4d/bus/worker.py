@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Sequence
 
 from opentelemetry import trace
@@ -32,7 +31,7 @@ from k4d.bus.base import (
 )
 from k4d.bus.topics import dlq
 from k4d.errors import InvalidArgument, NotFound
-from k4d.metrics import runtime_metrics
+from k4d.metrics import begin_work, end_work, runtime_metrics
 from k4d.retry import backoff_delay
 from k4d.telemetry import extract_trace_context, get_logger, log_context
 
@@ -76,8 +75,10 @@ class StageWorker:
             log.info("stage worker stopped", extra={"group": self.group_id})
 
     def process(self, consumer: Consumer, message: Message, stop_event: threading.Event) -> str:
-        """Handle one message and commit it; returns the outcome: ok, retry or dlq."""
-        started = time.perf_counter()
+        """Handle one message and commit it; returns the outcome: ok, retry or dlq.
+        Metrics: the handler's queue time (in the topic, as the handler noted it with
+        `note_queued_since`, plus its `waiting()` blocks) and compute time apart."""
+        timing, token = begin_work()
         parent = extract_trace_context(message.headers)
         span_name = f"{message.topic} process"
         with trace.get_tracer("k4d.bus").start_as_current_span(
@@ -95,8 +96,13 @@ class StageWorker:
                 span.set_status(trace.Status(trace.StatusCode.ERROR, type(exc).__name__))
                 outcome = self._on_failure(message, exc, stop_event)
             self._commit(consumer, message)
+        queued, computed = timing.split()
+        end_work(token)
         self._metrics.stage_messages.labels(message.topic, outcome).inc()
-        self._metrics.stage_latency.labels(message.topic).observe(time.perf_counter() - started)
+        self._metrics.stage_latency.labels(message.topic).observe(
+            queued - timing.queued_before_s + computed)
+        self._metrics.stage_queue.labels(message.topic).observe(queued)
+        self._metrics.stage_compute.labels(message.topic).observe(computed)
         return outcome
 
     def _on_failure(self, message: Message, exc: Exception, stop_event: threading.Event) -> str:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from importlib.metadata import entry_points
 
 from k4d.config import parse_port
 from k4d.errors import InvalidArgument
+from k4d.service import installed  # noqa: F401 - `k4d up` reads the entry points here
 
 
 def register(subparsers) -> None:
@@ -54,38 +54,32 @@ def register_up(subparsers) -> None:
     p.set_defaults(handler=run_up)
 
 
-def installed(group: str) -> dict[str, object]:
-    return {ep.name: ep for ep in entry_points(group=group)}
-
-
-def _pick(group: str, name: str, field: str):
-    available = installed(group)
-    if name not in available:
-        raise InvalidArgument.for_field(
-            field, f"unknown service {name!r}; installed: {', '.join(sorted(available)) or 'none'}")
-    return available[name].load()
-
-
 def run_serve(args: argparse.Namespace) -> int:
+    """One service object per process (k4d.service): the gRPC servicer and the stage worker
+    both take what they share (e.g. the generator's loaded model) from it."""
     from k4d.config import load_config
     from k4d.grpc_server import serve
+    from k4d.service import load_service
 
     config = load_config(service=args.service, grpc_port=args.port, grpc_host=args.host,
                          metrics_port=args.metrics_port)
-    register = _pick("k4d.services", args.service, "service")
-    workers, closers = [], []
-    if args.worker:
-        from k4d.bus import open_bus
-        from k4d.store import open_store
-
-        build_worker = _pick("k4d.workers", args.service, "--worker")
-        bus, store = open_bus(config), open_store(config=config)
-        closers += [bus.close, store.close]
-        workers.append(build_worker(config, bus, store))
+    service = load_service(args.service, config, with_worker=args.worker)
+    workers, closers = [], [service.close]
     try:
-        return serve(config, [register], workers)
+        if args.worker:
+            from k4d.bus import open_bus
+            from k4d.store import open_store
+
+            bus, store = open_bus(config), open_store(config=config)
+            closers += [bus.close, store.close]
+            worker = service.build_worker(bus, store)
+            if worker is None:
+                raise InvalidArgument.for_field(
+                    "--worker", f"service {args.service!r} has no stage worker")
+            workers.append(worker)
+        return serve(config, [lambda server, _config: service.register(server)], workers)
     finally:
-        for close in closers:
+        for close in reversed(closers):
             close()
 
 
