@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from k4d.errors import FailedPrecondition, InvalidArgument
+from k4d.errors import InvalidArgument
 from k4d.tensor_io import to_tensor
-from k4d_projection.camera_proto import camera_to_proto
 from k4d_embedded.actions_proto import spec_to_proto
+from k4d_projection.camera_proto import camera_to_proto
 from kinema4d.v1 import common_pb2, generator_pb2, simulator_pb2
 
 
@@ -86,12 +86,7 @@ def load_actions(path: Path, field: str = "--actions"):
     proto), parsed and validated by the kinematics package's own reader."""
     if not path.is_file():
         raise InvalidArgument.for_field(field, f"no such file: {path}")
-    try:
-        from k4d_kinematics.actions import parse_actions
-    except ImportError as exc:
-        raise FailedPrecondition(
-            f"reading {path} needs `k4d_kinematics.actions` (the actions JSON reader), which "
-            f"is not importable: {exc}") from None
+    from k4d_kinematics.actions import parse_actions
     try:
         document = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -20,7 +20,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from k4d.errors import FailedPrecondition
 from k4d.recording import RECORDING_FILE, LinkMesh, is_rerun_available
 
 log = logging.getLogger("k4d.simulate")
@@ -119,12 +118,7 @@ def write_pointmap_video(out_dir: Path, pointmap: np.ndarray, mask: np.ndarray,
                          fps: float) -> tuple[Path, Path]:
     """The Kinema4D 8-bit pointmap video + its per-frame centre/scale metadata, through
     the projection package's codec (the one format definition in the repo)."""
-    try:
-        from k4d_projection import codecs
-    except ImportError as exc:
-        raise FailedPrecondition(
-            "writing the 8-bit pointmap video needs `k4d_projection.codecs`, which is not "
-            f"importable: {exc}") from None
+    from k4d_projection import codecs
     encoded = codecs.encode_8bit(pointmap, mask)
     video = out_dir / POINTMAP_VIDEO
     # Lossless RGB video: the 8-bit codes decode back to metric points (yuv420p would not).
