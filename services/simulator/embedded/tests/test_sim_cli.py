@@ -88,7 +88,7 @@ def test_8bit_pointmap_video_decodes_to_metric_points(quick_rollout):
 
 
 def test_view_prints_and_serves_on_loopback(quick_rollout, capsys):
-    assert main(["view", str(quick_rollout)]) == 0
+    assert main(["view", str(quick_rollout), "--html"]) == 0
     assert str(quick_rollout / "viewer.html") in capsys.readouterr().out
     stop, lines = threading.Event(), []
 

@@ -26,11 +26,23 @@ def register(subparsers) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(handler=_run_simulate)
 
-    p = subparsers.add_parser("view", help="print (or serve) the 4D viewer of a rollout directory")
-    p.add_argument("dir", type=Path, help="a `k4d simulate` output directory")
+    p = subparsers.add_parser(
+        "view", help="open a rollout, episode or evaluation in the Rerun viewer",
+        description="Opens PATH's Rerun recording(s) in the native Rerun viewer where a display "
+                    "exists, else serves the Rerun web viewer (from the installed wheel, no "
+                    "network) on 127.0.0.1 and prints its URL. --html uses the rollout's "
+                    "zero-install viewer.html instead (docs/viewing.md).")
+    p.add_argument("dir", type=Path, metavar="PATH",
+                   help="a `k4d simulate`/`k4d generate`/`k4d eval` output directory, an episode "
+                        "directory (<dataset>/episodes/<id>) or a .rrd file")
+    p.add_argument("--web", action="store_true",
+                   help="serve the Rerun web viewer even where a display exists")
+    p.add_argument("--html", action="store_true",
+                   help="viewer.html instead of Rerun: print its path (--serve: serve it)")
     p.add_argument("--serve", action="store_true",
-                   help="serve the directory on a loopback HTTP server until Ctrl-C")
-    p.add_argument("--port", type=int, default=0, help="port for --serve (default: any free)")
+                   help="with --html (implied): serve the directory on loopback until Ctrl-C")
+    p.add_argument("--port", type=int, default=0,
+                   help="port of the served viewer (default: any free)")
     p.add_argument("--open", action="store_true", help="also open it in the default browser")
     p.set_defaults(handler=_run_view)
 
@@ -96,10 +108,12 @@ def _run_simulate(args) -> int:
 
 
 def _run_view(args) -> int:
-    from k4d_embedded.view import view_directory
+    from k4d_embedded.view import view, view_directory
 
-    return view_directory(args.dir, serve=args.serve, port=args.port, open_browser=args.open,
-                          out=sys.stdout)
+    if args.html or args.serve:
+        return view_directory(args.dir, serve=args.serve, port=args.port,
+                              open_browser=args.open, out=sys.stdout)
+    return view(args.dir, web=args.web, port=args.port, open_browser=args.open, out=sys.stdout)
 
 
 def _run_submit(args) -> int:

@@ -1,16 +1,38 @@
-"""`k4d view DIR`: print the viewer's path, optionally serve the directory on loopback."""
+"""`k4d view PATH`: open a rollout, episode or evaluation in the Rerun viewer.
+
+PATH is a `.rrd` file, a directory holding recordings (a `k4d simulate` / `k4d generate`
+output has rollout.rrd; an evaluation directory has its `.rrd` files), or an episode of the
+shared format (`<dataset>/episodes/<episode_id>`, recorded on the fly). Where a display
+exists the native Rerun viewer opens; otherwise (or with --web) the Rerun web viewer is
+served from the rerun-sdk wheel's own assets on loopback (no network needed) and its URL is
+printed. `--html` keeps the zero-install path: print (or --serve) the rollout's viewer.html.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
 import threading
 import webbrowser
 from pathlib import Path
 
-from k4d.errors import InvalidArgument
+from k4d.errors import FailedPrecondition, InvalidArgument
+from k4d.recording import RECORDING_FILE
 from k4d_embedded.outputs import VIEWER_HTML
 
+WEB_VIEWER_START_TIMEOUT_S = 60.0
+_URL_LINE = re.compile(r"connect at (http://\S+)")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+# ------------------------------------------------------------------ what to open
 
 def viewer_path(directory: Path) -> Path:
     path = directory / VIEWER_HTML if directory.is_dir() else directory
@@ -19,6 +41,171 @@ def viewer_path(directory: Path) -> Path:
             "dir", f"no {VIEWER_HTML} in {directory}; pass a `k4d simulate --out` directory")
     return path.resolve()
 
+
+def is_episode_dir(path: Path) -> bool:
+    """An episode group of the shared format: <dataset>/episodes/<episode_id>/zarr.json."""
+    return (path.is_dir() and path.parent.name == "episodes" and (path / "zarr.json").is_file()
+            and (path.parent.parent / "manifest.json").is_file())
+
+
+def find_recordings(path: Path) -> list[Path]:
+    """The .rrd files PATH stands for: itself, a directory's rollout.rrd, else every .rrd
+    directly in the directory (an evaluation's), sorted."""
+    if path.is_file():
+        if path.suffix != ".rrd":
+            raise InvalidArgument.for_field("path", f"{path} is not a .rrd recording")
+        return [path.resolve()]
+    if not path.is_dir():
+        raise InvalidArgument.for_field("path", f"no such file or directory: {path}")
+    if (path / RECORDING_FILE).is_file():
+        return [(path / RECORDING_FILE).resolve()]
+    found = sorted(p.resolve() for p in path.glob("*.rrd") if p.is_file())
+    if not found:
+        raise InvalidArgument.for_field(
+            "path", f"no Rerun recording (.rrd) in {path}: pass a `k4d simulate`, `k4d generate` "
+                    f"or `k4d eval` output directory, an episode directory or a .rrd file "
+                    f"(`--html` opens viewer.html instead)")
+    return found
+
+
+def record_episode(episode_dir: Path, out_dir: Path) -> Path:
+    """Write an episode of the shared format as a recording in out_dir; returns its path."""
+    from k4d.episodes import open_dataset
+    from k4d.recording import write_episode_recording
+
+    episode = open_dataset(str(episode_dir.parent.parent)).open(episode_dir.name)
+    meta = episode.meta
+    layers = {name: episode.read(name) for name in
+              ("rgb", "pointmap", "robot_pointmap", "robot_mask") if name in episode.arrays}
+    if "pointmap" in layers and "depth" in episode.arrays:
+        layers["mask"] = episode.read("depth") > 0
+    joints = episode.read("joints") if "joints" in episode.arrays else None
+    return write_episode_recording(
+        out_dir / f"{meta.episode_id}.rrd", **layers, camera=meta.camera, joints=joints,
+        joint_names=meta.joint_names if joints is not None else None,
+        actions=meta.actions or None, fps=meta.fps, title=meta.task or meta.episode_id,
+        info={"episode": meta.episode_id, "task_kind": meta.task_kind, "robot": meta.robot,
+              "success": meta.success, "source": meta.source.get("kind", "")})
+
+
+# ------------------------------------------------------------------ how to open
+
+def has_display(env=None, platform: str | None = None) -> bool:
+    """Whether a native window can open: always on macOS and Windows, on Linux with X11 or
+    Wayland."""
+    env = os.environ if env is None else env
+    platform = platform or sys.platform
+    if platform == "darwin" or platform.startswith("win"):
+        return True
+    return bool(env.get("DISPLAY") or env.get("WAYLAND_DISPLAY"))
+
+
+def rerun_command() -> list[str]:
+    """The rerun CLI of the installed rerun-sdk (the wheel ships the viewer binary)."""
+    from k4d.recording import require_rerun
+
+    require_rerun()
+    return [sys.executable, "-m", "rerun"]
+
+
+def open_native(recordings: list[Path], out=None) -> int:
+    print(f"opening {', '.join(map(str, recordings))} in the Rerun viewer", file=out, flush=True)
+    return subprocess.call([*rerun_command(), *map(str, recordings)])
+
+
+class WebViewer:
+    """`rerun --serve-web` on loopback: the web viewer (HTTP, the wheel's own assets) and the
+    gRPC proxy streaming the recordings to it. Use as a context manager; `url` opens it."""
+
+    def __init__(self, recordings: list[Path], port: int = 0):
+        self.recordings, self.port = recordings, port
+        self.url = ""
+        self._proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> WebViewer:
+        self._proc = subprocess.Popen(
+            [*rerun_command(), "--serve-web", "--bind", "127.0.0.1", "--web-viewer-port",
+             str(self.port), "--port", "0", *map(str, self.recordings)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            env=dict(os.environ, NO_COLOR="1"))
+        found = threading.Event()
+        lines: list[str] = []
+        threading.Thread(target=self._drain, args=(found, lines), daemon=True).start()
+        if not found.wait(WEB_VIEWER_START_TIMEOUT_S) or not self.url:
+            self.__exit__(None, None, None)
+            tail = " | ".join(lines[-3:])
+            raise FailedPrecondition(f"the Rerun web viewer did not start: {tail or 'no output'}")
+        return self
+
+    def _drain(self, found: threading.Event, lines: list[str]) -> None:
+        # Read the server's log until it exits: the URL line, then keep the pipe empty.
+        for line in self._proc.stderr:
+            line = _ANSI.sub("", line).strip()
+            lines.append(line)
+            del lines[:-20]
+            match = _URL_LINE.search(line)
+            if match and not self.url:
+                self.url = match.group(1)
+                found.set()
+        found.set()
+
+    def __exit__(self, *exc) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+
+
+def serve_web(recordings: list[Path], *, port: int = 0, open_browser: bool = False, out=None,
+              stop: threading.Event | None = None) -> int:
+    stop = stop or threading.Event()
+    with WebViewer(recordings, port) as viewer, _stop_on_sigterm(stop):
+        print(f"Rerun web viewer (served on loopback, no network needed): {viewer.url}",
+              file=out, flush=True)
+        print("Ctrl-C to stop", file=out, flush=True)
+        if open_browser:
+            webbrowser.open(viewer.url)
+        try:
+            stop.wait()
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+@contextlib.contextmanager
+def _stop_on_sigterm(stop: threading.Event):
+    """SIGTERM ends the wait like Ctrl-C does, so the viewer server is always stopped
+    (only the main thread may set handlers; elsewhere the caller's `stop` is the way)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def view(path: Path, *, web: bool = False, port: int = 0, open_browser: bool = False,
+         out=None, stop: threading.Event | None = None) -> int:
+    """`k4d view PATH` without --html: the native viewer where a display exists, else the
+    served web viewer."""
+    _check_port(port)
+    with tempfile.TemporaryDirectory(prefix="k4d-view-") as scratch:
+        if is_episode_dir(path):
+            recordings = [record_episode(path, Path(scratch))]
+        else:
+            recordings = find_recordings(path)
+        rerun_command()  # fails with the install hint before anything starts
+        if not web and has_display():
+            return open_native(recordings, out)
+        return serve_web(recordings, port=port, open_browser=open_browser, out=out, stop=stop)
+
+
+# ------------------------------------------------------------------ viewer.html (--html)
 
 def make_server(directory: Path, port: int = 0) -> http.server.ThreadingHTTPServer:
     """An HTTP server for `directory` bound to 127.0.0.1 only (never all interfaces)."""
@@ -31,11 +218,16 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+def _check_port(port: int) -> None:
+    if not 0 <= port <= 65535:
+        raise InvalidArgument.for_field("--port", f"must be in [0, 65535], got {port}")
+
+
 def view_directory(directory: Path, *, serve: bool = False, port: int = 0,
                    open_browser: bool = False, out=None,
                    stop: threading.Event | None = None) -> int:
-    if not 0 <= port <= 65535:
-        raise InvalidArgument.for_field("--port", f"must be in [0, 65535], got {port}")
+    """`k4d view DIR --html`: print viewer.html's path; --serve it on loopback."""
+    _check_port(port)
     path = viewer_path(directory)
     print(f"viewer: {path}", file=out)
     if not serve:
