@@ -2,7 +2,9 @@
 written, so the numbers are for the lead to fill in).
 
 1. Per-step denoiser latency at the official size (dim 5120, 40 heads, 49 frames at
-   480x720 = 35,100 tokens): torch bf16 (anchor) vs TensorRT FP16 and FP8.
+   480x720 = 35,100 tokens): torch bf16 (anchor) vs TensorRT FP16. (No FP8 figure:
+   the backend refuses fp8 because the exported graph has no explicit FP8 Q/DQ, and an
+   "fp8" engine without them would be FP16 under another name.)
    A 14B fp32 ONNX graph (~64 GB) does not fit the box's disk, so the TensorRT
    comparison uses the first `--trt-layers` blocks (default 4) of the same width at the
    same resolution, against torch bf16 on the same truncated model; per-block cost is
@@ -86,7 +88,7 @@ def bench_steps(model_config, device: str, trt_layers: int, repeats: int) -> dic
         report["tensorrt"] = "skipped: needs a CUDA GPU and the tensorrt package"
         return report
     with tempfile.TemporaryDirectory() as cache:
-        for precision in ("fp16", "fp8"):
+        for precision in ("fp16",):
             try:
                 start = time.perf_counter()
                 trt = create_backend("tensorrt", part.float().cpu(), precision=precision,
@@ -97,7 +99,7 @@ def bench_steps(model_config, device: str, trt_layers: int, repeats: int) -> dic
                 report[f"trt_{precision}_step_s_part"] = seconds
                 report[f"trt_{precision}_speedup_vs_torch_bf16"] = (
                     report["torch_bf16_step_s_part"] / seconds)
-            except Exception as exc:  # one precision failing must not hide the other
+            except Exception as exc:  # a failed build is reported, not raised
                 report[f"trt_{precision}"] = f"failed: {type(exc).__name__}: {exc}"
     return report
 

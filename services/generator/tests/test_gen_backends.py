@@ -57,6 +57,21 @@ def test_gen_unknown_backend_and_precision_are_invalid(make_tiny):
         create_backend("onnx", transformer, precision="fp16")
 
 
+def test_gen_tensorrt_fp8_is_refused_not_mislabelled(make_tiny):
+    """No explicit FP8 Q/DQ exists in our export: an "fp8" engine would be FP16 with a flag,
+    so fp8 is InvalidArgument on precision (before any GPU check), never a mislabel."""
+    from k4d_generator.backends.factory import check_backend_precision
+    from k4d_generator.backends.tensorrt_backend import PRECISIONS
+
+    with pytest.raises(InvalidArgument) as err:
+        create_backend("tensorrt", make_tiny("act")[0].transformer, precision="fp8")
+    assert err.value.violations[0].field == "precision"
+    assert "fp8 is not supported" in err.value.violations[0].description
+    with pytest.raises(InvalidArgument, match="fp8"):
+        check_backend_precision("tensorrt", "fp8")
+    assert "fp8" not in PRECISIONS
+
+
 def test_gen_unparsable_device_is_invalid(make_tiny):
     with pytest.raises(InvalidArgument) as err:
         create_backend("torch", make_tiny("act")[0].transformer, device="foo")

@@ -75,6 +75,15 @@ def test_gen_cli_tensorrt_without_gpu_fails_cleanly(tiny_model_dir, inputs, tmp_
     assert err[-1].startswith("k4d generate: error: the tensorrt backend needs a CUDA GPU")
 
 
+def test_gen_cli_tensorrt_fp8_is_refused_before_loading(tiny_model_dir, inputs, tmp_path,
+                                                       capsys):
+    code = _run(["--model", str(tiny_model_dir), *inputs, "--backend", "tensorrt",
+                 "--precision", "fp8", "--out", str(tmp_path / "trt")])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("k4d generate: error: precision: tensorrt fp8 is not supported")
+
+
 def test_gen_cli_bad_inputs_one_line_exit_2(tiny_model_dir, inputs, tmp_path, capsys):
     (tmp_path / "bad.npz").write_bytes(b"not an npz")
     args = list(inputs)

@@ -97,6 +97,11 @@ def test_gen_grpc_models_info_and_errors(channel, make_robot):
                                                       backend="tensorrt"))
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     with pytest.raises(grpc.RpcError) as err:
+        stub.LoadModel(generator_pb2.LoadModelRequest(model=common_pb2.ModelRef(name="tiny"),
+                                                      backend="tensorrt", precision="fp8"))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "fp8 is not supported" in err.value.details()
+    with pytest.raises(grpc.RpcError) as err:
         list(stub.Generate(_request(make_robot, backend="jax")))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 

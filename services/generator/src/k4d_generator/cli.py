@@ -43,7 +43,8 @@ def register(subparsers) -> None:
                    help="default: the model's scheduler (UniPC flow)")
     p.add_argument("--shift", type=float, help="flow shift (default: the model's, 3.0)")
     p.add_argument("--backend", default="torch", choices=("torch", "onnx", "tensorrt"))
-    p.add_argument("--precision", help="torch fp32|bf16|fp16, tensorrt fp16|fp8")
+    p.add_argument("--precision", help="torch fp32|bf16|fp16 (default fp32), onnx fp32, "
+                                        "tensorrt fp16|fp32 (default fp16)")
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     p.add_argument("--cache-dir", help="where exported ONNX graphs / TensorRT engines and registry "
                                        "downloads are kept (default ~/.cache/k4d/generator)")

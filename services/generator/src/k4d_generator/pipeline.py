@@ -88,8 +88,10 @@ class Kinema4DPipeline:
                         ) -> Kinema4DPipeline:
         """Load a model (our layout, official layout, or `registry:name/version` with `store`)
         and put it behind a backend (`torch`, `onnx`, `tensorrt`)."""
+        from k4d_generator.backends.factory import check_backend_precision
         from k4d_generator.registry import is_registry_ref, resolve_registry_ref
 
+        check_backend_precision(backend, precision)  # before minutes of loading weights
         if is_registry_ref(str(ref)):
             ref = resolve_registry_ref(str(ref), store, cache_dir)
         components = load_model(ref, base_dir=base_dir, num_frames=num_frames, height=height,

@@ -16,9 +16,11 @@ def create_backend(name: str, transformer, *, precision: str | None = None, devi
                    threads: int | None = None):
     """Build a denoiser backend around a loaded transformer (LoRA already fused).
 
-    precision: torch fp32|bf16|fp16 (default fp32); onnx fp32; tensorrt fp16|fp8|fp32 (default fp16).
+    precision: torch fp32|bf16|fp16 (default fp32); onnx fp32; tensorrt fp16|fp32 (default
+    fp16; fp8 is refused: no explicit FP8 quantisation exists, see tensorrt_backend).
     cache_dir: where exported ONNX graphs and TensorRT engines are kept.
     """
+    check_backend_precision(name, precision)
     _check_device(device)
     cache = cache_root(cache_dir)
     if name == "torch":
@@ -26,8 +28,6 @@ def create_backend(name: str, transformer, *, precision: str | None = None, devi
 
         return TorchBackend(transformer, precision or "fp32", device)
     if name == "onnx":
-        if precision not in (None, "fp32"):
-            raise InvalidArgument.for_field("precision", "the onnx backend runs fp32")
         from k4d_generator.backends.onnx_backend import OnnxRuntimeBackend
 
         return OnnxRuntimeBackend(transformer, cache, model_id, device, threads)
@@ -35,8 +35,28 @@ def create_backend(name: str, transformer, *, precision: str | None = None, devi
         from k4d_generator.backends.tensorrt_backend import TensorRTBackend
 
         return TensorRTBackend(transformer, cache, model_id, precision or "fp16")
-    raise InvalidArgument.for_field("backend", f"unknown backend {name!r}; choose one of "
-                                               f"{list(BACKENDS)}")
+    raise AssertionError(name)  # check_backend_precision refused it
+
+
+def check_backend_precision(name: str, precision: str | None) -> None:
+    """InvalidArgument unless `name` is a backend and runs `precision` (None = its default);
+    cheap (no model, no GPU), so callers check before loading minutes of weights."""
+    if name == "torch":
+        from k4d_generator.backends.torch_backend import DTYPES
+
+        if precision is not None and precision not in DTYPES:
+            raise InvalidArgument.for_field("precision", f"must be one of {sorted(DTYPES)}")
+    elif name == "onnx":
+        if precision not in (None, "fp32"):
+            raise InvalidArgument.for_field("precision", "the onnx backend runs fp32")
+    elif name == "tensorrt":
+        if precision is not None:
+            from k4d_generator.backends.tensorrt_backend import check_precision
+
+            check_precision(precision)
+    else:
+        raise InvalidArgument.for_field("backend", f"unknown backend {name!r}; choose one of "
+                                                   f"{list(BACKENDS)}")
 
 
 def _check_device(device: str) -> None:

@@ -1,6 +1,11 @@
-"""TensorRT backend: an engine built from the exported ONNX graph (FP16, or FP8 where the
-GPU supports it), one optimisation profile with a dynamic batch of 1..2, engines
-cached under `cache_dir/trt/<model_id>_<shape>_<gpu>_<precision>.engine`.
+"""TensorRT backend: an engine built from the exported ONNX graph (FP16 or FP32), one
+optimisation profile with a dynamic batch of 1..2, engines cached under
+`cache_dir/trt/<model_id>_<shape>_<gpu>_<precision>.engine`.
+
+No FP8: TensorRT runs FP8 kernels only where the graph carries explicit FP8
+quantize/dequantize nodes with calibrated scales (e.g. from NVIDIA ModelOpt), which our
+export does not produce. Setting the builder's FP8 flag without them yields an FP16
+engine, so `fp8` is refused (InvalidArgument on `precision`) rather than mislabelled.
 
 Without a CUDA GPU or without the `tensorrt` package, construction raises
 FailedPrecondition naming what is missing; nothing here imports tensorrt before that.
@@ -24,24 +29,32 @@ from k4d_generator.backends.onnx_export import (
     shape_key,
 )
 
-PRECISIONS = ("fp16", "fp8", "fp32")
+PRECISIONS = ("fp16", "fp32")
 _WORKSPACE_BYTES = 8 * 1024**3
 
 
-def check_tensorrt_usable(precision: str = "fp16") -> None:
-    """Raise FailedPrecondition unless a CUDA GPU and the tensorrt package are present."""
+def check_precision(precision: str) -> None:
+    """InvalidArgument on `precision` unless the TensorRT backend really runs it."""
+    if precision == "fp8":
+        raise InvalidArgument.for_field(
+            "precision", "tensorrt fp8 is not supported: the exported graph has no explicit "
+                         "FP8 quantize/dequantize nodes, so an 'fp8' engine would run FP16; "
+                         "use fp16")
     if precision not in PRECISIONS:
         raise InvalidArgument.for_field("precision", f"tensorrt precision must be one of "
                                                      f"{PRECISIONS}")
+
+
+def check_tensorrt_usable(precision: str = "fp16") -> None:
+    """Raise InvalidArgument for a precision the backend does not run, FailedPrecondition
+    unless a CUDA GPU and the tensorrt package are present."""
+    check_precision(precision)
     if not torch.cuda.is_available():
         raise FailedPrecondition("the tensorrt backend needs a CUDA GPU (torch sees none); use "
                                  "--backend torch or onnx on this machine")
     if not is_tensorrt_available():
         raise FailedPrecondition("the tensorrt backend needs the tensorrt package: "
                                  "pip install 'k4d-generator[gpu]' (tensorrt, onnxruntime-gpu)")
-    if precision == "fp8" and torch.cuda.get_device_capability() < (8, 9):
-        raise FailedPrecondition(f"fp8 needs compute capability >= 8.9 (Ada/Hopper); this GPU "
-                                 f"is {torch.cuda.get_device_name()}")
 
 
 def engine_cache_path(cache_dir: str | Path, model_id: str, shape_key: str, precision: str
@@ -76,12 +89,8 @@ class TensorRTBackend:
             raise FailedPrecondition(f"TensorRT could not parse {onnx_path.name}: {errors}")
         config = builder.create_builder_config()
         config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, _WORKSPACE_BYTES)
-        if self.precision in ("fp16", "fp8"):
+        if self.precision == "fp16":
             config.set_flag(trt.BuilderFlag.FP16)
-        if self.precision == "fp8":
-            # FP8 kernels are used where the graph carries FP8 Q/DQ (explicit quantisation);
-            # elsewhere TensorRT falls back to FP16.
-            config.set_flag(trt.BuilderFlag.FP8)
         profile = builder.create_optimization_profile()
         for name, tensor in zip(INPUT_NAMES, inputs, strict=True):
             rest = tuple(tensor.shape[1:])
