@@ -29,6 +29,10 @@ TORCH_FREE = ("kinematics", "projection", "simulator")
 # point group k4d.workers). The simulator reads its job feed inside the server instead.
 STAGE_WORKERS = {"kinematics", "projection", "generator", "trainer"}
 APP_USER = "10001:10001"
+# Images that run a batch command as a Kubernetes Job (infra/k8s/jobs/<name>), not a server:
+# no ports, CMD `k4d <name> ...` instead of `k4d serve <name>`.
+JOB_IMAGES = {"datagen"}
+SERVERS = [s for s in SERVICES if s not in JOB_IMAGES]
 
 
 @dataclass
@@ -132,7 +136,7 @@ def _local_closure(service: str) -> set[Path]:
 
 
 def test_every_service_has_a_dockerfile():
-    assert set(SERVICES) == set(SERVICE_PORTS)
+    assert set(SERVERS) == set(SERVICE_PORTS)
     for service in SERVICES:
         assert _dockerfile(service).is_file(), service
 
@@ -153,7 +157,7 @@ def expected_cmd(service: str) -> list[str]:
     return ["k4d", "serve", service] + (["--worker"] if service in STAGE_WORKERS else [])
 
 
-@pytest.mark.parametrize("service", SERVICES)
+@pytest.mark.parametrize("service", SERVERS)
 def test_cmd_serves_the_directory_service(service):
     _, stages = _stages(_dockerfile(service))
     for stage in stages:
@@ -163,7 +167,7 @@ def test_cmd_serves_the_directory_service(service):
     assert not any(ins == "ENTRYPOINT" for s in stages for ins, _ in s.instructions)
 
 
-@pytest.mark.parametrize("service", SERVICES)
+@pytest.mark.parametrize("service", SERVERS)
 def test_cmd_names_a_registered_server_and_worker(service):
     """`k4d serve <name> [--worker]` loads the k4d.services (and k4d.workers) entry points."""
     entry_points = _pyproject(REPO / "services" / service)["project"].get("entry-points", {})
@@ -174,7 +178,7 @@ def test_cmd_names_a_registered_server_and_worker(service):
             f"{service} = ..., so the image's `{' '.join(expected_cmd(service))}` cannot start")
 
 
-@pytest.mark.parametrize("service", SERVICES)
+@pytest.mark.parametrize("service", SERVERS)
 def test_exposes_the_interface_ports(service):
     _, stages = _stages(_dockerfile(service))
     grpc_port, metrics_port = SERVICE_PORTS[service]
@@ -182,6 +186,15 @@ def test_exposes_the_interface_ports(service):
     assert exposed == {grpc_port, metrics_port}
     env = " ".join(_effective(stages, stages[-1], "ENV"))
     assert f"K4D_GRPC_PORT={grpc_port}" in env and f"K4D_METRICS_PORT={metrics_port}" in env
+
+
+@pytest.mark.parametrize("service", sorted(JOB_IMAGES))
+def test_job_image_cmd_runs_its_own_command(service):
+    _, stages = _stages(_dockerfile(service))
+    for stage in stages:
+        if stage.name in ("runtime", "dev"):
+            assert json.loads(_effective(stages, stage, "CMD")[-1])[:2] == ["k4d", service], stage.name
+    assert not any(ins == "ENTRYPOINT" for s in stages for ins, _ in s.instructions)
 
 
 @pytest.mark.parametrize("service", SERVICES)
