@@ -1,8 +1,8 @@
 """Generate the Python stubs of proto/kinema4d/v1 into libs/runtime/src.
 
-The stubs are committed; tests/contract/test_proto_stubs.py regenerates them
-into a temporary directory and fails on any drift. Run `make protos` after
-editing a .proto file.
+The stubs are committed; tests/contract/test_proto_contracts.py
+(test_committed_stubs_match_generated) regenerates them into a temporary directory and
+fails on any drift. Run `make protos` after editing a .proto file.
 """
 
 from __future__ import annotations

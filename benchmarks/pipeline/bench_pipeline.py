@@ -2,7 +2,7 @@
 
   stages   kinematics + projection latency of the shipped 49-frame 480x720 Panda job,
            next to the 2 s goal and to MuJoCo OSMesa depth rendering of the same 49 frames
-           measured in the same run (the anchor: REFERENCE.md section 5).
+           measured in the same run (the anchor of docs/benchmarks/projection.md).
   embedded `run_embedded` wall time per job vs the sum of its stage compute, tiny model.
   cluster  the real pipeline (broker + S3 server + every service as a process): per-job
            overhead (broker hops, storage, serialization = end-to-end latency minus stage
@@ -37,10 +37,10 @@ def machine() -> str:
 
 
 def bench_stages(repeats: int = 3) -> None:
-    from k4d_projection.mujoco_reference import MujocoReference
-    from k4d_simulator.camera_proto import camera_from_proto
-    from k4d_embedded.testing.localcluster import example_spec
     from k4d_embedded.pipeline import StageCores, run_kinematics, run_projection
+    from k4d_embedded.testing.localcluster import example_spec
+    from k4d_projection.testing.mujoco_reference import MujocoReference
+    from k4d_simulator.camera_proto import camera_from_proto
 
     spec = example_spec(EXAMPLE, None, frames=49, downscale=1)
     cores = StageCores()
@@ -83,8 +83,8 @@ def _tiny_model(workdir: Path) -> Path:
 
 
 def bench_embedded(model: Path, jobs: int = 5) -> None:
-    from k4d_embedded.testing.localcluster import example_spec
     from k4d_embedded.pipeline import StageCores, run_embedded
+    from k4d_embedded.testing.localcluster import example_spec
 
     spec = example_spec(EXAMPLE, model)
     cores = StageCores()
@@ -105,7 +105,12 @@ def bench_cluster(model: Path, workdir: Path, sequential: int = 5, concurrent: i
     import grpc  # noqa: F401 - fail early if missing
     from k4d import local_servers
     from k4d.testing.pytest_plugin import S3ServerInfo
-    from k4d_embedded.testing.localcluster import STAGE_SERVICES, Cluster, example_spec, wait_terminal
+    from k4d_embedded.testing.localcluster import (
+        STAGE_SERVICES,
+        Cluster,
+        example_spec,
+        wait_terminal,
+    )
     from kinema4d.v1 import simulator_pb2, simulator_pb2_grpc
 
     broker = local_servers.start_broker(log_dir=workdir / "broker")

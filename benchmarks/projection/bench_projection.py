@@ -21,12 +21,12 @@ import numpy as np  # noqa: E402
 from k4d_kinematics.fk import forward_kinematics  # noqa: E402
 from k4d_kinematics.robots import load_robot  # noqa: E402
 from k4d_projection.camera import Camera  # noqa: E402
-from k4d_projection.mujoco_reference import MujocoReference  # noqa: E402
 from k4d_projection.renderer import (  # noqa: E402
     DEFAULT_OUTPUTS,
     RenderWorkspace,
     RobotRenderer,
 )
+from k4d_projection.testing.mujoco_reference import MujocoReference  # noqa: E402
 
 VIEWS = {  # name: (eye, target, fovy): third-person views, the robot small to large
     "wide": ((1.6, 0.9, 1.0), (0.2, 0.0, 0.4), 50.0),

@@ -104,3 +104,20 @@ def test_the_import_scan_sees_lazy_and_importlib_imports(tmp_path):
     source.write_text("import importlib\n\ndef f():\n    from k4d_generator.model import X\n"
                       "    return importlib.import_module('k4d_projection.codecs')\n")
     assert {"k4d_generator.model", "k4d_projection.codecs"} <= imported_modules(source)
+
+
+def test_test_only_packages_are_not_imported_by_serving_code():
+    """`<package>.testing` (and `k4d.testing`) hold test and benchmark support: the shipped
+    code of a service or of the runtime never imports them."""
+    roots = {**service_packages(), "k4d": RUNTIME_SRC / "k4d"}
+    offenders = []
+    for name, root in roots.items():
+        for source in sorted(root.rglob("*.py")):
+            if "testing" in source.relative_to(root).parts:
+                continue
+            for module in imported_modules(source):
+                parts = module.split(".")
+                if len(parts) > 1 and parts[1] == "testing" and (
+                        parts[0] in roots or parts[0] == "k4d"):
+                    offenders.append(f"{source.relative_to(REPO)} imports {module}")
+    assert not offenders, offenders

@@ -1,7 +1,7 @@
 """Accuracy against an independent renderer: MuJoCo's OpenGL rasteriser (OSMesa, headless)
 draws the same Panda link meshes at the same poses with the same camera.
 
-Acceptance (issue 4): mask IoU >= 0.99 and median depth error <= 1 mm per frame on random
+Acceptance (docs/projection.md, "Accuracy against MuJoCo"): mask IoU >= 0.99 and median depth error <= 1 mm per frame on random
 Panda trajectories. If MuJoCo is installed but OSMesa cannot start, this test FAILS (it
 does not skip): install Debian `libosmesa6`.
 """
@@ -18,8 +18,8 @@ pytest.importorskip("mujoco", reason="optional extra k4d-projection[bench] not i
 from k4d_kinematics.fk import forward_kinematics  # noqa: E402
 from k4d_kinematics.robots import load_robot  # noqa: E402
 from k4d_projection.camera import Camera  # noqa: E402
-from k4d_projection.mujoco_reference import MujocoReference  # noqa: E402
 from k4d_projection.renderer import RobotRenderer  # noqa: E402
+from k4d_projection.testing.mujoco_reference import MujocoReference  # noqa: E402
 
 
 def random_panda_trajectory(model, frames, rng):

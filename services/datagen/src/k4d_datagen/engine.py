@@ -237,7 +237,7 @@ class SceneCamera:
     without lights or shadows gives the geom id of every pixel."""
 
     def __init__(self, sim: Simulation):
-        from k4d_projection.mujoco_reference import linearize_depth
+        from k4d.mujoco_gl import linearize_depth
 
         mj = self.mujoco = sim.mujoco
         self.sim, self._linearize = sim, linearize_depth

@@ -256,9 +256,9 @@ def link_mesh_files(link_meshes, robot_name: str) -> dict[int, str]:
 def build_model(scene: SceneSpec, link_meshes, link_names: list[str], mesh_files: dict[int, str]):
     """-> (mujoco, MjModel, robot_body_ids: {link index: body id}). Robot links are mocap
     bodies in geom group 1 (their meshes' convex hulls collide with the objects)."""
+    from k4d.mujoco_gl import import_mujoco
     from k4d.pointmap_codec import invert_rigid
     from k4d_projection.camera import Camera
-    from k4d_projection.mujoco_reference import import_mujoco
 
     mujoco = import_mujoco()
     spec = mujoco.MjSpec.from_string(scene_xml(scene))

@@ -1,48 +1,22 @@
-"""An independent renderer for cross-checks and benchmarks: MuJoCo's OpenGL rasteriser
+"""An independent renderer for the projection accuracy test and the benchmark anchors
+(test-only code: services/projection/tests, benchmarks/): MuJoCo's OpenGL rasteriser
 (headless through OSMesa) draws the same link meshes at the same poses from the same
 camera, and its depth buffer is linearised to metres along the optical axis.
 
-Optional dependency: `pip install mujoco` plus Debian `libosmesa6`. MUJOCO_GL must be
-chosen before mujoco is first imported; `MujocoReference` sets `osmesa` when unset.
+Optional dependency: `pip install mujoco` (extra `k4d-projection[bench]`) plus Debian
+`libosmesa6`; `k4d.mujoco_gl.import_mujoco` picks the headless backend.
 """
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
-from k4d.errors import FailedPrecondition, InvalidArgument
+from k4d.errors import InvalidArgument
+from k4d.mujoco_gl import import_mujoco, linearize_depth
 
 from k4d_projection.camera import Camera, invert_rigid
 from k4d_projection.meshes import LinkMesh
 
 _EXTENT_M = 1.0  # MuJoCo clip planes are relative to the model extent; we fix it
-
-
-def import_mujoco():
-    """Import mujoco with a headless GL backend (osmesa unless MUJOCO_GL says otherwise)."""
-    os.environ.setdefault("MUJOCO_GL", "osmesa")
-    if os.environ["MUJOCO_GL"] == "osmesa":
-        os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
-    try:
-        import mujoco
-    except ImportError as exc:
-        raise FailedPrecondition(f"the MuJoCo reference renderer needs `pip install mujoco` "
-                                 f"({exc})") from None
-    return mujoco
-
-
-def linearize_depth(window_depth: np.ndarray, znear: float, zfar: float,
-                    zero_far: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Window depth from `mjr_readPixels` -> (metres along the optical axis (float64),
-    hit mask). MuJoCo reports which mapping it read back in `MjrContext.readDepthMap`:
-    standard (mjDEPTH_ZERONEAR, d = f (z - n) / (z (f - n)), so z = n f / (f - d (f - n)))
-    or reversed (mjDEPTH_ZEROFAR, d = n (f - z) / (z (f - n)), so
-    z = n f / (n + d (f - n))). Pixels at the far plane (background) are not hits."""
-    d = np.asarray(window_depth, np.float64)
-    if zero_far:
-        return znear * zfar / (znear + d * (zfar - znear)), d > 0.0
-    return znear * zfar / (zfar - d * (zfar - znear)), d < 1.0
 
 
 class MujocoReference:
