@@ -90,17 +90,28 @@ def _launch_log(h: Harness, job_id: str) -> str:
     return (h.settings.work_dir / job_id / "train.log").read_text()
 
 
+def _metric(name: str, **labels) -> float:
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
 def test_a_failing_run_reports_its_error_once_and_redelivery_launches_nothing(harness, tmp_path):
+    launched = _metric("k4d_trainer_launches_total", launcher="local", resume="false")
+    failed = _metric("k4d_trainer_jobs_finished_total", state="failed")
     job = harness.submit(tiny_spec((tmp_path / "no-such-dataset").as_uri()))
     message = harness.next_request()
     harness.worker.handle(message)
     harness.worker.handle(message)  # a redelivery while the run is followed
     assert harness.worker.following() == [job.job_id]
+    assert _metric("k4d_trainer_runs_followed") == 1
     done = harness.follow_until(job.job_id, lambda j: jobs.is_terminal(j.state))
     assert done.state == T.TRAINING_STATE_FAILED and done.launches == 1
     assert "no-such-dataset" in done.error.message
     assert harness.event_states() == [T.TRAINING_STATE_RUNNING, T.TRAINING_STATE_FAILED]
     assert _launch_log(harness, job.job_id).count("--- launch") == 1
+    assert _metric("k4d_trainer_launches_total", launcher="local", resume="false") == launched + 1
+    assert _metric("k4d_trainer_jobs_finished_total", state="failed") == failed + 1
     harness.worker.handle(message)  # a redelivery after the end changes nothing
     assert harness.worker.following() == [] and harness.records.get(job.job_id) == done
 

@@ -31,6 +31,7 @@ from k4d_trainer import runs
 from k4d_trainer.control import jobs
 from k4d_trainer.control.events import STAGE, publish_event
 from k4d_trainer.control.launcher import Launch, build_launcher
+from k4d_trainer.control.metrics import trainer_metrics
 from k4d_trainer.control.records import PREFIX, JobRecords
 from k4d_trainer.control.settings import TrainerSettings, load_settings
 from k4d_trainer.control.spec import validate_spec
@@ -64,6 +65,7 @@ class TrainerWorker:
         self.settings = settings or load_settings()
         self.launcher = launcher or build_launcher(config, self.settings)
         self.records = JobRecords(store)
+        self.metrics = trainer_metrics()
         self._followed: dict[str, _Followed] = {}
         self._lock = threading.RLock()
 
@@ -110,6 +112,7 @@ class TrainerWorker:
         launch = self.launcher.launch(job.job_id, plan, job.run_uri, resume=resume,
                                       launches=job.launches + 1)
         self.store.put_bytes(launch_key(job.job_id), launch.to_json(), "application/json")
+        self.metrics.launches.labels(self.launcher.kind, str(resume).lower()).inc()
 
         def running(record: trainer_pb2.TrainingJob) -> bool:
             record.launches = launch.launches
@@ -124,6 +127,7 @@ class TrainerWorker:
     def _follow(self, launch: Launch, plan, traceparent: str = "") -> None:
         with self._lock:
             self._followed[launch.job_id] = _Followed(launch, plan, traceparent)
+            self.metrics.followed.set(len(self._followed))
 
     def _load_launch(self, job_id: str) -> Launch | None:
         try:
@@ -141,7 +145,12 @@ class TrainerWorker:
     def _finish(self, job_id: str, state: int, error=None, traceparent: str = "") -> None:
         job, changed = self.records.update(job_id, lambda j: jobs.finish(j, state, error))
         if changed:
+            self._count_finished(job)
             publish_event(self.bus, job, traceparent=traceparent)
+
+    def _count_finished(self, job: trainer_pb2.TrainingJob) -> None:
+        state = jobs.state_name(job.state).removeprefix("TRAINING_STATE_").lower()
+        self.metrics.finished.labels(state).inc()
 
     # --- the monitor ------------------------------------------------------------------
 
@@ -202,6 +211,8 @@ class TrainerWorker:
         if status is not None:
             job, changed = self.records.update(job_id, lambda j: jobs.apply_status(j, status))
             if changed:
+                if jobs.is_terminal(job.state):
+                    self._count_finished(job)
                 publish_event(self.bus, job, traceparent=f.traceparent)
         job = self.records.get(job_id)
         self._handle_cancel(f, job)
@@ -268,6 +279,7 @@ class TrainerWorker:
     def _forget(self, job_id: str) -> None:
         with self._lock:
             self._followed.pop(job_id, None)
+            self.metrics.followed.set(len(self._followed))
 
     def following(self) -> list[str]:
         with self._lock:
@@ -299,6 +311,7 @@ class TrainerWorker:
         with self._lock:
             followed = list(self._followed.values())
             self._followed.clear()
+            self.metrics.followed.set(0)
         if self.launcher.kind != "local":
             return
         for f in followed:
