@@ -3,8 +3,8 @@
 `run_embedded(spec, store, progress)` calls the stage cores directly (no servers, no
 bus), in the order the cluster runs them, with the timing of every stage and
 cancellation checked between stages (and between sampler steps inside generation).
-`StageCores` holds what is expensive to build and reusable across jobs: loaded
-robots' renderers and loaded generator pipelines.
+`StageCores` holds the classes the stage workers run (the projection worker's
+RendererCache, the generator worker's ModelManager), so both modes run the same code.
 
 Without a model the generator's static-world backend composites the robot onto the
 unchanged scene; results say so (`static_world=True`, model "static-world").
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from k4d.errors import Cancelled, FailedPrecondition
+from k4d.errors import Cancelled, FieldViolation, InvalidArgument
 from k4d.tensor_io import from_tensor_data
 from k4d_simulator.camera_proto import camera_from_proto
 from k4d_simulator.outcomes import stage_outcomes
@@ -94,14 +94,18 @@ class EmbeddedResult:
 
 
 class StageCores:
-    """Caches of the stage cores shared by many jobs of one process (not thread-safe
-    across concurrent builds of the same entry; the embedded mode runs jobs in order)."""
+    """The classes the stage workers run, held for the jobs of one process: robots as the
+    kinematics stage loads them (`load_robot`, cached per robot), the projection worker's
+    `RendererCache`, and the generator worker's `ModelManager` (its model load, its
+    sampling lock and its static-world path). Jobs run in order in the embedded mode."""
 
     def __init__(self, render_engine: str = "open3d", device: str = "cpu",
                  cache_dir: str | None = None):
+        from k4d_projection.api import RendererCache
+
         self.render_engine, self.device, self.cache_dir = render_engine, device, cache_dir
-        self._renderers: dict[str, Any] = {}
-        self._pipelines: dict[tuple, Any] = {}
+        self.renderers = RendererCache(engine=render_engine)
+        self._managers: dict[int, Any] = {}  # id(store) -> ModelManager (registry store)
 
     def robot(self, name: str, store=None):
         from k4d_kinematics.robots import load_robot
@@ -109,31 +113,44 @@ class StageCores:
         return load_robot(name, store) if store is not None else load_robot(name)
 
     def renderer(self, model):
-        from k4d_projection.renderer import RobotRenderer
+        return self.renderers.get(model, collision=False)
 
-        key = model.name
-        if key not in self._renderers:
-            self._renderers[key] = RobotRenderer.from_robot(model, engine=self.render_engine)
-        return self._renderers[key]
+    def models(self, store=None):
+        """The ModelManager of `store` (the registry models are read from)."""
+        from k4d_generator.service import ModelManager
+
+        key = id(store)
+        if key not in self._managers:
+            self._managers[key] = ModelManager(store, cache_dir=self.cache_dir,
+                                               device=self.device)
+        return self._managers[key]
 
     def generator(self, model_ref: common_pb2.ModelRef, sampling, store=None,
                   clip: tuple[int, int, int] | None = None):
-        """A loaded Kinema4DPipeline for the model (cached per model and backend)."""
-        from k4d_generator.pipeline import Kinema4DPipeline
+        """The manager with `model_ref` loaded on the job's backend (as the generator
+        worker ensures it); with `clip` (T, H, W), InvalidArgument unless the model samples
+        that clip, so a job fails before its other stages run."""
         from k4d_generator.service import model_ref_string
 
-        ref = model_ref_string(model_ref.name, model_ref.version, model_ref.uri)
+        manager = self.models(store)
         backend = sampling.backend or "torch"
-        key = (ref, backend, sampling.precision, clip)
-        if key not in self._pipelines:
-            kwargs = {}
-            if clip is not None:
-                kwargs.update(num_frames=clip[0], height=clip[1], width=clip[2])
-            self._pipelines[key] = Kinema4DPipeline.from_pretrained(
-                ref, backend=backend, precision=sampling.precision or None, device=self.device,
-                cache_dir=self.cache_dir, store=store, **kwargs)
-        return self._pipelines[key]
-
+        loaded = manager.loaded
+        if loaded is None or loaded.backend != backend or not loaded.matches(
+                model_ref.name, model_ref.version, model_ref.uri):
+            loaded = manager.load(model_ref_string(model_ref.name, model_ref.version,
+                                                   model_ref.uri),
+                                  backend, sampling.precision or None)
+        if clip is not None:
+            info = loaded.pipeline.info
+            native = (info.num_frames, info.height, info.width)
+            if tuple(clip) != native:
+                raise InvalidArgument(
+                    f"model {info.name} samples {native[0]} frames at {native[2]}x{native[1]};"
+                    f" the job asks for {clip[0]} frames at {clip[2]}x{clip[1]}",
+                    [FieldViolation("spec.num_frames", f"the model samples {native[0]} frames"),
+                     FieldViolation("spec.camera.intrinsics",
+                                    f"the model samples {native[2]}x{native[1]} images")])
+        return manager
 
 def _robot_name(spec: simulator_pb2.SimulationSpec) -> str:
     source = spec.robot.WhichOneof("source")
@@ -143,13 +160,9 @@ def _robot_name(spec: simulator_pb2.SimulationSpec) -> str:
 def run_kinematics(spec: simulator_pb2.SimulationSpec, cores: StageCores,
                    store=None) -> KinematicsOutput:
     """Actions -> joint trajectory (IK for end-effector actions) -> full-tree FK."""
-    try:
-        from k4d_kinematics.proto_actions import action_spec_from_proto
-        from k4d_kinematics.trajectory import solve_actions
-    except ImportError as exc:
-        raise FailedPrecondition(
-            "the kinematics stage core `k4d_kinematics.trajectory` (actions -> joint "
-            f"trajectory) is not importable: {exc}") from None
+    from k4d_kinematics.proto_actions import action_spec_from_proto
+    from k4d_kinematics.trajectory import solve_actions
+
     model = cores.robot(_robot_name(spec), store)
     actions = action_spec_from_proto(
         spec.actions, spec.num_frames or DEFAULT_NUM_FRAMES, spec.clip_to_limits,
@@ -180,46 +193,33 @@ def run_generation(spec: simulator_pb2.SimulationSpec, image: np.ndarray,
                    cancelled: CancelFn | None = None) -> GenerationOutput:
     """The world's reaction: the real sampler for a model, static-world without one."""
     sampling = spec.sampling
-    seed = int(sampling.seed) if sampling.seed else 42
 
     def on_step(done: int, total: int) -> None:
         if progress is not None:
             progress(common_pb2.Progress(stage="generation", step=done, total=total,
                                          message="sampling"))
 
-    if not uses_model(spec):
-        return _static_world(spec, image, robot, seed, on_step)
+    from k4d_generator.api import sampling_kwargs
+
+    kwargs = sampling_kwargs(sampling)  # the generator worker's reading of SamplingParams
     T, H, W = robot.mask.shape
-    pipeline = cores.generator(spec.model, sampling, store, clip=(T, H, W))
-    result = pipeline(image, robot.rgb, robot.pointmap, robot.mask,
-                      num_steps=sampling.num_steps or None, seed=seed,
-                      guidance=sampling.guidance_scale or None,
-                      scheduler=sampling.scheduler or None, shift=sampling.shift or None,
-                      callback=on_step, should_cancel=cancelled)
-    meta = result.metadata
+    if uses_model(spec):
+        manager = cores.generator(spec.model, sampling, store, clip=(T, H, W))
+        kwargs["backend"] = manager.loaded.backend
+    else:  # the generator worker's static-world path (intrinsics from the robot pointmap)
+        manager, kwargs["backend"] = cores.models(store), STATIC_WORLD
+    result = manager.generate(image, robot.rgb, robot.pointmap, robot.mask, callback=on_step,
+                              should_cancel=cancelled, **kwargs)
+    meta, seed = result.metadata, kwargs["seed"]
+    static = kwargs["backend"] == STATIC_WORLD
+    if static:
+        on_step(1, 1)
+        model = {"name": STATIC_WORLD, "version": "", "variant": STATIC_WORLD}
+    else:
+        model = {**meta.get("model", {}), "model_id": meta.get("model_id", "")}
     return GenerationOutput(result.rgb, result.pointmap,
-                            metric=meta.get("pointmap_units") == "metres",
-                            model={**meta.get("model", {}), "model_id": meta.get("model_id", "")},
-                            seed=seed, static_world=False, metadata=meta)
-
-
-def _static_world(spec: simulator_pb2.SimulationSpec, image: np.ndarray,
-                  robot: ProjectionOutput, seed: int,
-                  on_step: Callable[[int, int], None]) -> GenerationOutput:
-    try:
-        from k4d_generator.static_world import StaticWorldGenerator
-    except ImportError as exc:
-        raise FailedPrecondition(
-            "no model given and the generator's static-world backend "
-            f"(`k4d_generator.static_world`) is not importable: {exc}") from None
-    i = spec.camera.intrinsics
-    result = StaticWorldGenerator()(image, robot.rgb, robot.pointmap, robot.mask,
-                                    intrinsics=(i.fx, i.fy, i.cx, i.cy), seed=seed)
-    on_step(1, 1)
-    return GenerationOutput(result.rgb, result.pointmap,
-                            metric=result.metadata.get("pointmap_units") == "metres",
-                            model={"name": STATIC_WORLD, "version": "", "variant": STATIC_WORLD},
-                            seed=seed, static_world=True, metadata=dict(result.metadata))
+                            metric=meta.get("pointmap_units") == "metres", model=model,
+                            seed=seed, static_world=static, metadata=dict(meta))
 
 
 def uses_model(spec: simulator_pb2.SimulationSpec) -> bool:
