@@ -207,3 +207,12 @@ def test_every_result_field_has_one_owning_stage():
     assert not missing, (f"SimulationResult fields {missing} have no stage in "
                          "k4d.pipeline_topology.STAGES (result_fields)")
     assert set(owners) <= set(fields), set(owners) - set(fields)
+
+
+def test_architecture_doc_shows_the_table():
+    text = (REPO / "docs/architecture.md").read_text()
+    block = re.search(r"<!-- pipeline-topology:begin -->\n(.*?)\n<!-- pipeline-topology:end -->",
+                      text, re.S)
+    assert block, "docs/architecture.md lost its pipeline-topology block"
+    assert block.group(1) == topology.markdown_table(), (
+        "docs/architecture.md's pipeline table is stale: paste `python -m k4d.pipeline_topology`")

@@ -145,3 +145,28 @@ def event_type(topic_name: str):
     from kinema4d.v1 import events_pb2
 
     return getattr(events_pb2, topic(topic_name).event)
+
+
+def _cell(items: tuple[str, ...]) -> str:
+    return ", ".join(f"`{item}`" for item in items) or "-"
+
+
+def markdown_table() -> str:
+    """The stages as a markdown table (docs/architecture.md embeds it; a test keeps the
+    two equal): `python -m k4d.pipeline_topology`."""
+    rows = ["| stage | service | consumes | produces | consumer group | result fields |",
+            "|---|---|---|---|---|---|"]
+    for s in STAGES:
+        group = f"`{s.group_id}`" if s.group_id else "per process" if s.consumes else "-"
+        rows.append(f"| {s.name} | {s.service} | {_cell(s.consumes)} | {_cell(s.produces)} | "
+                    f"{group} | {_cell(s.result_fields)} |")
+    rows += ["", "| topic | event | partitions | retention |", "|---|---|---|---|"]
+    for topic in TOPICS:
+        retention = "forever" if topic.retention_ms == RETAIN_FOREVER else \
+            f"{topic.retention_ms // DAY_MS} d"
+        rows.append(f"| `{topic.name}` | {topic.event} | {topic.partitions} | {retention} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(markdown_table())
