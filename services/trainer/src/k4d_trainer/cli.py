@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from k4d.errors import InvalidArgument
+from k4d.errors import InvalidArgument, NotFound, Unavailable
 
 
 def register(subparsers) -> None:
@@ -114,7 +114,8 @@ def _default_out(config_path: str) -> str:
 
 
 def _train_argv(args, out: str) -> list[str]:
-    argv = ["train", "--config", args.config, "--out", out, "--nproc", "1"]
+    # No --nproc: torchrun would take it for an abbreviation of its own --nproc-per-node.
+    argv = ["train", "--config", args.config, "--out", out]
     for flag, value in (("--data", args.data), ("--steps", args.steps),
                         ("--checkpoint-every", args.checkpoint_every)):
         if value is not None:
@@ -143,8 +144,15 @@ def run_train(args) -> int:
     _setup_logging()
     if (args.nproc > 1 or _nnodes(args, config) != "1") and not _under_torchrun():
         code = _launch(args, config, _train_argv(args, out))
-        return _report(read_status(out, env_config), code)
+        try:
+            status = read_status(out, env_config)
+        except NotFound:
+            raise Unavailable(f"torchrun exited {code} before the run wrote {out}/status.json; "
+                              "see the ranks' output above") from None
+        return _report(status, code)
     status = run_training(config, out, resume=args.resume, env_config=env_config)
+    if _under_torchrun():  # the launching process reports for the whole run
+        return 0 if status.state in ("succeeded", "cancelled") else 1
     return _report(status, 0)
 
 
@@ -172,7 +180,7 @@ def run_encode(args) -> int:
     env_config = load_config("trainer")
     _setup_logging()
     if args.nproc > 1 and not _under_torchrun():
-        argv = ["train", "encode-latents", "--config", args.config, "--nproc", "1"]
+        argv = ["train", "encode-latents", "--config", args.config]
         for flag, value in (("--data", args.data), ("--out", args.out)):
             if value is not None:
                 argv += [flag, str(value)]

@@ -113,4 +113,7 @@ def read_clip(episode, clip: ClipSpec) -> dict[str, np.ndarray]:
             arrays[name] = np.asarray(array.oindex[indices])
         else:
             arrays[name] = np.asarray(array)[indices]
-    return adapt_clip(arrays, clip)
+    out = adapt_clip(arrays, clip)
+    # Pointmaps already in [-1, 1] (official Robo4D files) skip the metric normalisation.
+    out["normalised"] = np.array(bool(getattr(episode, "normalised", False)))
+    return out

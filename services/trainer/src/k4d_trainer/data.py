@@ -33,9 +33,7 @@ def open_source(section: DataSection, config=None):
     if fmt == "auto":
         fmt = _detect_format(section.uri, config)
     if fmt == "robo4d":
-        from k4d.episodes import robo4d
-
-        return robo4d.open_robo4d(section.uri, config=config)
+        return Robo4DSource(section.uri)
     from k4d.episodes import open_dataset
 
     return open_dataset(section.uri, config=config)
@@ -49,6 +47,67 @@ def _detect_format(uri: str, config) -> str:
         return "robo4d"
     raise NotFound(f"data.uri: {uri} is neither a k4d episode dataset (manifest.json) nor a "
                    "Robo4D-200k directory (videos/, train_shuffled.txt)")
+
+
+@dataclass
+class _Meta:
+    episode_id: str
+    frames: int
+    height: int
+    width: int
+    arrays: list[str]
+
+
+class _Robo4DEpisode:
+    """A decoded Robo4D sample behind the episode interface `read_clip` uses. Without our
+    metric metadata (official files) the pointmaps are the stored [-1, 1] codes, already
+    normalised as the official loader does: `normalised` tells the encoder so."""
+
+    def __init__(self, sample):
+        codes = sample.robot_pointmap_u8.astype("float32") / 127.5 - 1.0
+        self.normalised = sample.pointmap is None or sample.robot_pointmap is None
+        mask = sample.robot_mask
+        if self.normalised:
+            scene = None if sample.pointmap_u8 is None else (
+                sample.pointmap_u8.astype("float32") / 127.5 - 1.0)
+            robot = codes * mask[..., None]
+        else:
+            scene, robot = sample.pointmap, sample.robot_pointmap
+        self._arrays = {"rgb": sample.rgb, "robot_rgb": sample.robot_rgb, "robot_mask": mask,
+                        "robot_pointmap": robot}
+        if scene is not None:
+            self._arrays["pointmap"] = scene
+        t, h, w = mask.shape
+        self.meta = _Meta(sample.name, t, h, w, sorted(self._arrays))
+
+    def __getitem__(self, name: str):
+        return self._arrays[name]
+
+
+class Robo4DSource:
+    """The Robo4D-200k layout (`k4d.episodes.robo4d`) as an episode source (local roots)."""
+
+    def __init__(self, uri: str):
+        from k4d.episodes.robo4d import read_robo4d
+
+        path = uris.normalize(uri)
+        if uris.is_remote(path):
+            raise InvalidArgument.for_field("data.uri", "the Robo4D layout is read from a local "
+                                                        "directory; use a k4d dataset for s3://")
+        self.layout = read_robo4d(path[len("file://"):])
+        self._last: _Robo4DEpisode | None = None
+
+    @property
+    def episode_ids(self) -> list[str]:
+        return list(self.layout.names)
+
+    def open(self, episode_id: str) -> _Robo4DEpisode:
+        if self._last is None or self._last.meta.episode_id != episode_id:
+            self._last = _Robo4DEpisode(self.layout.read(episode_id))
+        return self._last
+
+    def meta(self, episode_id: str) -> _Meta:
+        return self.open(episode_id).meta
 
 
 def select_episodes(dataset, section: DataSection, clip: ClipSpec) -> list[str]:

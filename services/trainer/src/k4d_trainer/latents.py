@@ -49,6 +49,25 @@ def _digest(module: torch.nn.Module) -> str:
     return model_id_of(ModelComponents(module, None, None, None, None, None))
 
 
+def clip_normalisation(clip: dict[str, np.ndarray]) -> PointmapNormalization:
+    """What the generator uses at inference (from the robot's points), or the identity for
+    pointmaps stored already normalised (official Robo4D files)."""
+    if bool(clip.get("normalised", False)):
+        return PointmapNormalization((0.0, 0.0, 0.0), 1.0, "official-8bit")
+    return PointmapNormalization.from_points(clip["robot_pointmap"].astype(np.float32),
+                                             clip["robot_mask"])
+
+
+def normalised_scene(clip: dict[str, np.ndarray], norm: PointmapNormalization) -> np.ndarray:
+    """(T, H, W, 3) scene pointmap in [-1, 1]; invalid points (zeros) at -1 like the black
+    background of the 8-bit videos."""
+    scene = clip["pointmap"].astype(np.float32)
+    pm = norm.normalise(scene)
+    if not bool(clip.get("normalised", False)):
+        pm[~np.isfinite(scene).all(-1) | (scene == 0).all(-1)] = -1.0
+    return pm
+
+
 class SampleEncoder:
     """Episode clip arrays -> one training sample, with the generator pipeline's code."""
 
@@ -68,11 +87,9 @@ class SampleEncoder:
         image = clip["rgb"][0]
         robot = RobotCondition(clip["robot_rgb"], clip["robot_pointmap"].astype(np.float32),
                                clip["robot_mask"])
-        norm = PointmapNormalization.from_points(robot.pointmap, robot.mask)
+        norm = clip_normalisation(clip)
         rgb = clip["rgb"].astype(np.float32) / 255.0 * 2.0 - 1.0
-        scene = clip["pointmap"].astype(np.float32)
-        pm = norm.normalise(scene)
-        pm[~np.isfinite(scene).all(-1) | (scene == 0).all(-1)] = -1.0  # invalid: as off-robot
+        pm = normalised_scene(clip, norm)
         rgb_latent = pipe.encode_video(_to_video(rgb))
         pm_latent = (pipe.encode_video(_to_video(pm)) - POINTMAP_LATENT_MEAN) / POINTMAP_LATENT_STD
         sample = {

@@ -98,8 +98,13 @@ def _load_bare_wan(base: Path, section: ModelSection) -> ModelComponents:
     wan = checkpoints._wan_config_only(json.loads((base / "transformer" / "config.json").read_text()))
     encoder, processor = checkpoints._load_image_encoder(base)
     patch = tuple(section.arm_patch_size)
+    grid = arm_grid_for(frames, height, width, patch)
+    if min(grid) < 1:
+        raise InvalidArgument.for_field("model.arm_patch_size", f"{list(patch)} is larger than the "
+                                                                f"latent grid of a {frames}x{height}"
+                                                                f"x{width} clip")
     config = {**wan, "variant": section.variant, "arm_patch_size": patch,
-              "arm_grid": arm_grid_for(frames, height, width, patch),
+              "arm_grid": grid,
               "arm_bottleneck_dim": section.arm_bottleneck_dim,
               "num_image_tokens": (encoder.config.image_size // encoder.config.patch_size) ** 2 + 1}
     transformer = checkpoints._load_transformer(

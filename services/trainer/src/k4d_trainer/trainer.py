@@ -123,10 +123,10 @@ class Trainer:
 
             raise FailedPrecondition(f"{run.uri} already holds a run with checkpoints; pass "
                                      "--resume to continue it or choose another --out")
+        dataset = open_source(config.data, env_config)
         torch.manual_seed(config.seed)  # identical initial replicas on every rank
         components = model_lib.load_components(config.recipe, config.model, config.seed)
         clip = model_lib.clip_of(components)
-        dataset = open_source(config.data, env_config)
         episode_ids = select_episodes(dataset, config.data, clip)
 
         if config.recipe == "from-scratch":

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from k4d_generator.conditions import PointmapNormalization
 
 from k4d_trainer.clips import ClipSpec, read_clip
 from k4d_trainer.config import VaeSection
+from k4d_trainer.latents import clip_normalisation, normalised_scene
 from k4d_trainer.parallel import DistInfo, all_reduce_mean, barrier
 from k4d_trainer.runs import RunDir
 
@@ -29,10 +29,7 @@ def clip_videos(clip: dict[str, np.ndarray]) -> list[torch.Tensor]:
     """The two videos of an episode the VAE must reconstruct, each (3, T, H, W) in [-1, 1]:
     RGB and the scene pointmap normalised as the training samples are."""
     rgb = torch.from_numpy(clip["rgb"].astype(np.float32) / 127.5 - 1.0)
-    norm = PointmapNormalization.from_points(clip["robot_pointmap"].astype(np.float32),
-                                             clip["robot_mask"])
-    pm = norm.normalise(clip["pointmap"].astype(np.float32))
-    pm[(clip["pointmap"] == 0).all(-1)] = -1.0
+    pm = normalised_scene(clip, clip_normalisation(clip))
     return [rgb.permute(3, 0, 1, 2), torch.from_numpy(pm).permute(3, 0, 1, 2)]
 
 

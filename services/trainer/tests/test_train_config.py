@@ -1,0 +1,110 @@
+"""Bad recipes and bad inputs: one clear line naming the field, exit code 2, before any
+training starts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from k4d.cli.main import main
+from k4d.errors import InvalidArgument
+from k4d_trainer.config import config_from_dict, load_config_file, resolve_degrees
+
+
+def _run(capsys, *argv) -> tuple[int, str]:
+    code = main(["train", *argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    return code, err[-1] if err else ""
+
+
+def _error_lines(capsys) -> list[str]:
+    return [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"model": {"bogus": 1}}, "model.bogus"),
+    ({"trainig": {}}, "trainig"),
+    ({"training": {"lr": -1e-4}}, "training.lr"),
+    ({"training": {"lr": "fast"}}, "training.lr"),
+    ({"training": {"steps": 0}}, "training.steps"),
+    ({"model": {"variant": "rgb"}}, "model.variant"),
+    ({"model": {"num_frames": 6}}, "model.num_frames"),
+    ({"parallelism": {"dp_shard": 0}}, "parallelism.dp_shard"),
+    ({"parallelism": {"nnodes": "2:1"}}, "parallelism.nnodes"),
+    ({"recipe": "dreambooth"}, "recipe"),
+])
+def test_bad_recipe_is_one_error_naming_the_field(tmp_path, capsys, recipe, change, field):
+    path = recipe(tmp_path, str(tmp_path / "data"), str(tmp_path / "base"), **change)
+    code, line = _run(capsys, "--config", str(path), "--out", str(tmp_path / "run"))
+    assert code == 2
+    assert line.startswith("k4d train: error: ") and field in line, line
+    assert not (tmp_path / "run").exists()  # nothing started
+
+
+def test_yaml_numbers_and_defaults():
+    config = config_from_dict({"recipe": "from-scratch", "model": {"size": "tiny"},
+                               "training": {"lr": "2e-5"}})
+    assert config.training.lr == 2e-5 and config.training.weight_decay == 1e-4
+    assert config.training.warmup_steps == 100 and config.model.lora_rank == 64
+    with pytest.raises(InvalidArgument, match="model.base"):
+        config_from_dict({"recipe": "from-scratch", "model": {"size": "tiny", "base": "x"}})
+    with pytest.raises(InvalidArgument, match="model.base"):
+        config_from_dict({"recipe": "finetune-lora"})
+
+
+def test_degrees_must_multiply_to_the_world_size():
+    config = config_from_dict({"recipe": "from-scratch", "model": {"size": "tiny"},
+                               "parallelism": {"dp_replicate": 2, "dp_shard": 2}})
+    assert resolve_degrees(config.parallelism, 4) == (2, 2)
+    with pytest.raises(InvalidArgument, match=r"dp_replicate 2 x dp_shard 2 = 4 does not match "
+                                              r"the world size 2"):
+        resolve_degrees(config.parallelism, 2)
+    rest = config_from_dict({"recipe": "from-scratch", "model": {"size": "tiny"},
+                             "parallelism": {"dp_replicate": -1, "dp_shard": 2}})
+    assert resolve_degrees(rest.parallelism, 6) == (3, 2)
+    with pytest.raises(InvalidArgument, match="not divisible by dp_shard 2"):
+        resolve_degrees(rest.parallelism, 3)
+
+
+def test_world_size_mismatch_fails_before_launch(tmp_path, capsys, recipe):
+    path = recipe(tmp_path, str(tmp_path / "data"), str(tmp_path / "base"),
+                  parallelism={"dp_replicate": 4, "dp_shard": 1})
+    code, line = _run(capsys, "--config", str(path), "--out", str(tmp_path / "run"),
+                      "--nproc", "2")
+    assert code == 2 and "does not match the world size 2" in line, line
+
+
+def test_missing_dataset(tmp_path, capsys, tiny_official, recipe):
+    path = recipe(tmp_path, str(tmp_path / "nowhere"), str(tiny_official))
+    code, line = _run(capsys, "--config", str(path), "--out", str(tmp_path / "run"))
+    assert code == 2 and "nowhere" in line and "neither a k4d episode dataset" in line, line
+    status = json.loads((tmp_path / "run" / "status.json").read_text())
+    assert status["state"] == "failed" and "nowhere" in status["error"]
+
+
+def test_unadaptable_resolution(tmp_path, capsys, tiny_official, recipe, make_dataset):
+    data = make_dataset(tmp_path / "small", count=1, frames=9, height=12, width=16)
+    path = recipe(tmp_path, data, str(tiny_official))
+    code, line = _run(capsys, "--config", str(path), "--out", str(tmp_path / "run"))
+    assert code == 2 and "16x12" in line and "data.max_upscale" in line, line
+
+
+def test_too_few_frames(tmp_path, capsys, tiny_official, recipe, make_dataset):
+    data = make_dataset(tmp_path / "short", count=1, frames=3)
+    path = recipe(tmp_path, data, str(tiny_official))
+    code, line = _run(capsys, "--config", str(path), "--out", str(tmp_path / "run"))
+    assert code == 2 and "has 3 frames" in line, line
+
+
+def test_shipped_examples_validate():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3] / "examples" / "train"
+    for name in ("tiny-cpu.yaml", "finetune-wan14b.yaml"):
+        config = load_config_file(root / name)
+        assert config.recipe in ("finetune-lora", "from-scratch")
+
+
+def test_status_of_a_missing_run(tmp_path, capsys):
+    code, line = _run(capsys, "status", str(tmp_path / "none"))
+    assert code == 2 and "status.json not found" in line

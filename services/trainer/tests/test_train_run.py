@@ -1,0 +1,181 @@
+"""Training runs end to end on the tiny model (CPU):
+
+- a single-process run publishes through the registry; the published model (our layout)
+  and the official-layout export (fused at 0.5) reproduce the trainer's in-memory model;
+  the version is announced on k4d.model.published;
+- 2-process DDP and FSDP2 runs under torchrun give the single-process losses on the same
+  global batches, and the loss falls clearly (overfitting two episodes);
+- SIGKILL mid-run + --resume: the losses after the restart equal the uninterrupted run's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from k4d.bus import InProcessBus
+from k4d.bus.topics import MODEL_PUBLISHED
+from k4d.model_events import read_model_published
+from k4d.store import LocalStore
+from k4d.testing.bus import drain
+from k4d_generator import checkpoints, registry
+from k4d_generator.lora import read_lora
+from k4d_trainer.config import load_config_file
+from k4d_trainer.main import run_training
+from k4d_trainer.objective import noise_batch, training_schedule
+from k4d_trainer.runs import read_metrics, read_status
+from k4d_trainer.trainer import Trainer
+
+STEPS = 10
+
+
+def _losses(run: Path) -> list[float]:
+    return [m["loss"] for m in read_metrics(str(run))]
+
+
+@pytest.fixture(scope="module")
+def overfit(tmp_path_factory, recipe, make_dataset, tiny_official):
+    """The overfit recipe (2 episodes, global batch 2, lr 1e-2) and its single-process
+    reference run, which is also the uninterrupted run of the resume test."""
+    root = tmp_path_factory.mktemp("overfit")
+    data = make_dataset(root / "data", count=2)
+    path = recipe(root, data, str(tiny_official),
+                  data={"uri": data, "latents_uri": str(root / "latents")},
+                  training={"steps": STEPS, "global_batch_size": 2, "lr": 1e-2,
+                            "warmup_steps": 0},
+                  checkpoint={"every": 2, "keep": 0})
+    status = run_training(load_config_file(path), str(root / "reference"))
+    assert status.state == "succeeded" and status.step == STEPS
+    return path, _losses(root / "reference")
+
+
+def _k4d(*argv: str, **kwargs) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-m", "k4d.cli.main", *argv], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def test_single_process_loss_falls(overfit):
+    _, losses = overfit
+    assert len(losses) == STEPS
+    assert sum(losses[-2:]) < 0.8 * sum(losses[:2]), losses
+
+
+@pytest.mark.parametrize("strategy, parallelism", [
+    ("ddp", {"dp_replicate": -1, "dp_shard": 1}),
+    ("fsdp2", {"dp_replicate": 1, "dp_shard": -1}),
+])
+def test_two_processes_match_single_process(tmp_path, overfit, strategy, parallelism):
+    path, reference = overfit
+    config = json.loads(Path(path).read_text())
+    config["parallelism"] = parallelism
+    config["checkpoint"] = {"every": 0}
+    recipe_file = tmp_path / f"{strategy}.json"
+    recipe_file.write_text(json.dumps(config))
+    run = tmp_path / "run"
+    proc = _k4d("train", "--config", str(recipe_file), "--out", str(run), "--nproc", "2")
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err[-3000:]
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["state"] == "succeeded" and summary["step"] == STEPS
+    losses = _losses(run)
+    # Same global batches, same per-sample noise: the same losses up to float reordering.
+    assert losses == pytest.approx(reference, rel=1e-4, abs=1e-5)
+    assert sum(losses[-2:]) < 0.8 * sum(losses[:2])
+    assert (run / "checkpoints" / f"step-{STEPS:08d}" / "COMMITTED").exists()
+
+
+def test_sigkill_then_resume_repeats_the_losses(tmp_path, overfit):
+    path, reference = overfit
+    run = tmp_path / "run"
+    proc = _k4d("train", "--config", str(path), "--out", str(run))
+    marker = run / "checkpoints" / "step-00000004" / "COMMITTED"
+    deadline = time.monotonic() + 240
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marker.exists(), proc.communicate()[1][-3000:] if proc.poll() is not None else ""
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert read_status(str(run)).state == "running"  # killed: nobody wrote an end state
+    killed_at = read_status(str(run)).step
+    assert killed_at < STEPS
+
+    resumed = _k4d("train", "--config", str(path), "--out", str(run), "--resume")
+    out, err = resumed.communicate(timeout=240)
+    assert resumed.returncode == 0, err[-3000:]
+    status = read_status(str(run))
+    assert status.state == "succeeded" and status.step == STEPS
+    losses = _losses(run)
+    assert [m["step"] for m in read_metrics(str(run))] == list(range(1, STEPS + 1))
+    assert losses == reference  # exactly: same data position, same per-sample draws
+
+
+def test_resume_refuses_to_overwrite_without_flag(tmp_path, overfit):
+    path, _ = overfit
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "latest.json").write_text('{"step": 2, "path": "step-00000002"}')
+    proc = _k4d("train", "--config", str(path), "--out", str(run))
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and "--resume" in err.strip().splitlines()[-1]
+
+
+def _forward(transformer, sample: dict, schedule) -> torch.Tensor:
+    batch = {k: v[None] for k, v in sample.items()}
+    noised = noise_batch(batch, [0], seed=5, schedule=schedule, soft_mask_ratio=0.0,
+                         mask_channels=transformer.mask_channels)
+    with torch.no_grad():
+        return transformer(noised.model_input, noised.timestep, batch["image_embeds"],
+                           noised.arm_cond, return_dict=False)[0]
+
+
+def test_published_model_reproduces_the_trainer(tmp_path, recipe, episodes_dir, tiny_official):
+    store_dir = tmp_path / "store"
+    path = recipe(tmp_path, episodes_dir, str(tiny_official / "base"),
+                  model={"base": str(tiny_official / "base"), "lora_rank": 4, "lora_alpha": 8,
+                         "num_frames": 5, "height": 32, "width": 48, "arm_patch_size": [1, 2, 2],
+                         "arm_bottleneck_dim": 16},
+                  training={"steps": 3, "lr": 1e-2, "warmup_steps": 0},
+                  publish={"name": "tiny-ft", "version": "7",
+                           "store_uri": store_dir.as_uri()})
+    bus = InProcessBus()
+    trainer = Trainer.build(load_config_file(path), str(tmp_path / "run"), bus=bus)
+    try:
+        status = trainer.train()
+    finally:
+        trainer.close()
+    assert status.state == "succeeded"
+    assert status.published_model["name"] == "tiny-ft" and status.published_model["version"] == "7"
+    assert json.loads((tmp_path / "run" / "status.json").read_text())["state"] == "succeeded"
+    for picture in ("loss.png", "lr.png"):
+        assert (tmp_path / "run" / picture).stat().st_size > 1000
+
+    sample = trainer.cache.load(trainer.sampler.episode_ids[0])
+    schedule = training_schedule()
+    in_memory = _forward(trainer.components.transformer.eval(), sample, schedule)
+    assert in_memory.abs().max() > 0
+
+    local = registry.fetch(LocalStore(store_dir), "tiny-ft", "7", tmp_path / "cache")
+    ours = checkpoints.load_model(local)
+    assert ours.info.lora["fused"] is False
+    torch.testing.assert_close(_forward(ours.transformer, sample, schedule), in_memory,
+                               rtol=1e-4, atol=1e-5)
+
+    official_dir = local / "official" / "kinema4d"
+    assert read_lora(official_dir / "pytorch_lora_weights.safetensors").alpha is None
+    official = checkpoints.load_official(tiny_official / "base", official_dir, num_frames=5,
+                                         height=32, width=48, lora_scale=0.5)
+    torch.testing.assert_close(_forward(official.transformer, sample, schedule), in_memory,
+                               rtol=1e-4, atol=1e-5)
+
+    (message,) = drain(bus, MODEL_PUBLISHED, 1, timeout_s=5)
+    event = read_model_published(message)
+    assert (event.model.name, event.model.version) == ("tiny-ft", "7")
+    assert event.model.uri == "registry:tiny-ft/7"
