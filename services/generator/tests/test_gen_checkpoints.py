@@ -87,6 +87,36 @@ def test_gen_k4d_layout_roundtrip_identical(make_tiny, tmp_path, store_lora):
     assert torch.equal(_forward(loaded.transformer), _forward(reference))
 
 
+@pytest.mark.parametrize("layout", ["k4d", "official"])
+def test_gen_transformer_only_load_needs_no_vae_or_image_encoder(make_tiny, tmp_path, layout):
+    """ONNX/TensorRT export and parity checks load the transformer alone: `vae/` and the
+    image encoder's weights may be absent (a full load of the same directory still needs
+    them and says so)."""
+    import shutil
+
+    components, lora = make_tiny("act")
+    reference = _fused_reference(components, lora)
+    if layout == "k4d":
+        save_k4d(components, tmp_path / "m", lora=lora)
+        model, base = tmp_path / "m", tmp_path / "m"
+    else:
+        save_official(components, tmp_path / "m" / "base", tmp_path / "m" / "kinema4d",
+                      lora=lora)
+        model, base = tmp_path / "m", tmp_path / "m" / "base"
+    shutil.rmtree(base / "vae")
+    for path in (base / "image_encoder").iterdir():  # the official layout keeps config.json:
+        if layout == "k4d" or path.name != "config.json":  # it sizes the image context
+            path.unlink()
+    if layout == "k4d":
+        (base / "image_encoder").rmdir()
+    with pytest.raises(InvalidArgument, match="unreadable model files"):
+        load_model(model, **TINY)
+    loaded = load_model(model, transformer_only=True, **TINY)
+    assert loaded.vae is None and loaded.image_encoder is None
+    assert loaded.transformer.config.num_image_tokens == 17
+    assert torch.equal(_forward(loaded.transformer), _forward(reference))
+
+
 def test_gen_lora_fusion_equals_unfused_no_alpha_and_alpha(tmp_path):
     torch.manual_seed(0)
     linear = torch.nn.Linear(8, 6)

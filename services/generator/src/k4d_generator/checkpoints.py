@@ -16,7 +16,10 @@ Our layout (what the trainer produces and the registry stores):
         vae/ image_encoder/ image_processor/ scheduler/
         lora/pytorch_lora_weights.safetensors   optional, unfused LoRA (else already fused)
 
-`load_model(ref)` accepts either and returns `ModelComponents`.
+`load_model(ref)` accepts either and returns `ModelComponents`. `transformer_only=True`
+loads the transformer (+ scheduler config) alone, without `vae/` or `image_encoder/`
+(ONNX / TensorRT export and parity checks need nothing else; those directories may
+be absent).
 """
 
 from __future__ import annotations
@@ -79,9 +82,9 @@ class ModelInfo:
 @dataclass
 class ModelComponents:
     transformer: Kinema4DTransformer3DModel
-    vae: Any  # diffusers AutoencoderKLWan
-    image_encoder: Any  # transformers CLIPVisionModel
-    image_processor: Any  # transformers CLIPImageProcessor
+    vae: Any  # diffusers AutoencoderKLWan (None for a transformer-only load)
+    image_encoder: Any  # transformers CLIPVisionModel (None for a transformer-only load)
+    image_processor: Any  # transformers CLIPImageProcessor (None for a transformer-only load)
     scheduler: Any  # diffusers scheduler
     info: ModelInfo
 
@@ -241,16 +244,24 @@ def _added_config(added: dict[str, torch.Tensor], num_frames: int, height: int, 
 def load_official(base_dir: str | Path, kinema4d_dir: str | Path, num_frames: int = 49,
                   height: int = 480, width: int = 720, variant: str | None = None,
                   lora_scale: float = OFFICIAL_LORA_SCALE, fuse: bool = True,
-                  dtype: torch.dtype = torch.float32) -> ModelComponents:
+                  dtype: torch.dtype = torch.float32, transformer_only: bool = False
+                  ) -> ModelComponents:
     """Load the official release: Wan2.1-I2V base + Kinema4D added weights + LoRA fused with
     `lora_scale` (0.5 as the official inference). The result is the same function as the
-    official `WanTransformer3DModelDembSameRope` given the same files."""
+    official `WanTransformer3DModelDembSameRope` given the same files. `transformer_only`:
+    no VAE, no image encoder (the image-token count comes from `image_encoder/config.json`
+    when present, else CLIP ViT-H/14's 257)."""
     base_dir, kinema4d_dir = Path(base_dir), Path(kinema4d_dir)
     for needed in (base_dir / "transformer" / "config.json", kinema4d_dir / ADDED_WEIGHTS_FILE):
         if not needed.exists():
             raise NotFound(f"official checkpoint incomplete: {needed} not found")
-    image_encoder, image_processor = _load_image_encoder(base_dir)
-    num_image_tokens = (image_encoder.config.image_size // image_encoder.config.patch_size) ** 2 + 1
+    if transformer_only:
+        image_encoder = image_processor = None
+        num_image_tokens = _image_tokens_from_config(base_dir)
+    else:
+        image_encoder, image_processor = _load_image_encoder(base_dir)
+        num_image_tokens = _image_tokens(image_encoder.config.image_size,
+                                         image_encoder.config.patch_size)
     added = load_file(str(kinema4d_dir / ADDED_WEIGHTS_FILE))
     wan_config = _wan_config_only(json.loads((base_dir / "transformer" / "config.json").read_text()))
     config = {**wan_config, **_added_config(added, num_frames, height, width, variant,
@@ -269,8 +280,26 @@ def load_official(base_dir: str | Path, kinema4d_dir: str | Path, num_frames: in
     info = ModelInfo(name=kinema4d_dir.name, version="official", layout="official",
                      variant=config["variant"], num_frames=num_frames, height=height,
                      width=width, lora=lora_info, source=f"{base_dir}|{kinema4d_dir}")
-    return ModelComponents(transformer, _load_vae(base_dir), image_encoder, image_processor,
+    vae = None if transformer_only else _load_vae(base_dir)
+    return ModelComponents(transformer, vae, image_encoder, image_processor,
                            _load_scheduler(base_dir), info)
+
+
+CLIP_VIT_H14_IMAGE_TOKENS = 257  # (224 / 14) ** 2 + 1: the image encoder of Wan2.1-I2V
+
+
+def _image_tokens(image_size: int, patch_size: int) -> int:
+    return (image_size // patch_size) ** 2 + 1
+
+
+def _image_tokens_from_config(base_dir: Path) -> int:
+    """Image-token count from the image encoder's config alone (no weights read)."""
+    config_path = base_dir / "image_encoder" / "config.json"
+    if not config_path.exists():
+        return CLIP_VIT_H14_IMAGE_TOKENS
+    config = json.loads(config_path.read_text())
+    config = config.get("vision_config", config)
+    return _image_tokens(int(config["image_size"]), int(config["patch_size"]))
 
 
 def _assign_added(transformer: Kinema4DTransformer3DModel, added: dict[str, torch.Tensor]) -> None:
@@ -400,7 +429,7 @@ def save_k4d(components: ModelComponents, out_dir: str | Path, lora: dict | None
 
 
 def load_k4d(model_dir: str | Path, num_frames: int | None = None, height: int | None = None,
-             width: int | None = None) -> ModelComponents:
+             width: int | None = None, transformer_only: bool = False) -> ModelComponents:
     model_dir = Path(model_dir)
     meta_path = model_dir / K4D_MODEL_FILE
     if not meta_path.exists():
@@ -421,25 +450,30 @@ def load_k4d(model_dir: str | Path, num_frames: int | None = None, height: int |
     lora = meta.get("lora")
     if lora and not lora.get("fused", True):
         fuse_lora(transformer, read_lora(model_dir / lora["file"]), lora["scale"])
-    image_encoder, image_processor = _load_image_encoder(model_dir)
     fields = set(ModelInfo.__dataclass_fields__)
     info = ModelInfo(**{k: v for k, v in meta.items() if k in fields})
     info.source = str(model_dir)
+    if transformer_only:
+        return ModelComponents(transformer, None, None, None, _load_scheduler(model_dir), info)
+    image_encoder, image_processor = _load_image_encoder(model_dir)
     return ModelComponents(transformer, _load_vae(model_dir), image_encoder, image_processor,
                            _load_scheduler(model_dir), info)
 
 
 # ---------------------------------------------------------------- resolution of a reference
 
-def load_model(ref: str | Path, base_dir: str | Path | None = None, **clip_size) -> ModelComponents:
+def load_model(ref: str | Path, base_dir: str | Path | None = None,
+               transformer_only: bool = False, **clip_size) -> ModelComponents:
     """Load from a path: our layout (has k4d_model.json), an official pair directory with
     `base/` + `kinema4d/`, or an official Kinema4D directory together with `base_dir`.
-    Registry references (`registry:name/version`) are resolved by `k4d_generator.registry`."""
+    Registry references (`registry:name/version`) are resolved by `k4d_generator.registry`.
+    `transformer_only`: the transformer (and scheduler config) alone; `vae/` and
+    `image_encoder/` are neither read nor required."""
     path = Path(ref)
     if not path.exists():
         raise NotFound(f"model {ref} not found")
     try:
-        return _load_model_dir(path, base_dir, clip_size)
+        return _load_model_dir(path, base_dir, clip_size, transformer_only)
     except K4DError:
         raise
     except (OSError, ValueError, KeyError, SafetensorError) as exc:
@@ -449,16 +483,19 @@ def load_model(ref: str | Path, base_dir: str | Path | None = None, **clip_size)
                                                  f"{type(exc).__name__}: {exc}") from None
 
 
-def _load_model_dir(path: Path, base_dir: str | Path | None, clip_size: dict) -> ModelComponents:
+def _load_model_dir(path: Path, base_dir: str | Path | None, clip_size: dict,
+                    transformer_only: bool = False) -> ModelComponents:
     if (path / K4D_MODEL_FILE).exists():
-        return load_k4d(path, **clip_size)
+        return load_k4d(path, transformer_only=transformer_only, **clip_size)
     if (path / "base").is_dir() and (path / "kinema4d").is_dir():
-        return load_official(path / "base", path / "kinema4d", **_official_size(clip_size))
+        return load_official(path / "base", path / "kinema4d", transformer_only=transformer_only,
+                             **_official_size(clip_size))
     if (path / ADDED_WEIGHTS_FILE).exists():
         if base_dir is None:
             raise FailedPrecondition(f"{path} is an official Kinema4D checkpoint; pass the "
                                      "Wan2.1-I2V base directory too (--base)")
-        return load_official(base_dir, path, **_official_size(clip_size))
+        return load_official(base_dir, path, transformer_only=transformer_only,
+                             **_official_size(clip_size))
     raise InvalidArgument.for_field("model", f"{path} is neither a k4d model directory nor an "
                                              "official Kinema4D checkpoint")
 
