@@ -18,41 +18,29 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from pathlib import Path
 
 import grpc
-import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from k4d import local_servers
 from k4d.bus import event_headers
 from k4d.bus.kafka import KafkaBus
 from k4d.grpc_server import create_server, run_shutdown_callbacks
-from k4d.tensor_io import to_tensor
+from k4d_embedded.testing.localcluster import example_spec
 from k4d_simulator import events as ev
 from k4d_simulator.server import SERVICE_NAME, register_service
-from kinema4d.v1 import (common_pb2, events_pb2, generator_pb2, kinematics_pb2, simulator_pb2,
-                         simulator_pb2_grpc)
+from kinema4d.v1 import common_pb2, events_pb2, generator_pb2, simulator_pb2, simulator_pb2_grpc
 
 pytestmark = pytest.mark.integration
 S = simulator_pb2.JobState
 SERVING = health_pb2.HealthCheckResponse.SERVING
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "panda_pick"
 
 
-def make_spec(height=24, width=36):
-    values = np.tile([0.4, 0.0, 0.4, 1.0, 0.0, 0.0, 0.0], (3, 1))
-    camera = common_pb2.CameraModel(intrinsics=common_pb2.CameraIntrinsics(
-        width=width, height=height, fx=30, fy=30, cx=(width - 1) / 2, cy=(height - 1) / 2))
-    camera.t_cam_from_world.values.extend(np.eye(4).reshape(-1))
-    return simulator_pb2.SimulationSpec(
-        robot=common_pb2.RobotRef(name="panda"), num_frames=3,
-        actions=kinematics_pb2.ActionSequence(
-            type=kinematics_pb2.ACTION_TYPE_EE_ABSOLUTE,
-            rotation=kinematics_pb2.ROTATION_FORMAT_QUATERNION_XYZW,
-            values=common_pb2.TensorData(inline=to_tensor(values))),
-        camera=camera,
-        initial_image=common_pb2.TensorData(
-            inline=to_tensor(np.full((height, width, 3), 100, np.uint8))),
-        sampling=generator_pb2.SamplingParams(num_steps=2))
+def make_spec():
+    """The shipped example at the tiny clip size, static-world (no stage runs here)."""
+    return example_spec(EXAMPLE, None)
 
 
 @pytest.fixture
@@ -139,12 +127,13 @@ def test_one_idempotency_key_sent_to_two_replicas_at_once_makes_one_job(cluster_
             barrier = threading.Barrier(8)
             answers: list = [None] * 8
 
-            def submit(i: int) -> None:
+            def submit(i: int, key: str, barrier: threading.Barrier, answers: list) -> None:
                 barrier.wait()
                 answers[i] = replicas[i % 2].stub.Submit(
                     simulator_pb2.SubmitRequest(spec=spec, idempotency_key=key))
 
-            threads = [threading.Thread(target=submit, args=(i,)) for i in range(8)]
+            threads = [threading.Thread(target=submit, args=(i, key, barrier, answers))
+                       for i in range(8)]
             for thread in threads:
                 thread.start()
             for thread in threads:

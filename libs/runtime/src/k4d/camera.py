@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
 from k4d.errors import FieldViolation, InvalidArgument
 from k4d.pointmap_codec import invert_rigid  # noqa: F401 - re-exported (renderer, codecs users)
 

@@ -17,10 +17,10 @@ from k4d.config import Config
 from k4d.grpc_server import create_server
 from k4d.store import LocalStore
 from k4d.tensor_io import load_npz
+from k4d_embedded.view import view_directory
 from k4d_simulator.api import SimulatorServicer
 from k4d_simulator.feed import JobFeed
 from k4d_simulator.jobs import JobTable
-from k4d_embedded.view import view_directory
 from kinema4d.v1 import simulator_pb2_grpc
 
 EXAMPLE = Path(__file__).resolve().parents[4] / "examples" / "panda_pick"

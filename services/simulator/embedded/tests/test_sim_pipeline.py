@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 from k4d.errors import Cancelled, InvalidArgument
-from k4d_embedded.testing.localcluster import example_spec
 from k4d_embedded.pipeline import StageCores, run_embedded
+from k4d_embedded.testing.localcluster import example_spec
 
 EXAMPLE = Path(__file__).resolve().parents[4] / "examples" / "panda_pick"
 

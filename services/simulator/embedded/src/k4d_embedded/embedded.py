@@ -11,8 +11,6 @@ from pathlib import Path
 
 from google.protobuf import json_format
 from k4d.errors import InvalidArgument
-from k4d_simulator.camera_proto import camera_from_proto
-from k4d_simulator.outcomes import STATIC_WORLD_WARNING, warnings_of
 from k4d_embedded.inputs import SimulationInputs, build_spec
 from k4d_embedded.outputs import robot_link_meshes, write_rollout
 from k4d_embedded.pipeline import (
@@ -23,6 +21,8 @@ from k4d_embedded.pipeline import (
     run_embedded,
 )
 from k4d_embedded.viewer import STATIC_WORLD_NOTICE
+from k4d_simulator.camera_proto import camera_from_proto
+from k4d_simulator.outcomes import STATIC_WORLD_WARNING, warnings_of
 
 log = logging.getLogger("k4d.simulate")
 
