@@ -149,13 +149,13 @@ class Simulation:
         self.gripper_index = gripper
         self.attached: tuple[int, np.ndarray] | None = None  # (object index, T_hand_from_object)
         self._quat = np.empty(4)
+        self._mocap_links = np.array(list(self.link_bodies), np.int64)
+        self._mocap_ids = np.array([self.model.body_mocapid[b] for b in self.link_bodies.values()], np.int64)
         mj.mj_forward(self.model, self.data)
 
     def _set_robot(self, poses: np.ndarray, quats_wxyz: np.ndarray) -> None:
-        for link, body in self.link_bodies.items():
-            mocap = self.model.body_mocapid[body]
-            self.data.mocap_pos[mocap] = poses[link, :3, 3]
-            self.data.mocap_quat[mocap] = quats_wxyz[link]
+        self.data.mocap_pos[self._mocap_ids] = poses[self._mocap_links, :3, 3]
+        self.data.mocap_quat[self._mocap_ids] = quats_wxyz[self._mocap_links]
 
     def _object_pose(self, k: int) -> np.ndarray:
         """(4, 4) world pose of object k (0-based)."""
@@ -253,6 +253,11 @@ class SceneCamera:
         self._robot_only = mj.MjvOption()
         self._robot_only.geomgroup[:] = 0
         self._robot_only.geomgroup[ROBOT_GROUP] = 1
+        # The segmentation pass leaves the robot out (its ~150k triangles dominate the pass):
+        # robot pixels come from our projection, see `object_id_image`.
+        self._no_robot = mj.MjvOption()
+        self._no_robot.geomgroup[:] = 1
+        self._no_robot.geomgroup[ROBOT_GROUP] = 0
         self._cam = mj.MjvCamera()
         self._cam.type = mj.mjtCamera.mjCAMERA_FIXED
         self._cam.fixedcamid = mj.mj_name2id(sim.model, mj.mjtObj.mjOBJ_CAMERA, "cam")
@@ -273,7 +278,8 @@ class SceneCamera:
 
     def render(self, robot_only: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """-> rgb (H, W, 3) uint8, depth (H, W) float32 metres (0 where no geometry),
-        geom ids (H, W) int32 (-1 = none). Rows top to bottom (OpenGL's are bottom up)."""
+        geom ids (H, W) int32 of the scene without the robot (-1 = none); robot_only: the
+        robot alone, and its geom ids. Rows top to bottom (OpenGL's are bottom up)."""
         mj = self.mujoco
         option = self._robot_only if robot_only else self._option
         self._update(option, segment=False)
@@ -281,7 +287,7 @@ class SceneCamera:
         mj.mjr_readPixels(self._rgb, self._depth, self._viewport, self._context)
         rgb = self._rgb[::-1].copy()
         depth, hit = self._linearize(self._depth[::-1], self._znear, self._zfar, self._zero_far)
-        self._update(option, segment=True)
+        self._update(self._robot_only if robot_only else self._no_robot, segment=True)
         mj.mjr_render(self._viewport, self._scene, self._context)
         mj.mjr_readPixels(self._rgb, None, self._viewport, self._context)
         ids = self._rgb[::-1].astype(np.int32)
@@ -292,7 +298,9 @@ class SceneCamera:
         lut = np.array([g.objid if g.objtype == mj.mjtObj.mjOBJ_GEOM else -1
                         for g in scene_geoms[: self._scene.ngeom]] + [-1], np.int32)
         geom[valid] = lut[np.minimum(seg[valid], self._scene.ngeom)]
-        depth = np.where(hit & (geom >= 0), depth, 0.0).astype(np.float32)
+        if robot_only:
+            hit &= geom >= 0
+        depth = np.where(hit, depth, 0.0).astype(np.float32)
         return rgb, depth, geom
 
     def close(self) -> None:
@@ -312,8 +320,13 @@ def depth_to_pointmap(depth: np.ndarray, camera) -> np.ndarray:
     return out
 
 
-def object_id_image(sim: Simulation, geom: np.ndarray) -> np.ndarray:
-    """Geom ids -> -1 background/table, 0 robot, k >= 1 object k."""
+ROBOT_VISIBLE_TOLERANCE_M = 0.005
+
+
+def object_id_image(sim: Simulation, geom: np.ndarray, depth: np.ndarray, robot) -> np.ndarray:
+    """-1 background/table, 0 robot, k >= 1 object k. `geom` (T, H, W) holds the geom ids of
+    the scene rendered WITHOUT the robot; the robot is where our projection's robot surface
+    is the visible one (its depth equals the scene depth within 5 mm)."""
     body_of_geom = sim.model.geom_bodyid
     lut = np.full(sim.model.ngeom + 1, -1, np.int16)  # last entry: no geom
     robot_bodies = set(sim.link_bodies.values())
@@ -323,7 +336,9 @@ def object_id_image(sim: Simulation, geom: np.ndarray) -> np.ndarray:
             lut[g] = 0
         elif b in sim.object_bodies:
             lut[g] = sim.object_bodies.index(b) + 1
-    return lut[np.where(geom < 0, sim.model.ngeom, geom)]
+    ids = lut[np.where(geom < 0, sim.model.ngeom, geom)]
+    ids[robot.mask & (np.abs(depth - robot.depth) <= ROBOT_VISIBLE_TOLERANCE_M)] = 0
+    return ids
 
 
 def generate_episode(config: EpisodeConfig, *, verify: bool = False) -> tuple[EpisodeMeta, dict[str, np.ndarray]]:
@@ -369,7 +384,8 @@ def generate_episode(config: EpisodeConfig, *, verify: bool = False) -> tuple[Ep
     arrays = {
         "rgb": rgb, "depth": depth, "pointmap": depth_to_pointmap(depth, camera),
         "robot_mask": robot.mask, "robot_rgb": robot.rgb, "robot_pointmap": robot.pointmap,
-        "joints": joints, "object_ids": object_id_image(sim, geoms), "object_poses": object_poses,
+        "joints": joints, "object_ids": object_id_image(sim, geoms, depth, robot),
+        "object_poses": object_poses,
     }
     actions = {"robot": config.robot, "type": "joint_position", "dt": 1.0 / fps, "num_frames": T,
                "initial_joints": joints[0].tolist(), "steps": joints.tolist()}
