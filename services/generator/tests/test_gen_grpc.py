@@ -152,3 +152,60 @@ def test_gen_grpc_damaged_model_uri_is_invalid_argument(channel, tmp_path):
         with pytest.raises(grpc.RpcError) as err:
             call(request)
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+class CountingStore(LocalStore):
+    """A real LocalStore that counts the requests a caller makes of it."""
+
+    def __init__(self, root):
+        super().__init__(root)
+        self.reads = 0
+
+    def get_bytes(self, key, expected_sha256=None):
+        self.reads += 1
+        return super().get_bytes(key, expected_sha256)
+
+    def get_file(self, key, path, expected_sha256=None):
+        self.reads += 1
+        return super().get_file(key, path, expected_sha256)
+
+    def exists(self, key):
+        self.reads += 1
+        return super().exists(key)
+
+    def list(self, prefix=""):
+        self.reads += 1
+        return super().list(prefix)
+
+    def stat(self, key):
+        self.reads += 1
+        return super().stat(key)
+
+
+def test_gen_grpc_list_models_reads_the_store_linearly(tmp_path, tiny_model_dir):
+    """ListModels costs one listing + two reads per version (it was quadratic: every
+    version's description listed the whole registry again)."""
+    store = CountingStore(tmp_path / "store")
+    config = Config(grpc_host="127.0.0.1", grpc_port=0)
+    server, port = create_server(config, [lambda s, c: register_service(
+        s, c, store=store, env={"K4D_GENERATOR_CACHE_DIR": str(tmp_path / "cache")})])
+    server.start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    stub = generator_pb2_grpc.GeneratorServiceStub(channel)
+    try:
+        reads = {}
+        for count, (name, version) in enumerate([("tiny", str(v)) for v in range(1, 5)] +
+                                                [("other", "a"), ("other", "b")], start=1):
+            registry.publish(store, tiny_model_dir, name, version)
+            store.reads = 0
+            models = stub.ListModels(generator_pb2.ListModelsRequest()).models
+            assert len(models) == count
+            reads[count] = store.reads
+        assert all(reads[n] <= 2 * n + 1 for n in reads), reads
+        assert [(m.name, m.version) for m in models] == [
+            ("other", "a"), ("other", "b"), ("tiny", "1"), ("tiny", "2"), ("tiny", "3"),
+            ("tiny", "4")]
+        assert all(len(m.manifest_sha256) == 64 and m.num_frames == 5 for m in models)
+    finally:
+        channel.close()
+        server.stop(0)
