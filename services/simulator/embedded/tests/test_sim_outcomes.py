@@ -46,3 +46,16 @@ def test_summary_carries_the_stage_outcomes(unreachable_run):
     assert stages[0]["failed_frames"] == result.kinematics.failed_frames
     assert summary["warnings"][0].startswith("kinematics: IK missed its tolerances")
     json.dumps(summary)  # summary.json stays plain JSON
+
+
+def test_k4d_jobs_shows_the_stage_outcomes(unreachable_run):
+    from k4d_embedded.client import format_job
+    from kinema4d.v1 import simulator_pb2
+
+    _, _, result = unreachable_run
+    job = simulator_pb2.Job(job_id="sim-1", state=simulator_pb2.JobState.JOB_STATE_SUCCEEDED)
+    job.result.stages.extend(result.outcomes())
+    assert format_job(job).splitlines() == ["sim-1  succeeded  (2 warnings)"]
+    lines = format_job(job, details=True).splitlines()
+    assert lines[1].split()[0] == "kinematics" and "failed frames" in lines[1]
+    assert lines[2].startswith("    warning: IK missed its tolerances")

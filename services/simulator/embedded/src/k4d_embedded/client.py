@@ -10,6 +10,7 @@ from k4d.errors import FieldViolation, InvalidArgument, NotFound, Unavailable
 from k4d.grpc_client import create_channel, field_violations
 from k4d_embedded.inputs import SimulationInputs, build_spec
 from k4d_simulator.jobs import is_terminal
+from k4d_simulator.outcomes import warnings_of
 from kinema4d.v1 import simulator_pb2, simulator_pb2_grpc
 
 S = simulator_pb2.JobState
@@ -39,8 +40,9 @@ def state_name(state: int) -> str:
     return S.Name(state).removeprefix("JOB_STATE_").lower()
 
 
-def format_job(job: simulator_pb2.Job) -> str:
-    """One line: id, state, progress, and the error or result video."""
+def format_job(job: simulator_pb2.Job, details: bool = False) -> str:
+    """One line: id, state, progress, and the error or result video (and how many stage
+    warnings). details: one more line per stage outcome (seconds, failed frames, warnings)."""
     line = f"{job.job_id}  {state_name(job.state):9s}"
     if job.progress.stage:
         p = job.progress
@@ -51,21 +53,29 @@ def format_job(job: simulator_pb2.Job) -> str:
         line += f"  {job.result.rgb_video_uri}"
     if job.cancel_requested and not is_terminal(job.state):
         line += "  (cancel requested)"
+    warnings = warnings_of(job.result.stages)
+    if warnings:
+        line += f"  ({len(warnings)} warning{'s' * (len(warnings) > 1)})"
+    if details:
+        for outcome in job.result.stages:
+            failed = f", {outcome.failed_frames} failed frames" if outcome.failed_frames else ""
+            line += f"\n  {outcome.stage:10s} {outcome.seconds:8.2f} s{failed}"
+            line += "".join(f"\n    warning: {w}" for w in outcome.warnings)
     return line
 
 
-def _print(job, as_json: bool, out) -> None:
+def _print(job, as_json: bool, out, details: bool = False) -> None:
     if as_json:
         print(json.dumps(json_format.MessageToDict(job)), file=out, flush=True)
     else:
-        print(format_job(job), file=out, flush=True)
+        print(format_job(job, details and is_terminal(job.state)), file=out, flush=True)
 
 
 def watch_job(stub, job_id: str, out, as_json: bool = False) -> simulator_pb2.Job:
     job = None
     for update in stub.Watch(simulator_pb2.WatchRequest(job_id=job_id)):
         job = update.job
-        _print(job, as_json, out)
+        _print(job, as_json, out, details=True)
     return job
 
 
@@ -104,7 +114,8 @@ def jobs_command(address: str, *, job_id: str | None = None, watch: bool = False
             watch_job(stub, job_id, out, as_json)
             return 0
         if job_id:
-            _print(stub.Get(simulator_pb2.GetRequest(job_id=job_id)).job, as_json, out)
+            _print(stub.Get(simulator_pb2.GetRequest(job_id=job_id)).job, as_json, out,
+                   details=True)
             return 0
         token, shown = "", 0
         while shown < limit:
