@@ -263,8 +263,9 @@ def test_a_second_replica_knows_a_job_from_its_durable_record(service, tmp_path)
     # the loser's stored image is removed: only the winner's submit objects remain
     submits = [k for k in store.list("jobs/") if "/submit/" in k]
     assert sorted(k.split("/")[1] for k in submits) == sorted([key_job.job_id, plain])
-    with pytest.raises(NotFound):
-        other.Get(simulator_pb2.GetRequest(job_id="sim-0-unknown"), None)
+    for unknown in ("sim-6747a1b2-0123456789ab", "x" * 10_000, "../../etc", "sim-0-unknown"):
+        with pytest.raises(NotFound):  # never a store error for an id no Submit made
+            other.Get(simulator_pb2.GetRequest(job_id=unknown), None)
 
 
 def test_submit_whose_publish_fails_releases_its_idempotency_key(tmp_path):
@@ -287,3 +288,29 @@ def test_stage_outcomes_are_in_the_result(service):
     assert job.result.stages[0].stage == "kinematics"
     assert job.result.stages[0].failed_frames == 2
     assert "IK missed its tolerances on 2 of 49 frames" in job.result.stages[0].warnings[0]
+
+
+def test_a_claim_whose_submit_died_before_publishing_is_published_by_the_next_submit(tmp_path):
+    """A replica that died between claiming a key and publishing leaves a claim without a
+    request record; once it is older than PUBLISH_GRACE_S, the next Submit of the key
+    publishes that request (else the job would stay QUEUED forever)."""
+    from k4d_simulator.jobs import IDEMPOTENCY_WINDOW_S
+    from k4d_simulator.records import PUBLISH_GRACE_S, JobRecords
+
+    bus, store = InProcessBus(), LocalStore(tmp_path / "store")
+    records = JobRecords(store)
+    orphan = events_pb2.SimulationRequested(
+        header=ev.header("sim-1-0123456789ab", "submit", now_s=time.time() - PUBLISH_GRACE_S - 5),
+        spec=make_spec())
+    assert records.claim("dead-replica", orphan, time.time_ns(), IDEMPOTENCY_WINDOW_S)[1]
+    reader = bus.reader([ev.TOPIC_REQUESTED])
+    servicer = SimulatorServicer(bus, store, JobTable(), records)
+    answer = servicer.Submit(simulator_pb2.SubmitRequest(spec=make_spec(),
+                                                         idempotency_key="dead-replica"), None)
+    assert (answer.job_id, answer.deduplicated) == ("sim-1-0123456789ab", True)
+    published = reader.poll(1.0, max_records=10)
+    assert [m.key.decode() for m in published] == ["sim-1-0123456789ab"]
+    assert records.is_published("sim-1-0123456789ab")
+    servicer.Submit(simulator_pb2.SubmitRequest(spec=make_spec(), idempotency_key="dead-replica"),
+                    None)
+    assert reader.poll(0.2, max_records=10) == []  # published once

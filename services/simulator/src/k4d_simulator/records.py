@@ -21,14 +21,17 @@ outlives the Kafka topics' retention (docs/adr/ for why the object store).
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
-from k4d.errors import InvalidArgument, NotFound, Unavailable
+from k4d.errors import NotFound, Unavailable
 from k4d.store import validate_key
 from kinema4d.v1 import events_pb2, simulator_pb2
 
 PREFIX = "simulator"
+# What api.new_job_id makes: sim-<unix seconds hex>-<12 hex>.
+JOB_ID = re.compile(r"sim-[0-9a-f]{1,16}-[0-9a-f]{12}")
 PUBLISH_GRACE_S = 30.0
 LOAD_THREADS = 16
 _CLAIM_ATTEMPTS = 8
@@ -111,11 +114,10 @@ class JobRecords:
     def load(self, job_id: str) -> tuple[events_pb2.SimulationRequested | None,
                                          simulator_pb2.Job | None]:
         """(None, final job) of a finished job, (request, None) of a recorded unfinished
-        one, (None, None) of an unknown id or one that cannot be a record key."""
-        try:
-            final_key = self._job_key(job_id, "final.pb")
-        except InvalidArgument:
+        one, (None, None) of an unknown id or one no Submit could have made."""
+        if not JOB_ID.fullmatch(job_id):  # no store read for what no Submit made
             return None, None
+        final_key = self._job_key(job_id, "final.pb")
         try:
             return None, simulator_pb2.Job.FromString(self.store.get_bytes(final_key))
         except NotFound:
