@@ -275,3 +275,18 @@ def test_shutdown_stops_the_feed(cluster_config, broker):
         assert feeds() == before + 1
         replica.stop()
         assert _wait(lambda: feeds() == before, 10), "the job feed outlived its server"
+
+
+def test_serve_simulator_process_stops_cleanly_on_sigterm(broker, s3_server, tmp_path):
+    """`k4d serve simulator` as the image runs it: ready once caught up, and SIGTERM ends
+    the process with exit code 0 within the grace (the feed and clients closed)."""
+    from k4d_embedded.testing.localcluster import Cluster
+
+    cluster = Cluster(broker.address, s3_server, tmp_path / "logs", model_dir=None)
+    cluster.start("simulator", worker=False, timeout_s=60)  # waits for SimulatorService
+    process = cluster.processes["simulator"]
+    started = time.monotonic()
+    assert process.stop(grace_s=30) == 0, process.log_tail(40)
+    assert time.monotonic() - started < 25
+    log = process.log_tail(200)
+    assert "job feed caught up" in log and "Traceback" not in log, log
