@@ -243,3 +243,23 @@ def test_submit_when_the_bus_is_down_is_unavailable_and_the_job_failed(tmp_path)
             assert job.state == T.TRAINING_STATE_FAILED and job.error.code == "UNAVAILABLE"
     finally:
         server.stop(0)
+
+
+def test_concurrent_submits_with_one_key_on_two_replicas_make_one_job(tmp_path):
+    store = LocalStore(tmp_path / "store")
+    replicas = [TrainerServicer(InProcessBus(), store) for _ in range(2)]
+    request = trainer_pb2.SubmitTrainingJobRequest(spec=make_spec(), idempotency_key="race")
+    results, barrier = [], threading.Barrier(8)
+
+    def submit(servicer):
+        barrier.wait()
+        results.append(servicer.SubmitTrainingJob(request, None))
+
+    threads = [threading.Thread(target=submit, args=(replicas[i % 2],)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len({r.job.job_id for r in results}) == 1
+    assert sorted(r.deduplicated for r in results) == [False] + [True] * 7
+    assert JobRecords(store).job_ids() == [results[0].job.job_id]

@@ -175,3 +175,20 @@ def test_a_run_stopped_at_shutdown_is_resumed_by_the_next_trainer(tmp_path):
         assert second.records.get(job.job_id).state == T.TRAINING_STATE_RUNNING
     finally:
         second.close()
+
+
+@pytest.mark.slow
+def test_cancelling_a_running_job_stops_the_run_at_a_step_boundary(harness, tmp_path):
+    from k4d_trainer.synthetic import write_dataset
+
+    dataset = write_dataset(tmp_path / "ds", count=2)
+    job = harness.submit(tiny_spec(Path(dataset).as_uri(), num_steps=200))
+    harness.worker.handle(harness.next_request())
+    harness.follow_until(job.job_id, lambda j: j.step >= 1)
+    cancelling = harness.servicer.CancelTrainingJob(
+        trainer_pb2.CancelTrainingJobRequest(job_id=job.job_id), None).job
+    assert cancelling.state == T.TRAINING_STATE_RUNNING and cancelling.cancel_requested
+    done = harness.follow_until(job.job_id, lambda j: jobs.is_terminal(j.state))
+    assert done.state == T.TRAINING_STATE_CANCELLED and 1 <= done.step < 200
+    assert done.checkpoint_uri  # the run checkpointed where it stopped
+    assert harness.event_states()[-1] == T.TRAINING_STATE_CANCELLED

@@ -28,7 +28,6 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
     def __init__(self, bus, store, *, watch_poll_s: float = WATCH_POLL_S):
         self.bus, self.records = bus, JobRecords(store)
         self.watch_poll_s = watch_poll_s
-        self._submit_lock = threading.Lock()  # idempotency check + create is atomic here
 
     def SubmitTrainingJob(self, request, context):
         key = request.idempotency_key
@@ -36,17 +35,14 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
             raise InvalidArgument.for_field("idempotency_key",
                                             f"at most {MAX_IDEMPOTENCY_KEY_CHARS} characters")
         plan = validate_spec(request.spec)
-        with self._submit_lock:
-            if key:
-                existing = self.records.find_idempotent(key)
-                if existing is not None:
-                    return trainer_pb2.SubmitTrainingJobResponse(
-                        job=self.records.get(existing), deduplicated=True)
-            job_id = jobs.new_job_id()
-            job = jobs.new_job(job_id, request.spec, self.records.run_uri(job_id), plan.steps)
-            self.records.put(job)
-            if key:
-                self.records.remember_idempotency(key, job_id)
+        job_id = jobs.new_job_id()
+        if key:
+            existing = self.records.claim_idempotency(key, job_id)
+            if existing is not None:
+                return trainer_pb2.SubmitTrainingJobResponse(
+                    job=self.records.get(existing), deduplicated=True)
+        job = jobs.new_job(job_id, request.spec, self.records.run_uri(job_id), plan.steps)
+        self.records.put(job)
         try:
             publish_requested(self.bus, job, key)
         except Exception:

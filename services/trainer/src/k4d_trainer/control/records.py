@@ -86,9 +86,31 @@ class JobRecords:
                 self.put(job)
             return job, changed
 
-    def remember_idempotency(self, key: str, job_id: str, now_s: float | None = None) -> None:
-        body = {"job_id": job_id, "created_unix": time.time() if now_s is None else now_s}
-        self.store.put_bytes(_idempotency_key(key), json.dumps(body).encode(), "application/json")
+    def claim_idempotency(self, key: str, job_id: str, now_s: float | None = None,
+                          wait_s: float = 5.0) -> str | None:
+        """Bind `key` to `job_id` unless a live binding exists; returns the job id already
+        bound to it (then the caller creates nothing) or None (the key is now `job_id`'s).
+        The binding is a create-once object, so of concurrent Submits with one key, on any
+        replica, exactly one creates a job. A binding older than the idempotency window, or
+        one whose job never got its record (its submitter died), is replaced."""
+        now_s = time.time() if now_s is None else now_s
+        body = json.dumps({"job_id": job_id, "created_unix": now_s}).encode()
+        name = _idempotency_key(key)
+        if self.store.put_bytes_if_absent(name, body, "application/json"):
+            return None
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                bound = json.loads(self.store.get_bytes(name))
+            except NotFound:  # deleted meanwhile
+                bound = {"job_id": "", "created_unix": 0.0}
+            live = now_s - float(bound["created_unix"]) <= IDEMPOTENCY_WINDOW_S
+            if live and self.exists(bound["job_id"]):
+                return bound["job_id"]
+            if not live or time.monotonic() >= deadline:
+                self.store.put_bytes(name, body, "application/json")
+                return None
+            time.sleep(0.05)  # the winner writes its record right after its claim
 
     def request_cancel(self, job_id: str) -> None:
         self.store.put_bytes(cancel_key(job_id), f"cancel requested at {time.time():.3f}\n".encode(),
@@ -109,17 +131,6 @@ class JobRecords:
 
     def cancel_requested(self, job_id: str) -> bool:
         return self.store.exists(cancel_key(job_id))
-
-    def find_idempotent(self, key: str, now_s: float | None = None) -> str | None:
-        """The job submitted with `key` within the idempotency window, else None."""
-        try:
-            body = json.loads(self.store.get_bytes(_idempotency_key(key)))
-        except NotFound:
-            return None
-        now_s = time.time() if now_s is None else now_s
-        if now_s - float(body["created_unix"]) > IDEMPOTENCY_WINDOW_S:
-            return None
-        return body["job_id"] if self.exists(body["job_id"]) else None
 
     def job_ids(self) -> list[str]:
         """Every job id, newest first (ids sort by creation time)."""
