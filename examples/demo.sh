@@ -16,7 +16,7 @@ for f in actions.json scene.png camera.json; do
   [[ -f "$EXAMPLE/$f" ]] || missing+=("example file examples/panda_pick/$f")
 done
 if [[ ${#missing[@]} -eq 0 ]] && ! "$K4D" simulate --help >/dev/null 2>&1; then
-  missing+=("the 'k4d simulate' command (package k4d-simulator and its stage packages "
+  missing+=("the 'k4d simulate' command (package k4d-embedded and its stage packages "
             "k4d-kinematics, k4d-projection, k4d-generator must be installed and importable)")
 fi
 if [[ ${#missing[@]} -gt 0 ]]; then
