@@ -107,3 +107,65 @@ def test_gen_loaded_model_matches_its_ref_or_its_name_and_version():
     assert loaded.matches(uri="registry:arm/2")
     assert not loaded.matches("arm", "3") and not loaded.matches("other")
     assert not loaded.matches(uri="/models/arm")
+
+
+def test_gen_published_version_switches_between_jobs(tmp_path, tiny_model_dir, make_robot):
+    """A k4d.model.published announcement of a newer version swaps the model while a job
+    samples: that job finishes on the old version, the next one runs on the new; replaying
+    the older announcement changes nothing."""
+    from k4d.model_events import announce_model_published
+    from k4d_generator.worker import ModelReloader
+
+    store, bus = LocalStore(tmp_path / "store"), InProcessBus()
+    registry.publish(store, tiny_model_dir, "tiny", "1")
+    manager = ModelManager(store, cache_dir=tmp_path / "cache", allow_static_world=False)
+    manager.load("registry:tiny")
+    image, robot = make_robot()
+    sampling, release, results = threading.Event(), threading.Event(), {}
+
+    def hold_at_first_step(done, total):
+        if done == 1:
+            sampling.set()
+            release.wait(60)
+
+    def in_flight():
+        results["in_flight"] = manager.generate(image, **robot, num_steps=2,
+                                                callback=hold_at_first_step)
+
+    thread = threading.Thread(target=in_flight, daemon=True)
+    thread.start()
+    try:
+        assert sampling.wait(60)
+        consumer = bus.consumer([MODEL_PUBLISHED], "reload-test")
+        registry.publish(store, tiny_model_dir, "tiny", "2", bus=bus)
+        (announcement,) = consumer.poll(1.0, max_records=5)
+        ModelReloader(manager).handle(announcement)
+        assert manager.loaded.info["version"] == "2"
+    finally:
+        release.set()
+        thread.join(60)
+    assert results["in_flight"].metadata["model"]["version"] == "1"
+    assert manager.generate(image, **robot, num_steps=1).metadata["model"]["version"] == "2"
+    announce_model_published(bus, "tiny", "1", store.uri_for("models/tiny/1"))
+    (replayed,) = consumer.poll(1.0, max_records=5)
+    ModelReloader(manager).handle(replayed)
+    assert manager.loaded.info["version"] == "2"
+
+
+def test_gen_service_shares_one_manager_and_waits_for_its_startup_model(tmp_path):
+    """`k4d serve generator --worker` builds one GeneratorService: the worker samples with
+    the servicer's manager; a start-up model that cannot load stops the worker (the process
+    exits for its supervisor to restart) before anything is consumed."""
+    import pytest
+    from k4d_generator.server import GeneratorService
+
+    store, bus = LocalStore(tmp_path / "store"), InProcessBus()
+    env = {"K4D_GENERATOR_MODEL": "registry:missing",
+           "K4D_GENERATOR_CACHE_DIR": str(tmp_path / "cache")}
+    service = GeneratorService(Config(worker_backoff_s=0.01), store=store, env=env)
+    worker = service.build_worker(bus, store)
+    assert worker.stage_worker.handler.__self__.manager is service.manager
+    assert worker.reload_worker.handler.__self__.manager is service.manager
+    with pytest.raises(RuntimeError, match="registry:missing failed to load"):
+        worker.run(threading.Event())
+    assert service.manager.loaded is None
