@@ -3,7 +3,9 @@ submit (validation, idempotency, the requested event), get, list (newest first, 
 state filter), cancel (queued / running / finished), watch (a stream of changes), and
 records that survive a new servicer on the same store."""
 
+import contextlib
 import threading
+import time
 
 import grpc
 import pytest
@@ -38,12 +40,26 @@ class _Recorder:
 
     def take(self, count=1, timeout_s=5.0):
         out = []
-        import time
-
         deadline = time.monotonic() + timeout_s
         while len(out) < count and time.monotonic() < deadline:
             out += self.consumer.poll(0.05, max_records=10)
         return out
+
+
+@contextlib.contextmanager
+def serving(servicer):
+    """`servicer` on a loopback gRPC server with the runtime's interceptors -> its stub."""
+    def register(server, config):
+        trainer_pb2_grpc.add_TrainerServiceServicer_to_server(servicer, server)
+        return [SERVICE_NAME]
+
+    server, port = create_server(Config(grpc_host="127.0.0.1", grpc_port=0), [register])
+    server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            yield trainer_pb2_grpc.TrainerServiceStub(channel)
+    finally:
+        server.stop(0)
 
 
 @pytest.fixture
@@ -179,44 +195,29 @@ def test_cancel_a_running_job_records_the_request(service):
 
 def test_watch_streams_every_change_until_finished(tmp_path):
     bus, store = InProcessBus(), LocalStore(tmp_path / "store")
-    servicer = TrainerServicer(bus, store, watch_poll_s=0.02)
+    records = JobRecords(store)
+    updates = [{"state": "running", "step": 1, "total_steps": 4, "loss": 2.0},
+               {"state": "running", "step": 3, "total_steps": 4, "loss": 1.0},
+               {"state": "succeeded", "step": 4, "total_steps": 4, "loss": 0.5,
+                "published_model": {"name": "kinema4d-demo", "version": "1"}}]
+    with serving(TrainerServicer(bus, store, watch_poll_s=0.02)) as stub:
+        job = stub.SubmitTrainingJob(trainer_pb2.SubmitTrainingJobRequest(spec=make_spec())).job
+        stream = stub.WatchTrainingJob(trainer_pb2.WatchTrainingJobRequest(job_id=job.job_id),
+                                       timeout=20)
+        assert next(stream).job.state == T.TRAINING_STATE_QUEUED
 
-    def register(server, config):
-        trainer_pb2_grpc.add_TrainerServiceServicer_to_server(servicer, server)
-        return [SERVICE_NAME]
+        def writer():
+            for status in updates:
+                time.sleep(0.15)
+                records.update(job.job_id, lambda j, s=status: jobs.apply_status(j, s))
 
-    server, port = create_server(Config(grpc_host="127.0.0.1", grpc_port=0), [register])
-    server.start()
-    try:
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            stub = trainer_pb2_grpc.TrainerServiceStub(channel)
-            job = stub.SubmitTrainingJob(trainer_pb2.SubmitTrainingJobRequest(spec=make_spec())).job
-            records = JobRecords(store)
-            stream = stub.WatchTrainingJob(trainer_pb2.WatchTrainingJobRequest(job_id=job.job_id),
-                                           timeout=20)
-            first = next(stream).job
-            assert first.state == T.TRAINING_STATE_QUEUED
-            updates = [{"state": "running", "step": 1, "total_steps": 4, "loss": 2.0},
-                       {"state": "running", "step": 3, "total_steps": 4, "loss": 1.0},
-                       {"state": "succeeded", "step": 4, "total_steps": 4, "loss": 0.5,
-                        "published_model": {"name": "kinema4d-demo", "version": "1"}}]
-
-            def writer():
-                import time
-
-                for status in updates:
-                    time.sleep(0.15)
-                    records.update(job.job_id, lambda j, s=status: jobs.apply_status(j, s))
-
-            thread = threading.Thread(target=writer)
-            thread.start()
-            rest = [r.job for r in stream]  # ends by itself at the terminal state
-            thread.join()
-            assert [j.step for j in rest] == [1, 3, 4]
-            assert rest[-1].state == T.TRAINING_STATE_SUCCEEDED and rest[-1].loss == 0.5
-            assert rest[-1].published_model == common_pb2.ModelRef(name="kinema4d-demo", version="1")
-    finally:
-        server.stop(0)
+        thread = threading.Thread(target=writer)
+        thread.start()
+        rest = [r.job for r in stream]  # ends by itself at the terminal state
+        thread.join()
+    assert [j.step for j in rest] == [1, 3, 4]
+    assert rest[-1].state == T.TRAINING_STATE_SUCCEEDED and rest[-1].loss == 0.5
+    assert rest[-1].published_model == common_pb2.ModelRef(name="kinema4d-demo", version="1")
 
 
 def test_submit_when_the_bus_is_down_is_unavailable_and_the_job_failed(tmp_path):
@@ -224,25 +225,12 @@ def test_submit_when_the_bus_is_down_is_unavailable_and_the_job_failed(tmp_path)
         def _send(self, *args):
             raise ConnectionError("broker down")
 
-    store = LocalStore(tmp_path / "store")
-    servicer = TrainerServicer(BrokenBus(), store)
-
-    def register(server, config):
-        trainer_pb2_grpc.add_TrainerServiceServicer_to_server(servicer, server)
-        return [SERVICE_NAME]
-
-    server, port = create_server(Config(grpc_host="127.0.0.1", grpc_port=0), [register])
-    server.start()
-    try:
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            stub = trainer_pb2_grpc.TrainerServiceStub(channel)
-            with pytest.raises(grpc.RpcError) as err:
-                stub.SubmitTrainingJob(trainer_pb2.SubmitTrainingJobRequest(spec=make_spec()))
-            assert err.value.code() == grpc.StatusCode.UNAVAILABLE
-            [job] = stub.ListTrainingJobs(trainer_pb2.ListTrainingJobsRequest()).jobs
-            assert job.state == T.TRAINING_STATE_FAILED and job.error.code == "UNAVAILABLE"
-    finally:
-        server.stop(0)
+    with serving(TrainerServicer(BrokenBus(), LocalStore(tmp_path / "store"))) as stub:
+        with pytest.raises(grpc.RpcError) as err:
+            stub.SubmitTrainingJob(trainer_pb2.SubmitTrainingJobRequest(spec=make_spec()))
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        [job] = stub.ListTrainingJobs(trainer_pb2.ListTrainingJobsRequest()).jobs
+    assert job.state == T.TRAINING_STATE_FAILED and job.error.code == "UNAVAILABLE"
 
 
 def test_concurrent_submits_with_one_key_on_two_replicas_make_one_job(tmp_path):
