@@ -81,3 +81,27 @@ def test_over_long_strings_are_invalid_argument_on_any_service(channel):
 
     request = health_pb2.HealthCheckRequest(service="s" * (MAX_TEXT_CHARS + 1))
     assert _bad_request(channel, request.SerializeToString()) == ["service"]
+
+
+def test_a_client_leaving_a_stream_logs_no_error(caplog):
+    """Reflection clients (grpcurl, the fuzzer) close their request stream and go: that is
+    not an 'unhandled exception' with a traceback in the server log."""
+    import logging
+    import time
+
+    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+        ProtoReflectionDescriptorDatabase,
+    )
+
+    server, port = create_server(Config(grpc_host="127.0.0.1", grpc_port=0), [])
+    server.start()
+    try:
+        with caplog.at_level(logging.ERROR):
+            for _ in range(3):
+                with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+                    assert "grpc.health.v1.Health" in list(
+                        ProtoReflectionDescriptorDatabase(channel).get_services())
+            time.sleep(0.5)
+    finally:
+        server.stop(0)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text

@@ -87,6 +87,8 @@ def bad_request_status(exc: InvalidArgument) -> status_pb2.Status:
 def _abort_for(exc: Exception, context, method: str):
     if context.code() not in (None, grpc.StatusCode.OK):
         raise exc  # the handler already aborted with its own status
+    if isinstance(exc, grpc.RpcError) and not context.is_active():
+        raise exc  # the client closed its request stream and left: no one to answer, no error
     if isinstance(exc, InvalidArgument):
         context.abort_with_status(rpc_status.to_status(bad_request_status(exc)))
     if isinstance(exc, K4DError):
