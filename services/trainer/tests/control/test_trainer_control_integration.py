@@ -12,7 +12,7 @@ import threading
 import grpc
 import pytest
 from k4d.bus.kafka import KafkaBus
-from k4d.bus.topics import TRAIN_EVENTS
+from k4d.bus.topics import MODEL_PUBLISHED, TRAIN_EVENTS
 from k4d.grpc_server import create_server
 from k4d.store import open_store
 from k4d.testing.bus import drain
@@ -98,6 +98,10 @@ def test_submit_runs_to_succeeded_with_a_published_model(trainer, cluster_config
     assert states[0] == T.TRAINING_STATE_RUNNING and states[-1] == T.TRAINING_STATE_SUCCEEDED
     assert states.count(T.TRAINING_STATE_SUCCEEDED) == 1
     assert events[-1].published_model.name == "tiny-integration" and events[-1].step == 2
+    # The run announced its model for the generators (k4d.model.published).
+    announced = [events_pb2.ModelPublished.FromString(m.value).model
+                 for m in drain(bus, MODEL_PUBLISHED, 20, timeout_s=10)]
+    assert ("tiny-integration", job.job_id) in [(m.name, m.version) for m in announced]
 
 
 def test_k4d_up_starts_the_trainer_healthy(tmp_path):

@@ -4,14 +4,16 @@ event fails the job without a launch; a redelivered request launches nothing; a 
 before it wrote a status is resumed (--resume) and, killed again past the restart budget,
 recorded FAILED; a run the trainer stopped at shutdown is resumed by the next trainer."""
 
+import dataclasses
 import json
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
 import pytest
-from k4d.bus import InProcessBus
+from k4d.bus import InProcessBus, StageWorker
 from k4d.bus.topics import TRAIN_EVENTS, TRAIN_REQUESTED
 from k4d.config import Config
 from k4d.store import LocalStore
@@ -192,3 +194,21 @@ def test_cancelling_a_running_job_stops_the_run_at_a_step_boundary(harness, tmp_
     assert done.state == T.TRAINING_STATE_CANCELLED and 1 <= done.step < 200
     assert done.checkpoint_uri  # the run checkpointed where it stopped
     assert harness.event_states()[-1] == T.TRAINING_STATE_CANCELLED
+
+
+def test_a_run_that_cannot_be_started_fails_the_job_after_the_last_attempt(tmp_path):
+    h = Harness(tmp_path)
+    h.worker.launcher.command = [str(tmp_path / "no-such-k4d")]  # e.g. a broken image
+    h.worker.config = dataclasses.replace(h.worker.config, worker_max_attempts=2)
+    job = h.submit(tiny_spec((tmp_path / "ds").as_uri()))
+    message = h.next_request()
+    stage = StageWorker(h.bus, TRAIN_REQUESTED, "k4d-trainer", h.worker.handle, max_attempts=2,
+                        backoff_s=0.01)
+    with h.bus.consumer([TRAIN_REQUESTED], "k4d-trainer") as consumer:
+        assert stage.process(consumer, message, threading.Event()) == "retry"
+        assert h.records.get(job.job_id).state == T.TRAINING_STATE_QUEUED
+        (retry,) = consumer.poll(1.0)
+        assert stage.process(consumer, retry, threading.Event()) == "dlq"
+    record = h.records.get(job.job_id)
+    assert record.state == T.TRAINING_STATE_FAILED and record.error.code == "UNAVAILABLE"
+    assert "no-such-k4d" in record.error.message

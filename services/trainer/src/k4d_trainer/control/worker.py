@@ -97,7 +97,16 @@ class TrainerWorker:
             if previous is not None and self.launcher.adopt(previous):
                 self._follow(previous, plan, context.traceparent)
                 return
-            self._start(job, plan, context.traceparent, resume=self._has_status(job.run_uri))
+            try:
+                self._start(job, plan, context.traceparent, resume=self._has_status(job.run_uri))
+            except Exception as exc:
+                # The StageWorker retries; after its last attempt the request goes to the
+                # DLQ, and the job must not stay QUEUED forever.
+                if context.attempt >= self.config.worker_max_attempts:
+                    self._finish(job_id, T.TRAINING_STATE_FAILED, jobs.error_info(
+                        "UNAVAILABLE", f"the run could not be started: {type(exc).__name__}: "
+                                       f"{exc}"), context.traceparent)
+                raise
 
     def _record_for(self, job_id: str, spec) -> trainer_pb2.TrainingJob:
         """The job's record; an event published without Submit (another producer) gets one."""
