@@ -30,8 +30,8 @@ TORCH_FREE = ("kinematics", "projection", "simulator")
 STAGE_WORKERS = {"kinematics", "projection", "generator", "trainer"}
 APP_USER = "10001:10001"
 # Images that run a batch command as a Kubernetes Job (infra/k8s/jobs/<name>), not a server:
-# no ports, CMD `k4d <name> ...` instead of `k4d serve <name>`.
-JOB_IMAGES = {"datagen"}
+# no ports, CMD `k4d <command> ...` instead of `k4d serve <name>`: directory -> command.
+JOB_IMAGES = {"datagen": "datagen", "evaluator": "eval"}
 SERVERS = [s for s in SERVICES if s not in JOB_IMAGES]
 
 
@@ -193,7 +193,8 @@ def test_job_image_cmd_runs_its_own_command(service):
     _, stages = _stages(_dockerfile(service))
     for stage in stages:
         if stage.name in ("runtime", "dev"):
-            assert json.loads(_effective(stages, stage, "CMD")[-1])[:2] == ["k4d", service], stage.name
+            cmd = json.loads(_effective(stages, stage, "CMD")[-1])[:2]
+            assert cmd == ["k4d", JOB_IMAGES[service]], stage.name
     assert not any(ins == "ENTRYPOINT" for s in stages for ins, _ in s.instructions)
 
 

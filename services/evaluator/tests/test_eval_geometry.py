@@ -58,22 +58,24 @@ def test_empty_cloud_frame_has_no_value():
     assert values["chamfer_l1"][1] == 0.0 and values["fscore"][1] == 1.0
 
 
-def test_kinema4d_normalisation_formula(rng):
+def test_kinema4d_normalisation_matches_the_codec_and_the_formula(rng):
+    from k4d.pointmap_codec import normalise as codec_normalise
+
     H, W = 40, 50
     pointmap = (rng.normal(0, [0.5, 0.2, 0.1], (H, W, 3)) + [0.1, -0.2, 2.0]).astype(np.float32)
     valid = rng.random((H, W)) < 0.8
-    q, scale = geometry.normalise_frame(pointmap, valid)
     points = pointmap[valid].astype(np.float64)
+    norm = geometry.normalisation(points)
+    q = geometry.normalise(points, norm)
+    codec_q, centre, scale, _, _ = codec_normalise(pointmap[None], valid[None])
+    np.testing.assert_allclose(q, codec_q[0][valid], atol=1e-12)
+    np.testing.assert_allclose(norm[2], centre[0]) and norm[3] == pytest.approx(scale[0])
     lo, hi = np.percentile(points, [2, 98], axis=0)
-    assert scale == pytest.approx((hi - lo).max() / 2)
-    want = (np.clip(points, lo, hi) - (lo + hi) / 2) / scale
-    np.testing.assert_allclose(q[valid.reshape(-1)], want, atol=1e-12)
-    assert np.all(q[~valid.reshape(-1)] == 0)
-    assert np.isclose(np.abs(want[:, 0]).max(), 1.0)  # the longest axis spans [-1, 1]
+    assert norm[3] == pytest.approx((hi - lo).max() / 2)
+    assert np.isclose(np.abs(q[:, 0]).max(), 1.0)  # the longest axis spans [-1, 1]
     # Scale invariance: a cloud and its 3x copy normalise to the same points.
-    q3, scale3 = geometry.normalise_frame(pointmap * 3, valid)
-    np.testing.assert_allclose(q3, q, atol=1e-5)
-    assert scale3 == pytest.approx(3 * scale, rel=1e-6)
+    q3 = geometry.normalise(points * 3, geometry.normalisation(points * 3))
+    np.testing.assert_allclose(q3, q, atol=1e-12)
 
 
 def test_depth_known_values():

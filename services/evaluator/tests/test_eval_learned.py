@@ -26,7 +26,7 @@ def _write(path, layers, extra=None, input_spec=None, seed=0):
     g = torch.Generator().manual_seed(seed)
     module = learned.build_backbone(layers)
     tensors = {}
-    for name, (i, spec) in zip(module.names, enumerate(layers), strict=True):
+    for i, name in enumerate(module.names):
         if name:
             conv = module.ops[i]
             tensors[f"{name}.weight"] = torch.randn(conv.weight.shape, generator=g) * 0.3

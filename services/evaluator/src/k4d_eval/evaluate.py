@@ -4,7 +4,9 @@ statistics of every CPU metric (`EpisodeResult`), and the metric values they red
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -17,7 +19,7 @@ from k4d_eval.stats import FrameStats, frame_mean
 
 # Pixels sampled per frame for the geometry metrics (the same pixels of prediction and
 # ground truth, so equal inputs stay exactly equal); 0 = every pixel.
-DEFAULT_GEOMETRY_PIXELS = 40_000
+DEFAULT_GEOMETRY_PIXELS = 20_000
 SPACES = ("m", "k4d")  # metres; the Kinema4D normalisation
 
 
@@ -28,10 +30,13 @@ class Settings:
     seed: int = 0
     clip_percentiles: tuple[float, float] = geometry.CLIP_PERCENTILES
     psnr_max_db: float = video.PSNR_MAX_DB
-    workers: int = 1  # threads per KD-tree query
+    # How the work runs, not what it measures (left out of to_json and the cache key).
+    threads: int = field(default_factory=lambda: os.cpu_count() or 1, compare=False)
+    query_workers: int = field(default=1, compare=False)
 
     def to_json(self) -> dict:
         data = asdict(self)
+        del data["threads"], data["query_workers"]
         data["clip_percentiles"] = list(self.clip_percentiles)
         data["ssim"] = {"window": "gaussian 11x11", "sigma": video.SSIM_SIGMA,
                         "k1": video.SSIM_K1, "k2": video.SSIM_K2, "covariance": "population",
@@ -103,85 +108,124 @@ def check_pair(pred: Clip, gt: Clip) -> None:
 def evaluate_clips(pred: Clip, gt: Clip, settings: Settings = Settings(), *,
                    episode_id: str = "pair", condition_robot_mask: np.ndarray | None = None,
                    synthetic: bool = False) -> EpisodeResult:
-    """Every CPU metric of `pred` against `gt`, per region and frame."""
+    """Every CPU metric of `pred` against `gt`, per region and frame. Frames run on
+    `settings.threads` threads (scipy's filters and KD-trees release the GIL)."""
     check_pair(pred, gt)
     if condition_robot_mask is not None and condition_robot_mask.shape != gt.rgb.shape[:3]:
         raise InvalidArgument.for_field(
             "robot.mask", f"expected {gt.rgb.shape[:3]}, got {condition_robot_mask.shape}")
     regions = build_regions(gt, condition_robot_mask, synthetic)
-    result = EpisodeResult(episode_id, gt.frames)
-    psnr = video._psnr_update(pred.rgb, gt.rgb, regions)
-    ssim = video._ssim_update(pred.rgb, gt.rgb, regions)
+    geometry_on = pred.has_geometry and gt.has_geometry
+    norms = _normalisations(pred, gt, settings) if geometry_on else None
+    T = gt.frames
+    groups = ["psnr", "ssim"]
+    if geometry_on:
+        groups += [f"{kind}_{s}" for s in SPACES for kind in ("chamfer", "depth")]
+    result = EpisodeResult(episode_id, T)
     for name in regions:
-        result.stats[name] = {"psnr": psnr[name], "ssim": ssim[name]}
-    if pred.has_geometry and gt.has_geometry:
-        for name, groups in _geometry_update(pred, gt, regions, settings).items():
-            result.stats[name].update(groups)
+        result.stats[name] = {g: FrameStats.zeros(T, _GROUP_STATS[g.split("_")[0]]) for g in groups}
+    if geometry_on:
+        for s in SPACES:
+            for kind in ("temporal", "temporal_gt"):
+                result.stats["whole"][f"{kind}_{s}"] = FrameStats.zeros(T, geometry.CHAMFER_STATS)
+
+    def frame(t: int):
+        return t, _frame_stats(t, pred, gt, regions, settings, norms)
+
+    with ThreadPoolExecutor(max_workers=max(1, settings.threads)) as pool:
+        for t, stats in pool.map(frame, range(T)):
+            for name, by_group in stats.items():
+                for group, values in by_group.items():
+                    result.stats[name][group].add(t, values)
     result.info = {"regions": {name: int(mask.sum()) for name, mask in regions.items()},
                    "robot_region": "condition" if condition_robot_mask is not None
                    else ("ground truth robot_mask" if gt.robot_mask is not None else "none")}
     return result
 
 
-def _sample_pixels(rng: np.random.Generator, pixels: int, count: int) -> np.ndarray | None:
+_GROUP_STATS = {"psnr": video.PSNR_STATS, "ssim": video.SSIM_STATS,
+                "chamfer": geometry.CHAMFER_STATS, "temporal": geometry.CHAMFER_STATS,
+                "depth": geometry.DEPTH_STATS}
+
+
+def _normalisations(pred: Clip, gt: Clip, settings: Settings) -> dict[str, list[tuple]]:
+    """Per clip and frame, the Kinema4D normalisation of ALL the frame's valid points."""
+    def one(args):
+        clip, t = args
+        return geometry.normalisation(clip.pointmap[t][clip.valid[t]], settings.clip_percentiles)
+
+    with ThreadPoolExecutor(max_workers=max(1, settings.threads)) as pool:
+        return {side: list(pool.map(one, [(clip, t) for t in range(clip.frames)]))
+                for side, clip in (("pred", pred), ("gt", gt))}
+
+
+def _sample_pixels(settings: Settings, t: int, pixels: int) -> np.ndarray | None:
+    """Frame t's pixel sample: the same for prediction and ground truth, and the same
+    whichever thread computes it (seeded by (seed, t))."""
+    count = settings.geometry_pixels
     if count <= 0 or count >= pixels:
         return None
+    rng = np.random.default_rng([settings.seed, t])
     return np.sort(rng.choice(pixels, size=count, replace=False))
 
 
-def _geometry_update(pred: Clip, gt: Clip, regions: Mapping[str, np.ndarray],
-                     settings: Settings) -> dict[str, dict[str, FrameStats]]:
-    T, (H, W) = gt.frames, gt.size
-    groups = [f"{kind}_{s}" for s in SPACES for kind in ("chamfer", "temporal", "temporal_gt")]
-    out = {r: {g: FrameStats.zeros(T, geometry.CHAMFER_STATS) for g in groups} for r in regions}
-    for r in regions:
+def _cloud(clip: Clip, t: int, sample, norm: tuple) -> tuple[np.ndarray, dict]:
+    """-> (flat pixel indices, {space: (N, 3) float64 points}) of frame t's sampled points."""
+    valid = clip.valid[t].reshape(-1)
+    idx = np.flatnonzero(valid) if sample is None else sample[valid[sample]]
+    points = clip.pointmap[t].reshape(-1, 3)[idx].astype(np.float64)
+    return idx, {"m": points, "k4d": geometry.normalise(points, norm)}
+
+
+def _frame_stats(t: int, pred: Clip, gt: Clip, regions: Mapping[str, np.ndarray],
+                 settings: Settings, norms) -> dict[str, dict[str, dict[str, float]]]:
+    """region -> group -> additive stats of frame t."""
+    masks = {name: mask[t] for name, mask in regions.items()}
+    psnr = video.psnr_frame_stats(pred.rgb[t], gt.rgb[t], masks)
+    ssim = video.ssim_frame_stats(pred.rgb[t], gt.rgb[t], masks)
+    out = {name: {"psnr": psnr[name], "ssim": ssim[name]} for name in regions}
+    if norms is None:
+        return out
+    H, W = gt.size
+    sample = _sample_pixels(settings, t, H * W)
+    clouds = {side: _cloud(clip, t, sample, norms[side][t])
+              for side, clip in (("pred", pred), ("gt", gt))}
+    whole_trees = {}
+    for name, mask in masks.items():
+        flat = mask.reshape(-1)
         for s in SPACES:
-            out[r][f"depth_{s}"] = FrameStats.zeros(T, geometry.DEPTH_STATS)
-    rng = np.random.default_rng(settings.seed)
-    previous: dict = {}
-    for t in range(T):
-        sample = _sample_pixels(rng, H * W, settings.geometry_pixels)
-        clouds = {}
-        for side, clip in (("pred", pred), ("gt", gt)):
-            points = clip.pointmap[t].reshape(-1, 3)
-            valid = clip.valid[t].reshape(-1)
-            q, scale = geometry.normalise_frame(clip.pointmap[t], clip.valid[t],
-                                                settings.clip_percentiles)
-            idx = np.flatnonzero(valid) if sample is None else sample[valid[sample]]
-            clouds[side] = (idx, {"m": points[idx].astype(np.float64), "k4d": q[idx]}, scale)
-        current = {}
-        for r, mask in regions.items():
-            in_region = mask[t].reshape(-1)
+            pts = {}
+            for side in ("pred", "gt"):
+                idx, spaces = clouds[side]
+                p = spaces[s] if name == "whole" else spaces[s][flat[idx]]
+                pts[side] = (p, geometry.tree(p))
+            (p, p_tree), (g, g_tree) = pts["pred"], pts["gt"]
+            out[name][f"chamfer_{s}"] = geometry.chamfer_stats(
+                p, p_tree, g, g_tree, settings.tau, settings.query_workers)
+            if name == "whole":
+                whole_trees[s] = pts
+        _depth_stats(out[name], t, pred, gt, mask, norms)
+    if t > 0:
+        # Temporal consistency (whole frame): frame t against frame t-1 of the same clip.
+        sample_prev = _sample_pixels(settings, t - 1, H * W)
+        for side, clip, kind in (("pred", pred, "temporal"), ("gt", gt, "temporal_gt")):
+            _, prev = _cloud(clip, t - 1, sample_prev, norms[side][t - 1])
             for s in SPACES:
-                pts = {}
-                for side in ("pred", "gt"):
-                    idx, spaces, _ = clouds[side]
-                    p = spaces[s][in_region[idx]]
-                    pts[side] = (p, geometry.tree(p))
-                current[(r, s)] = pts
-                (p, p_tree), (g, g_tree) = pts["pred"], pts["gt"]
-                out[r][f"chamfer_{s}"].add(t, geometry.chamfer_stats(
-                    p, p_tree, g, g_tree, settings.tau, settings.workers))
-                if t > 0:
-                    (pp, pp_tree), (pg, pg_tree) = previous[(r, s)]["pred"], previous[(r, s)]["gt"]
-                    out[r][f"temporal_{s}"].add(t, geometry.chamfer_stats(
-                        p, p_tree, pp, pp_tree, settings.tau, settings.workers))
-                    out[r][f"temporal_gt_{s}"].add(t, geometry.chamfer_stats(
-                        g, g_tree, pg, pg_tree, settings.tau, settings.workers))
-            _depth_update(out[r], t, pred, gt, mask[t], clouds)
-        previous = current
+                p, p_tree = whole_trees[s][side]
+                q = prev[s]
+                out["whole"][f"{kind}_{s}"] = geometry.chamfer_stats(
+                    p, p_tree, q, geometry.tree(q), settings.tau, settings.query_workers)
     return out
 
 
-def _depth_update(groups: dict[str, FrameStats], t: int, pred: Clip, gt: Clip,
-                  region: np.ndarray, clouds: dict) -> None:
+def _depth_stats(groups: dict, t: int, pred: Clip, gt: Clip, region: np.ndarray, norms) -> None:
     """Depth on every pixel valid in both clips (no sampling: it is per pixel and cheap).
     k4d space: each depth divided by its own clip's normalisation scale for the frame."""
     z_pred, z_gt = pred.depth[t], gt.depth[t]
     both = region & pred.valid[t] & gt.valid[t] & (z_pred > 0) & (z_gt > 0)
     zp, zg = z_pred[both].astype(np.float64), z_gt[both].astype(np.float64)
-    groups["depth_m"].add(t, geometry.depth_stats(zp, zg))
-    groups["depth_k4d"].add(t, geometry.depth_stats(zp / clouds["pred"][2], zg / clouds["gt"][2]))
+    groups["depth_m"] = geometry.depth_stats(zp, zg)
+    groups["depth_k4d"] = geometry.depth_stats(zp / norms["pred"][t][3], zg / norms["gt"][t][3])
 
 
 def metric_values(groups: Mapping[str, FrameStats], psnr_max_db: float = video.PSNR_MAX_DB
@@ -198,6 +242,8 @@ def metric_values(groups: Mapping[str, FrameStats], psnr_max_db: float = video.P
             for name, v in geometry._chamfer_compute(groups[f"chamfer_{s}"]).items():
                 values[f"{name}{suffix}"] = v
             for kind in ("temporal", "temporal_gt"):
+                if f"{kind}_{s}" not in groups:
+                    continue  # temporal variants are measured on the whole frame only
                 tv = geometry._chamfer_compute(groups[f"{kind}_{s}"])
                 tail = "_gt" if kind == "temporal_gt" else ""
                 for name in ("chamfer_l1", "chamfer_l2", "fscore"):

@@ -1,6 +1,6 @@
 """Generation for `k4d eval run` and the static-world floor, through the public
 `k4d simulate` command in subprocesses (no import of the simulator or generator packages:
-the evaluator stays a consumer of the CLI contract, docs/adr/002-evaluator-package.md).
+the evaluator stays a consumer of the CLI contract, docs/adr/005-evaluator-package.md).
 
 Each episode's inputs (first frame as PNG, camera JSON, actions JSON, robot) come from
 the dataset; outputs go to OUT/<method>/<episode_id>/. A directory with summary.json
@@ -40,6 +40,16 @@ def write_episode_inputs(dataset, episode_id: str, where: Path) -> dict[str, str
             "--frames": str(meta.frames), "--fps": str(meta.fps)}
 
 
+def require_simulate() -> None:
+    """`k4d simulate` must be installed (the embedded runner, k4d-embedded)."""
+    proc = subprocess.run([sys.executable, "-m", "k4d.cli.main", "simulate", "--help"],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise FailedPrecondition("generation runs `k4d simulate`, which is not installed here "
+                                 "(pip install services/simulator/embedded); evaluate existing "
+                                 "outputs with `k4d eval --pred DIR --gt URI` instead")
+
+
 def simulate(spec: dict[str, str], out: Path, *, model: str = "", backend: str = "",
              steps: int = 0) -> Path:
     """One `k4d simulate` run; a failure is FailedPrecondition with its error line."""
@@ -71,8 +81,10 @@ def generate(dataset, episode_ids: Sequence[str], out: Path, method_dir: str, *,
 
     root = out / method_dir
     root.mkdir(parents=True, exist_ok=True)
-    specs = {e: write_episode_inputs(dataset, e, out / INPUTS_DIR / e) for e in episode_ids}
     todo = [e for e in episode_ids if not (root / e / SIM_SUMMARY_JSON).is_file()]
+    if todo:
+        require_simulate()
+    specs = {e: write_episode_inputs(dataset, e, out / INPUTS_DIR / e) for e in todo}
     with tqdm(total=len(episode_ids), initial=len(episode_ids) - len(todo), unit="episode",
               desc=f"simulate {method_dir}", disable=not progress) as bar, \
             ThreadPoolExecutor(max_workers=max(1, workers)) as pool:

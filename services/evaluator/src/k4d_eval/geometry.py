@@ -24,21 +24,32 @@ from scipy.spatial import cKDTree
 
 from k4d_eval.stats import FrameStats, safe_ratio
 
+MIN_SCALE = 1e-6  # k4d.pointmap_codec's floor for a degenerate frame
+
 DEFAULT_TAU = 0.01
 CHAMFER_STATS = ("pg_l1", "pg_l2", "n_pred", "gp_l1", "gp_l2", "n_gt", "pred_in", "gt_in")
 DEPTH_STATS = ("absrel_sum", "delta1_count", "n")
 DELTA1 = 1.25
 
 
-def normalise_frame(pointmap: np.ndarray, valid: np.ndarray,
-                    percentiles: tuple[float, float] = CLIP_PERCENTILES) -> tuple[np.ndarray, float]:
-    """One frame's (H, W, 3) first-frame-camera points and (H, W) valid mask -> ((H*W, 3)
-    float64 points in the Kinema4D normalisation, 0 off `valid`; the frame's scale).
-    The one definition of the normalisation is k4d.pointmap_codec's (the 8-bit codec)."""
-    from k4d.pointmap_codec import normalise
+def normalisation(points: np.ndarray,
+                  percentiles: tuple[float, float] = CLIP_PERCENTILES) -> tuple:
+    """(N, 3) valid points of one frame (first-frame camera) -> (lo, hi, centre, scale) of
+    the Kinema4D normalisation, exactly as k4d.pointmap_codec.normalise computes them
+    (tested against it); here on points, so a sampled subset is normalised without
+    materialising whole float64 frames."""
+    if len(points) == 0:
+        zero = np.zeros(3)
+        return zero, zero, zero, 1.0
+    lo, hi = np.percentile(points, percentiles, axis=0)
+    centre = (lo + hi) / 2.0
+    return lo, hi, centre, max(float((hi - lo).max()) / 2.0, MIN_SCALE)
 
-    q, _, scale, _, _ = normalise(pointmap[None], valid[None], percentiles=percentiles)
-    return q[0].reshape(-1, 3), float(scale[0])
+
+def normalise(points: np.ndarray, frame_norm: tuple) -> np.ndarray:
+    """(N, 3) points -> the normalised space of `frame_norm` (from `normalisation`)."""
+    lo, hi, centre, scale = frame_norm
+    return (np.clip(points, lo, hi) - centre) / scale
 
 
 def tree(points: np.ndarray) -> cKDTree | None:

@@ -1,7 +1,8 @@
 """Learned metrics: LPIPS, FID, FVD and the latent L2 with the generator's VAE.
 
 Their backbones' pretrained weights cannot be downloaded here, and torchmetrics' LPIPS/FID
-backends need torchvision / torch-fidelity, which do not import beside our torch (ADR 003).
+backends need torchvision / torch-fidelity, which do not import beside our torch
+(docs/adr/006-evaluation-metric-libraries.md).
 So the metric DEFINITIONS are implemented here on a backbone loaded from safetensors:
 
 - a weights directory (path, file:// or s3://) holds `lpips.safetensors`,

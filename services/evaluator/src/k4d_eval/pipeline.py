@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -188,6 +189,8 @@ def eval_dataset(pred_uri: str, gt_uri: str, out: Path, settings: Settings, *,
                 raise NotFound(f"{name} predictions: no `k4d simulate` output for episode(s) "
                                f"{missing[:5]}{' ...' if len(missing) > 5 else ''} under "
                                f"{pred_uri if name == MODEL else baseline_uri}")
+        if workers > 1:  # episodes in processes: share the cores instead of oversubscribing
+            settings = replace(settings, threads=max(1, (os.cpu_count() or 1) // workers))
         results = {}
         for name, root in roots.items():
             jobs = [EpisodeJob(gt_uri, e, str(root / e), name, str(out), settings) for e in ids]

@@ -30,18 +30,25 @@ PSNR_STATS = ("sse", "n")
 SSIM_STATS = ("ssim_sum", "n")
 
 
+def psnr_frame_stats(pred_frame: np.ndarray, gt_frame: np.ndarray,
+                     masks: Mapping[str, np.ndarray]) -> dict[str, dict[str, float]]:
+    """One frame: region name -> {sse: sum of squared errors, n: number of values}."""
+    err = pred_frame.astype(np.float64) - gt_frame.astype(np.float64)
+    sq = np.einsum("hwc,hwc->hw", err, err)  # (H, W) summed over channels
+    return {name: {"sse": float(sq[m].sum()), "n": float(m.sum()) * pred_frame.shape[-1]}
+            for name, m in masks.items()}
+
+
 def _psnr_update(pred: np.ndarray, gt: np.ndarray,
                  regions: Mapping[str, np.ndarray]) -> dict[str, FrameStats]:
     """pred, gt: (T, H, W, 3) uint8; regions: name -> (T, H, W) bool.
-    -> name -> FrameStats(sse: sum of squared errors, n: number of values)."""
+    -> name -> FrameStats(sse, n)."""
     T = pred.shape[0]
     out = {name: FrameStats.zeros(T, PSNR_STATS) for name in regions}
     for t in range(T):
-        err = pred[t].astype(np.float64) - gt[t].astype(np.float64)
-        sq = np.einsum("hwc,hwc->hw", err, err)  # (H, W) summed over channels
-        for name, mask in regions.items():
-            m = mask[t]
-            out[name].add(t, {"sse": float(sq[m].sum()), "n": float(m.sum()) * pred.shape[-1]})
+        frame = psnr_frame_stats(pred[t], gt[t], {k: m[t] for k, m in regions.items()})
+        for name, values in frame.items():
+            out[name].add(t, values)
     return out
 
 
@@ -75,17 +82,27 @@ def interior_mask(height: int, width: int) -> np.ndarray:
     return inner
 
 
+def ssim_frame_stats(pred_frame: np.ndarray, gt_frame: np.ndarray,
+                     masks: Mapping[str, np.ndarray]) -> dict[str, dict[str, float]]:
+    """One frame: region name -> {ssim_sum over the region's interior pixels, n}."""
+    s = ssim_map(pred_frame, gt_frame)
+    inner = interior_mask(*s.shape)
+    out = {}
+    for name, mask in masks.items():
+        m = mask & inner
+        out[name] = {"ssim_sum": float(s[m].sum()), "n": float(m.sum())}
+    return out
+
+
 def _ssim_update(pred: np.ndarray, gt: np.ndarray,
                  regions: Mapping[str, np.ndarray]) -> dict[str, FrameStats]:
-    """-> name -> FrameStats(ssim_sum over the region's interior pixels, n: their count)."""
-    T, H, W = pred.shape[:3]
-    inner = interior_mask(H, W)
+    """-> name -> FrameStats(ssim_sum, n)."""
+    T = pred.shape[0]
     out = {name: FrameStats.zeros(T, SSIM_STATS) for name in regions}
     for t in range(T):
-        s = ssim_map(pred[t], gt[t])
-        for name, mask in regions.items():
-            m = mask[t] & inner
-            out[name].add(t, {"ssim_sum": float(s[m].sum()), "n": float(m.sum())})
+        frame = ssim_frame_stats(pred[t], gt[t], {k: m[t] for k, m in regions.items()})
+        for name, values in frame.items():
+            out[name].add(t, values)
     return out
 
 
