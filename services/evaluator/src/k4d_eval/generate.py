@@ -1,6 +1,6 @@
 """Generation for `k4d eval run` and the static-world floor, through the public
 `k4d simulate` command in subprocesses (no import of the simulator or generator packages:
-the evaluator stays a consumer of the CLI contract, docs/adr/005-evaluator-package.md).
+the evaluator stays a consumer of the CLI contract, docs/adr/006-evaluator-package.md).
 
 Each episode's inputs (first frame as PNG, camera JSON, actions JSON, robot) come from
 the dataset; outputs go to OUT/<method>/<episode_id>/. A directory with summary.json

@@ -2,7 +2,7 @@
 
 Their backbones' pretrained weights cannot be downloaded here, and torchmetrics' LPIPS/FID
 backends need torchvision / torch-fidelity, which do not import beside our torch
-(docs/adr/006-evaluation-metric-libraries.md).
+(docs/adr/007-evaluation-metric-libraries.md).
 So the metric DEFINITIONS are implemented here on a backbone loaded from safetensors:
 
 - a weights directory (path, file:// or s3://) holds `lpips.safetensors`,
