@@ -19,8 +19,9 @@ def register(subparsers) -> None:
     _add_spec_arguments(p)
     p.add_argument("--out", required=True, type=Path, help="output directory")
     p.add_argument("--fps", type=float, default=24.0, help="video frame rate (default 24)")
-    p.add_argument("--viewer-points", type=int, default=6000,
-                   help="points per frame in viewer.html (default 6000)")
+    p.add_argument("--viewer-points", type=int, default=None,
+                   help="at most this many points per frame in viewer.html, on a regular pixel "
+                        "grid (default: every pixel)")
     p.add_argument("--no-recording", action="store_true",
                    help="do not write rollout.rrd (the Rerun recording; docs/viewing.md)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")

@@ -104,14 +104,14 @@ def build_summary(inputs: SimulationInputs, spec, result: EmbeddedResult,
 
 
 def simulate_to_directory(inputs: SimulationInputs, out_dir: Path, *, fps: float = 24.0,
-                          viewer_points: int = 6000, show_progress: bool = True,
+                          viewer_points: int | None = None, show_progress: bool = True,
                           cores: StageCores | None = None,
                           record: bool = True) -> dict[str, Path]:
     """Run one embedded simulation and write every output file; returns name -> path."""
     # Checked before the run: they are used only when the outputs are written.
     if not (math.isfinite(fps) and fps > 0):
         raise InvalidArgument.for_field("--fps", f"must be a finite number > 0, got {fps}")
-    if viewer_points < 1:
+    if viewer_points is not None and viewer_points < 1:
         raise InvalidArgument.for_field("--viewer-points", f"must be >= 1, got {viewer_points}")
     started = time.perf_counter()
     spec = build_spec(inputs)

@@ -7,7 +7,7 @@
                             depth, pointmap, mask, link_id, rgb
     pointmap_k4d.mp4/.json  the Kinema4D 8-bit pointmap video + per-frame centre/scale
     summary.json            inputs, model, seed, per-stage timings
-    viewer.html             self-contained 4D point-cloud player (WebGL)
+    viewer.html             self-contained 4D point-cloud player (WebGL, every pixel's point)
     rollout.rrd             Rerun recording (docs/viewing.md), when rerun-sdk is installed
 """
 
@@ -167,7 +167,7 @@ def write_recording(path, result, summary: dict, *, fps: float, camera: dict,
 
 
 def write_rollout(out_dir: str | os.PathLike, result, summary: dict, *, fps: float = 24.0,
-                  viewer_points: int = 6000, focal_px: float | None = None,
+                  viewer_points: int | None = None, focal_px: float | None = None,
                   camera: dict | None = None, link_meshes=(),
                   record: bool = True) -> dict[str, Path]:
     """Write every output file of an EmbeddedResult; returns name -> path. rollout.rrd is

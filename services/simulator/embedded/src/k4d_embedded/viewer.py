@@ -1,9 +1,14 @@
-"""A self-contained HTML 4D viewer: the rollout's point cloud over time, orbitable.
+"""A self-contained HTML 4D viewer: the rollout's coloured point cloud over time, in WebGL.
 
-No network and no libraries: the page carries its data as base64 (points quantised to
-int16 on a shared grid, colours as uint8) and draws with canvas 2D (painter's algorithm,
-far points first), so it opens offline in any browser, straight from disk.
-Controls: drag to orbit, wheel to zoom, the slider or space to play over time.
+Zero install and offline: the page carries three.js (vendored in `assets/`, built from the
+npm registry; docs/viewing.md) and its data inline, so it opens straight from disk in any
+browser with WebGL. Every pixel's point is kept (full resolution; `max_points` subsamples on
+a regular pixel grid when asked). Data: positions quantised to uint16 on one grid for all
+frames, colours uint8, a flag per pixel (no point / point / robot); each frame is stored as
+its difference from the previous one (zeros where the scene stands still) and the whole
+stream is deflated, then base64-encoded. The browser inflates it (DecompressionStream).
+Controls: drag to orbit, right-drag (or shift-drag) to pan, wheel to zoom, the slider or
+space to play; the robot's points can be highlighted.
 """
 
 from __future__ import annotations
@@ -12,156 +17,335 @@ import base64
 import html
 import json
 import math
+import re
+import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-DEFAULT_MAX_POINTS = 6000
+ASSETS = Path(__file__).resolve().parent / "assets"
 STATIC_WORLD_NOTICE = ("static-world backend: the robot is composited onto the UNCHANGED initial "
                        "scene; the world does not react. This is not generated dynamics.")
+NO_POINT, POINT, ROBOT_POINT = 0, 1, 2
 
 
-def sample_frames(rgb: np.ndarray, pointmap: np.ndarray, mask: np.ndarray | None = None,
-                  max_points: int = DEFAULT_MAX_POINTS, focus: np.ndarray | None = None):
-    """Subsample every frame on one regular pixel grid (one grid for all frames: points
-    stay put where the scene does), twice as dense inside `focus` (the robot).
+@dataclass
+class EncodedFrames:
+    """The viewer's point stream: `data` (zlib) holds, per frame, flags (n uint8), colours
+    (n x 3 uint8) and quantised positions (n x 3 uint16 little endian), each as the
+    wrapping difference from the previous frame's. A position is lo + q * scale (camera
+    frame, metres). n = height x width of the (sub)sampled pixel grid."""
 
-    rgb: (T, H, W, 3) uint8; pointmap: (T, H, W, 3) float32 camera frame (zeros = no
-    point); mask: optional (T, H, W) bool; focus: optional (T, H, W) bool. Returns
-    ([(xyz (n, 3) float32, colour (n, 3) uint8) per frame], the coarse pixel stride).
-    """
-    T, H, W = pointmap.shape[:3]
-    stride = max(1, math.ceil(math.sqrt(H * W / max_points)))
-    fine = max(1, stride // 2)
-    coarse_grid = np.zeros((H, W), bool)
-    coarse_grid[::stride, ::stride] = True
-    fine_grid = np.zeros((H, W), bool)
-    fine_grid[::fine, ::fine] = True
-    frames = []
+    data: bytes
+    frames: int
+    height: int
+    width: int
+    stride: int
+    lo: np.ndarray
+    scale: np.ndarray
+    points: list[int]
+
+
+def grid_stride(height: int, width: int, max_points: int | None) -> int:
+    """Pixel stride of the sampling grid: 1 (every pixel) unless max_points caps it."""
+    if max_points is None or height * width <= max_points:
+        return 1
+    return max(1, math.ceil(math.sqrt(height * width / max_points)))
+
+
+def encode_frames(rgb: np.ndarray, pointmap: np.ndarray, mask: np.ndarray | None = None,
+                  focus: np.ndarray | None = None, max_points: int | None = None,
+                  level: int = 1) -> EncodedFrames:
+    """rgb (T, H, W, 3) uint8; pointmap (T, H, W, 3) float32 camera frame (zeros = no
+    point); mask (T, H, W) bool valid points (default: finite, z > 0); focus (T, H, W)
+    bool: the robot's pixels."""
+    stride = grid_stride(pointmap.shape[1], pointmap.shape[2], max_points)
+    pick = (slice(None), slice(None, None, stride), slice(None, None, stride))
+    points, colours = pointmap[pick], rgb[pick]
+    # per channel: numpy reduces over a short last axis slowly
+    valid = (points[..., 2] > 0) & np.isfinite(points[..., 2])
+    valid &= np.isfinite(points[..., 0]) & np.isfinite(points[..., 1])
+    if mask is not None:
+        valid &= mask[pick]
+    T, h, w = valid.shape
+    lo, hi = _bounds(points, valid)
+    scale = np.maximum(hi - lo, 1e-6) / 65535.0
+    flags = valid.astype(np.uint8)
+    if focus is not None:
+        flags += valid & focus[pick]
+    n = h * w
+    previous = np.zeros(4 * n, np.uint8), np.zeros(3 * n, "<u2")
+    compressor, chunks, counts = zlib.compressobj(level), [], []
+    inv_scale = (1.0 / scale).astype(np.float32)
+    offset = (lo * inv_scale).astype(np.float32)
     for t in range(T):
-        pick = coarse_grid if focus is None else coarse_grid | (fine_grid & focus[t])
-        xyz = pointmap[t][pick].astype(np.float32)
-        colour = rgb[t][pick]
-        valid = np.all(np.isfinite(xyz), axis=1) & (xyz[:, 2] > 0)
-        if mask is not None:
-            valid &= mask[t][pick]
-        frames.append((xyz[valid], colour[valid]))
-    return frames, stride
+        q = np.multiply(points[t], inv_scale, dtype=np.float32)
+        q -= offset
+        q[~valid[t]] = 0
+        np.clip(np.rint(q, out=q), 0, 65535, out=q)
+        small = np.concatenate([flags[t].reshape(-1),
+                                np.where(valid[t][..., None], colours[t], 0).reshape(-1)])
+        big = q.astype("<u2").reshape(-1)
+        chunks.append(compressor.compress((small - previous[0]).tobytes()))
+        chunks.append(compressor.compress((big - previous[1]).tobytes()))
+        previous = small, big
+        counts.append(int(valid[t].sum()))
+    chunks.append(compressor.flush())
+    return EncodedFrames(b"".join(chunks), T, h, w, stride, lo, scale, counts)
 
 
-def _encode(frames) -> dict:
-    """Pack frames into base64 blobs: int16 positions on a grid shared by all frames."""
-    all_xyz = np.concatenate([xyz for xyz, _ in frames]) if frames else np.zeros((0, 3))
-    if len(all_xyz) == 0:
-        all_xyz = np.zeros((1, 3), np.float32)
-    lo, hi = all_xyz.min(axis=0), all_xyz.max(axis=0)
-    centre = (lo + hi) / 2
-    scale = float(max((hi - lo).max() / 2, 1e-6)) / 32000.0
-    q = [np.round((xyz - centre) / scale).astype("<i2") for xyz, _ in frames]
-    return {
-        "counts": [int(len(x)) for x, _ in frames],
-        "centre": [float(c) for c in centre],
-        "scale": scale,
-        "positions": base64.b64encode(b"".join(a.tobytes() for a in q)).decode(),
-        "colours": base64.b64encode(b"".join(np.ascontiguousarray(c, np.uint8).tobytes()
-                                             for _, c in frames)).decode(),
-        # Orbit about the cloud's middle, starting from the original camera.
-        "target": [float(v) for v in np.median(all_xyz, axis=0)],
-    }
+def _bounds(points: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    lo, hi = np.full(3, np.inf), np.full(3, -np.inf)
+    for t in range(points.shape[0]):
+        if valid[t].any():
+            for c in range(3):  # 1-D reductions: fast
+                values = points[t, ..., c][valid[t]]
+                lo[c], hi[c] = min(lo[c], values.min()), max(hi[c], values.max())
+    if not np.all(np.isfinite(lo)):
+        return np.zeros(3), np.ones(3)
+    return lo.astype(np.float64), hi.astype(np.float64)
+
+
+def decode_frames(encoded: EncodedFrames) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """What the page does, in numpy (for tests): per frame (xyz (m, 3) float64, colours
+    (m, 3) uint8, robot (m,) bool) of the pixels that have a point, in pixel order."""
+    raw = np.frombuffer(zlib.decompress(encoded.data), np.uint8)
+    n = encoded.height * encoded.width
+    small, big = np.zeros(4 * n, np.uint8), np.zeros(3 * n, "<u2")
+    out, offset = [], 0
+    for _ in range(encoded.frames):
+        small = small + raw[offset:offset + 4 * n]
+        big = big + raw[offset + 4 * n:offset + 10 * n].view("<u2")
+        offset += 10 * n
+        flags = small[:n]
+        keep = flags > 0
+        xyz = big.reshape(n, 3)[keep] * encoded.scale + encoded.lo
+        out.append((xyz, small[n:].reshape(n, 3)[keep], flags[keep] == ROBOT_POINT))
+    return out
 
 
 def write_viewer(path: str | Path, rgb: np.ndarray, pointmap: np.ndarray,
                  mask: np.ndarray | None = None, *, title: str = "Kinema4D rollout",
                  static_world: bool = False, info: dict | None = None,
-                 fps: float = 12.0, max_points: int = DEFAULT_MAX_POINTS,
+                 fps: float = 12.0, max_points: int | None = None,
                  focal_px: float | None = None, focus: np.ndarray | None = None) -> Path:
-    """Write the viewer HTML; returns its path. `info` lines show under the title;
-    `focus` (T, H, W) bool pixels (the robot) get a denser sampling."""
+    """Write the viewer HTML; returns its path. `info` lines show under the title; `focus`
+    (T, H, W) bool pixels (the robot) can be highlighted; focal_px: the camera's fy (sets
+    the opening view's field of view)."""
     path = Path(path)
-    frames, stride = sample_frames(rgb, pointmap, mask, max_points, focus)
-    data = _encode(frames)
-    data.update({"stride": stride, "fps": fps, "width": int(pointmap.shape[2]), "height": int(pointmap.shape[1]),
-                 "focal": float(focal_px or pointmap.shape[2] * 0.75)})
+    encoded = encode_frames(rgb, pointmap, mask, focus, max_points)
+    H = pointmap.shape[1]
+    meta = {"frames": encoded.frames, "height": encoded.height, "width": encoded.width,
+            "stride": encoded.stride, "lo": encoded.lo.tolist(), "scale": encoded.scale.tolist(),
+            "points": encoded.points, "fps": fps, "image_height": H,
+            "focal": float(focal_px or pointmap.shape[2] * 0.75)}
     notice = (f'<div id="notice">{html.escape(STATIC_WORLD_NOTICE)}</div>' if static_world else "")
     info_html = "".join(f"<div>{html.escape(str(k))}: {html.escape(str(v))}</div>"
                         for k, v in (info or {}).items())
-    page = (_TEMPLATE.replace("__TITLE__", html.escape(title))
-            .replace("__NOTICE__", notice).replace("__INFO__", info_html)
-            .replace("__DATA__", json.dumps(data)))
+    values = {"TITLE": html.escape(title), "NOTICE": notice, "INFO": info_html,
+              "THREE_VERSION": (ASSETS / "THREE_VERSION").read_text().strip(),
+              "THREE_LICENSE": (ASSETS / "THREE_LICENSE").read_text().replace("*/", "* /"),
+              "THREE": (ASSETS / "three.min.js").read_text(), "META": json.dumps(meta),
+              "DATA": base64.b64encode(encoded.data).decode()}
+    # one pass, so nothing inserted (a title, the library) is itself substituted
+    page = re.sub(r"__([A-Z_]+)__", lambda m: values[m.group(1)], _TEMPLATE)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page, encoding="utf-8")
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(page, encoding="utf-8")
+    tmp.replace(path)
     return path
 
 
 _TEMPLATE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>__TITLE__</title>
+<meta name="generator" content="k4d simulate; three.js __THREE_VERSION__ inlined">
 <style>
  body{margin:0;background:#111;color:#ddd;font:13px sans-serif;overflow:hidden}
  #hud{position:absolute;left:10px;top:8px;right:10px;pointer-events:none}
  #hud h1{font-size:15px;margin:0 0 4px 0;color:#fff}
  #notice{background:#b3261e;color:#fff;padding:6px 10px;margin:4px 0;font-weight:bold;
    display:inline-block;border-radius:3px}
+ #status{color:#fc6}
  #bar{position:absolute;left:0;right:0;bottom:0;padding:8px 12px;background:rgba(0,0,0,.6);
    display:flex;gap:10px;align-items:center}
  #time{flex:1} canvas{display:block}
 </style></head>
 <body>
-<canvas id="view"></canvas>
-<div id="hud"><h1>__TITLE__</h1>__NOTICE__<div id="meta">__INFO__</div></div>
+<div id="hud"><h1>__TITLE__</h1>__NOTICE__<div id="meta">__INFO__</div><div id="status">loading&hellip;</div></div>
 <div id="bar"><button id="play">play</button><input id="time" type="range" min="0" value="0">
-<span id="label"></span><span>drag: orbit &middot; wheel: zoom &middot; space: play</span></div>
+<span id="label"></span><label><input id="highlight" type="checkbox" checked> highlight robot</label>
+<span>drag: orbit &middot; right-drag: pan &middot; wheel: zoom &middot; space: play</span></div>
+<script>
+/* three.js __THREE_VERSION__ licence:
+__THREE_LICENSE__*/
+__THREE__
+</script>
+<script type="application/octet-stream" id="k4d-points">__DATA__</script>
 <script>
 "use strict";
-const D = __DATA__;
-function b64(s){const b=atob(s),a=new Uint8Array(b.length);for(let i=0;i<b.length;i++)a[i]=b.charCodeAt(i);return a;}
-const pos = new Int16Array(b64(D.positions).buffer), col = b64(D.colours);
-const starts=[0]; for(const c of D.counts) starts.push(starts[starts.length-1]+c);
-const T = D.counts.length, canvas=document.getElementById("view"), ctx=canvas.getContext("2d");
-const slider=document.getElementById("time"), label=document.getElementById("label");
-slider.max = Math.max(0, T-1);
-// View state: orbit (yaw, pitch) about D.target, starting at the recording camera.
-const tgt = D.target; let yaw=0, pitch=0, dist=Math.hypot(tgt[0],tgt[1],tgt[2])||1, frame=0, playing=false;
-function resize(){canvas.width=innerWidth; canvas.height=innerHeight; draw();}
-function draw(){
-  const w=canvas.width, h=canvas.height, f=D.focal*Math.min(w/D.width,h/D.height);
-  ctx.fillStyle="#111"; ctx.fillRect(0,0,w,h);
-  const cy=Math.cos(yaw), sy=Math.sin(yaw), cp=Math.cos(pitch), sp=Math.sin(pitch);
-  const s0=starts[frame], n=D.counts[frame]||0, px=new Float32Array(n), py=new Float32Array(n), pz=new Float32Array(n);
-  const order=new Uint32Array(n), z0=new Float32Array(n);
-  for(let i=0;i<n;i++){
-    const k=3*(s0+i);
-    let x=pos[k]*D.scale+D.centre[0]-tgt[0], y=pos[k+1]*D.scale+D.centre[1]-tgt[1], z=pos[k+2]*D.scale+D.centre[2]-tgt[2];
-    const x1=cy*x+sy*z, z1=-sy*x+cy*z;           // yaw about the camera's y (down) axis
-    const y2=cp*y-sp*z1, z2=sp*y+cp*z1+dist;      // pitch about x, then back off by dist
-    px[i]=x1; py[i]=y2; pz[i]=z2; z0[i]=z+tgt[2]; order[i]=i;
+const M = __META__;
+const N = M.height * M.width, T = M.frames, ROBOT = [255, 140, 0];
+const status = document.getElementById("status"), slider = document.getElementById("time");
+const label = document.getElementById("label"), highlight = document.getElementById("highlight");
+window.k4dReady = false;
+
+// 1. inflate the point stream and rebuild every frame (each frame is a difference).
+async function decode() {
+  const b64 = document.getElementById("k4d-points").textContent;
+  const zipped = await (await fetch("data:application/octet-stream;base64," + b64)).blob();
+  const raw = new Uint8Array(await new Response(
+    zipped.stream().pipeThrough(new DecompressionStream("deflate"))).arrayBuffer());
+  const small = new Uint8Array(4 * N), big = new Uint16Array(3 * N), frames = [];
+  for (let t = 0, off = 0; t < T; t++, off += 10 * N) {
+    const ds = raw.subarray(off, off + 4 * N);
+    const db = new Uint16Array(raw.buffer, raw.byteOffset + off + 4 * N, 3 * N);
+    for (let i = 0; i < 4 * N; i++) small[i] += ds[i];
+    for (let i = 0; i < 3 * N; i++) big[i] += db[i];
+    const m = M.points[t], pos = new Uint16Array(3 * m), col = new Uint8Array(3 * m), robot = [];
+    for (let i = 0, k = 0; i < N; i++) {
+      const f = small[i];
+      if (!f) continue;
+      pos[3*k] = big[3*i]; pos[3*k+1] = big[3*i+1]; pos[3*k+2] = big[3*i+2];
+      col[3*k] = small[N+3*i]; col[3*k+1] = small[N+3*i+1]; col[3*k+2] = small[N+3*i+2];
+      if (f === 2) robot.push(k);
+      k++;
+    }
+    frames.push({pos, col, robot: Uint32Array.from(robot), original: null});
   }
-  order.sort((a,b)=>pz[b]-pz[a]);                 // painter's algorithm: far first
-  // A point covers its grid cell: stride pixels at its recorded depth, rescaled to now.
-  const cell=1.15*f*D.stride/D.focal;
-  for(const i of order){
-    if(pz[i]<=0.01) continue;
-    const u=f*px[i]/pz[i]+w/2, v=f*py[i]/pz[i]+h/2, k=3*(s0+i);
-    ctx.fillStyle=`rgb(${col[k]},${col[k+1]},${col[k+2]})`;
-    const size=Math.max(1, Math.min(40, cell*z0[i]/pz[i]));
-    ctx.fillRect(u-size/2, v-size/2, size, size);
-  }
-  label.textContent=`frame ${frame+1}/${T} (${n} points)`;
+  return frames;
 }
-let drag=null;
-canvas.addEventListener("mousedown",e=>{drag=[e.clientX,e.clientY];});
-addEventListener("mouseup",()=>{drag=null;});
-addEventListener("mousemove",e=>{if(!drag)return; yaw+=(e.clientX-drag[0])*0.005;
-  pitch=Math.max(-1.5,Math.min(1.5,pitch-(e.clientY-drag[1])*0.005)); drag=[e.clientX,e.clientY]; draw();});
-canvas.addEventListener("wheel",e=>{e.preventDefault(); dist*=Math.exp(e.deltaY*0.001); draw();},{passive:false});
-slider.addEventListener("input",()=>{frame=+slider.value; draw();});
-function toggle(){playing=!playing; document.getElementById("play").textContent=playing?"pause":"play";}
-document.getElementById("play").addEventListener("click",toggle);
-addEventListener("keydown",e=>{if(e.code==="Space"){e.preventDefault();toggle();}});
-setInterval(()=>{if(playing&&T>1){frame=(frame+1)%T; slider.value=frame; draw();}}, 1000/D.fps);
-// A URL hash such as #yaw=0.6&pitch=0.3&frame=10 opens a given view (handy for links).
-for(const [k,v] of new URLSearchParams(location.hash.slice(1))){
-  if(k==="yaw")yaw=+v; if(k==="pitch")pitch=+v; if(k==="zoom")dist*=+v;
-  if(k==="frame"){frame=Math.max(0,Math.min(T-1,+v)); slider.value=frame;}}
-addEventListener("resize",resize); resize();
+
+// 2. colour the robot's points orange (keeping the originals to switch back).
+function paint(frame, on) {
+  if (on && !frame.original) {
+    frame.original = new Uint8Array(3 * frame.robot.length);
+    frame.robot.forEach((k, j) => { for (let c = 0; c < 3; c++) {
+      frame.original[3*j+c] = frame.col[3*k+c];
+      frame.col[3*k+c] = (frame.col[3*k+c] + 2 * ROBOT[c]) / 3; } });
+  } else if (!on && frame.original) {
+    frame.robot.forEach((k, j) => { for (let c = 0; c < 3; c++) frame.col[3*k+c] = frame.original[3*j+c]; });
+    frame.original = null;
+  }
+}
+
+function start(frames) {
+  // 3. scene: the camera frame is OpenCV (x right, y down, z forward); a half turn about x
+  // makes it three.js's (y up, looking down -z), so the opening view is the recording camera.
+  const renderer = new THREE.WebGLRenderer({antialias: false, preserveDrawingBuffer: true});
+  renderer.setPixelRatio(Math.min(2, devicePixelRatio || 1));
+  // The colours are the image's sRGB values: draw them as they are (no linear-to-sRGB step).
+  renderer.outputColorSpace = "srgb-linear";
+  document.body.prepend(renderer.domElement);
+  const scene = new THREE.Scene(), world = new THREE.Group();
+  world.rotation.x = Math.PI;
+  scene.add(world);
+  const fov = 2 * Math.atan(M.image_height / 2 / M.focal) * 180 / Math.PI;
+  const camera = new THREE.PerspectiveCamera(fov, innerWidth / innerHeight, 0.01, 1000);
+  const geometry = new THREE.BufferGeometry();
+  const cloud = new THREE.Points(geometry, new THREE.PointsMaterial({vertexColors: true,
+                                                                     sizeAttenuation: true}));
+  cloud.scale.set(M.scale[0], M.scale[1], M.scale[2]);
+  cloud.position.set(M.lo[0], M.lo[1], M.lo[2]);
+  cloud.frustumCulled = false;
+  world.add(cloud);
+  const attrs = frames.map(f => ({pos: new THREE.BufferAttribute(f.pos, 3),
+                                  col: new THREE.BufferAttribute(f.col, 3, true)}));
+  // orbit about the cloud's middle (median depth in front of the camera)
+  const mid = frames[0].pos.length ? medianPoint(frames[0].pos) : [0, 0, 1];
+  const target = new THREE.Vector3(mid[0], -mid[1], -mid[2]);
+  const orbit = new THREE.Spherical().setFromVector3(target.clone().negate());
+  // From the recording camera a point covers its pixel cell (stride pixels) at the target's
+  // depth; three.js scales a point by 1 / depth and not by the field of view.
+  cloud.material.size = 1.25 * M.stride * target.length() * 2 / M.image_height;
+  let frame = 0, playing = false;
+  function show(t) {
+    frame = t; paint(frames[t], highlight.checked);
+    attrs[t].col.needsUpdate = true;
+    geometry.setAttribute("position", attrs[t].pos);
+    geometry.setAttribute("color", attrs[t].col);
+    slider.value = t;
+    label.textContent = `frame ${t + 1}/${T} (${frames[t].pos.length / 3} points)`;
+    draw();
+  }
+  function draw() {
+    const offset = new THREE.Vector3().setFromSpherical(orbit);
+    camera.position.copy(target).add(offset);
+    camera.lookAt(target);
+    renderer.render(scene, camera);
+  }
+  function resize() {
+    renderer.setSize(innerWidth, innerHeight);
+    camera.aspect = innerWidth / innerHeight; camera.updateProjectionMatrix(); draw();
+  }
+  // 4. controls: orbit, pan, zoom, play
+  let drag = null;
+  renderer.domElement.addEventListener("contextmenu", e => e.preventDefault());
+  renderer.domElement.addEventListener("mousedown", e => { drag = {x: e.clientX, y: e.clientY,
+    pan: e.button === 2 || e.shiftKey}; });
+  addEventListener("mouseup", () => { drag = null; });
+  addEventListener("mousemove", e => {
+    if (!drag) return;
+    const dx = e.clientX - drag.x, dy = e.clientY - drag.y;
+    drag.x = e.clientX; drag.y = e.clientY;
+    if (drag.pan) {
+      const k = orbit.radius * 0.0015, right = new THREE.Vector3(), up = new THREE.Vector3();
+      camera.matrix.extractBasis(right, up, new THREE.Vector3());
+      target.addScaledVector(right, -dx * k).addScaledVector(up, dy * k);
+    } else {
+      orbit.theta -= dx * 0.005;
+      orbit.phi = Math.max(0.05, Math.min(Math.PI - 0.05, orbit.phi - dy * 0.005));
+    }
+    draw();
+  });
+  renderer.domElement.addEventListener("wheel", e => { e.preventDefault();
+    orbit.radius *= Math.exp(e.deltaY * 0.001); draw(); }, {passive: false});
+  slider.max = Math.max(0, T - 1);
+  slider.addEventListener("input", () => show(+slider.value));
+  highlight.addEventListener("change", () => show(frame));
+  function toggle() { playing = !playing;
+    document.getElementById("play").textContent = playing ? "pause" : "play"; }
+  document.getElementById("play").addEventListener("click", toggle);
+  addEventListener("keydown", e => { if (e.code === "Space") { e.preventDefault(); toggle(); } });
+  setInterval(() => { if (playing && T > 1) show((frame + 1) % T); }, 1000 / M.fps);
+  // A URL hash such as #yaw=0.6&pitch=0.3&zoom=1.5&frame=10 opens a given view (for links),
+  // relative to the recording camera's.
+  const home = orbit.clone(), homeTarget = target.clone();
+  function applyHash() {
+    orbit.copy(home); target.copy(homeTarget);
+    for (const [k, v] of new URLSearchParams(location.hash.slice(1))) {
+      if (k === "yaw") orbit.theta += +v;
+      if (k === "pitch") orbit.phi = Math.max(0.05, Math.min(Math.PI - 0.05, orbit.phi - +v));
+      if (k === "zoom") orbit.radius *= +v;
+      if (k === "frame") frame = Math.max(0, Math.min(T - 1, Math.round(+v)));
+    }
+    show(frame);
+  }
+  addEventListener("hashchange", applyHash);
+  addEventListener("resize", resize);
+  resize(); applyHash();
+  status.textContent = "";
+  window.k4dViewer = {show, frames, draw};
+  window.k4dReady = true;
+}
+
+function medianPoint(pos) {
+  const m = pos.length / 3, out = [];
+  for (let c = 0; c < 3; c++) {
+    const v = new Float64Array(m);
+    for (let i = 0; i < m; i++) v[i] = pos[3*i+c] * M.scale[c] + M.lo[c];
+    v.sort(); out.push(v[m >> 1]);
+  }
+  return out;
+}
+
+function webglAvailable() {
+  try { const c = document.createElement("canvas");
+        return !!(c.getContext("webgl2") || c.getContext("webgl")); } catch (e) { return false; }
+}
+
+if (!webglAvailable()) status.textContent = "this viewer needs WebGL, which this browser does not offer";
+else if (typeof DecompressionStream === "undefined") status.textContent = "this viewer needs a browser with DecompressionStream (Chrome 80+, Firefox 113+, Safari 16.4+)";
+else decode().then(start).catch(e => { status.textContent = "could not load the points: " + e; });
 </script></body></html>
 """
