@@ -33,7 +33,7 @@ from k4d_trainer.objective import noise_batch, training_schedule
 from k4d_trainer.runs import read_metrics, read_status
 from k4d_trainer.trainer import Trainer
 
-STEPS = 10
+STEPS = 8
 
 
 def _losses(run: Path) -> list[float]:
@@ -117,14 +117,15 @@ def test_sigkill_then_resume_repeats_the_losses(tmp_path, overfit):
     assert losses == reference  # exactly: same data position, same per-sample draws
 
 
-def test_resume_refuses_to_overwrite_without_flag(tmp_path, overfit):
+def test_resume_refuses_to_overwrite_without_flag(tmp_path, overfit, capsys):
+    from k4d.cli.main import main
+
     path, _ = overfit
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
     (run / "checkpoints" / "latest.json").write_text('{"step": 2, "path": "step-00000002"}')
-    proc = _k4d("train", "--config", str(path), "--out", str(run))
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 2 and "--resume" in err.strip().splitlines()[-1]
+    assert main(["train", "--config", str(path), "--out", str(run)]) == 2
+    assert "--resume" in capsys.readouterr().err.strip().splitlines()[-1]
 
 
 def _forward(transformer, sample: dict, schedule) -> torch.Tensor:

@@ -1,0 +1,100 @@
+"""Clip adaptation, the deterministic sampler and the objective's draws (pure, fast)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from k4d.errors import InvalidArgument
+from k4d_trainer.clips import ClipSpec, adapt_clip, check_adaptable, frame_indices, resize_crop
+from k4d_trainer.data import EpisodeSampler
+from k4d_trainer.objective import noise_batch, soften_mask, training_schedule
+
+
+def test_frame_indices_keep_ends_and_spread_evenly():
+    assert frame_indices(49, 13).tolist() == list(range(0, 49, 4))
+    assert frame_indices(9, 5).tolist() == [0, 2, 4, 6, 8]
+    assert frame_indices(5, 5).tolist() == [0, 1, 2, 3, 4]
+
+
+def test_resize_crop_covers_then_crops_the_centre():
+    clip = ClipSpec(1, 4, 6)
+    video = np.zeros((1, 8, 16), np.float32)
+    video[0, :, 5:11] = 1.0  # the centre 6 columns of the 16
+    out = resize_crop(video, clip, "nearest")  # scale 0.5 -> 4x8, crop columns 1..6
+    assert out.shape == (1, 4, 6)
+    assert out[0, 0].tolist() == [0, 0, 1, 1, 1, 0]
+    rgb = np.full((2, 40, 56, 3), 200, np.uint8)
+    assert resize_crop(rgb, ClipSpec(2, 32, 48), "bilinear").dtype == np.uint8
+
+
+def test_adapt_clip_keeps_the_robot_render_black_off_the_mask():
+    mask = np.zeros((1, 10, 10), bool)
+    mask[0, 3:7, 3:7] = True
+    robot_rgb = np.where(mask[..., None], 255, 0).astype(np.uint8)
+    arrays = {"rgb": robot_rgb, "robot_rgb": robot_rgb, "robot_mask": mask,
+              "pointmap": np.ones((1, 10, 10, 3), np.float32),
+              "robot_pointmap": np.ones((1, 10, 10, 3), np.float32)}
+    out = adapt_clip(arrays, ClipSpec(1, 16, 16))
+    assert out["robot_mask"].dtype == bool and out["robot_mask"].shape == (1, 16, 16)
+    assert (out["robot_rgb"][~out["robot_mask"]] == 0).all()
+
+
+def test_check_adaptable_names_the_problem():
+    clip = ClipSpec(5, 32, 48)
+    arrays = ["rgb", "pointmap", "robot_rgb", "robot_pointmap", "robot_mask"]
+    check_adaptable("e", 9, 40, 56, clip, 2.0, arrays)
+    with pytest.raises(InvalidArgument, match="lacks \\['pointmap'\\]"):
+        check_adaptable("e", 9, 40, 56, clip, 2.0, [a for a in arrays if a != "pointmap"])
+    with pytest.raises(InvalidArgument, match="3.20x"):
+        check_adaptable("e", 9, 10, 16, clip, 2.0, arrays)
+
+
+def _stream(sampler: EpisodeSampler, steps: int) -> list:
+    return [sampler.next_batch() for _ in range(steps)]
+
+
+def test_sampler_is_deterministic_sharded_and_resumable():
+    ids = [f"e{i}" for i in range(5)]
+    single = _stream(EpisodeSampler(ids, 7, 4, 0, 1), 6)
+    assert single == _stream(EpisodeSampler(ids, 7, 4, 0, 1), 6)
+    assert single != _stream(EpisodeSampler(ids, 8, 4, 0, 1), 6)
+    ranks = [_stream(EpisodeSampler(ids, 7, 4, r, 2), 6) for r in range(2)]
+    for step in range(6):  # the ranks' slices make up the single-process global batch
+        assert ranks[0][step] + ranks[1][step] == single[step]
+    for epoch_batch in (single[:5],):  # every epoch visits each episode once
+        flat = [eid for batch in epoch_batch for _, eid in batch][:5]
+        assert sorted(flat) == ids
+
+    first = EpisodeSampler(ids, 7, 4, 0, 1)
+    _stream(first, 3)
+    state = first.state_dict()
+    elastic = EpisodeSampler(ids, 7, 4, 1, 2)  # resumed on another world size
+    elastic.load_state_dict(state)
+    assert _stream(elastic, 3) == [b[2:] for b in single[3:]]
+    with pytest.raises(InvalidArgument, match="global_batch_size"):
+        EpisodeSampler(ids, 7, 3, 0, 2)
+
+
+def test_noise_depends_only_on_the_sample_number():
+    schedule = training_schedule()
+    batch = {"latents": torch.randn(2, 16, 2, 4, 12), "condition": torch.randn(2, 20, 2, 4, 12),
+             "arm_cond": torch.ones(2, 20, 2, 4, 12)}
+    both = noise_batch(batch, [10, 11], 3, schedule, 0.1, 4)
+    one = noise_batch({k: v[1:] for k, v in batch.items()}, [11], 3, schedule, 0.1, 4)
+    torch.testing.assert_close(both.model_input[1:], one.model_input)
+    torch.testing.assert_close(both.target[1:], one.target)
+    assert both.model_input.shape == (2, 36, 2, 4, 12)
+    s = 1 - both.timestep / 1000  # shift 1: sigma = t / 1000
+    assert ((both.timestep >= 1) & (both.timestep <= 1000)).all() and s.shape == (2,)
+
+
+def test_soft_mask_sets_about_ten_percent_of_the_ones_to_half():
+    arm = torch.zeros(20, 4, 30, 30)
+    arm[:4, :, :, :15] = 1.0
+    soft = soften_mask(arm, 0.1, 4, torch.Generator().manual_seed(0))
+    ones = (arm[0] == 1).sum().item()
+    halves = (soft[0] == 0.5).sum().item()
+    assert 0.07 * ones < halves < 0.13 * ones
+    assert ((soft[0] == 0.5) == (soft[3] == 0.5)).all()  # one map tiled over the channels
+    assert (soft[0][arm[0] == 0] == 0).all() and torch.equal(soft[4:], arm[4:])
