@@ -36,28 +36,37 @@ BASE_MOVED_M = 0.03
 PUSH_DIRECTIONS = {"left": (0.0, 1.0), "right": (0.0, -1.0), "forward": (1.0, 0.0),
                    "back": (-1.0, 0.0)}
 COLOUR_TOL = 40.0      # RGB distance from the object's frame-0 median colour
-MIN_PIXELS = 20        # fewer matching pixels: the object is not seen in that frame
+MIN_PIXELS = 20        # fewer matching pixels (or a quarter of its frame-0 pixels): unseen
+SEARCH_RADIUS = 0.08   # tracking window, as a share of the image width
 JUDGED_KINDS = ("pick", "push", "stack")
 
 
 def object_track(clip: Clip, colour: np.ndarray, start: np.ndarray,
                  T_world_from_cam0: np.ndarray) -> np.ndarray:
     """(T, 3) world position of the object per frame (NaN where unseen): median of the
-    clip's valid points whose colour is within COLOUR_TOL of `colour`, off the robot.
-    Frame 0 uses the object's known pixels `start` (H, W)."""
-    T = clip.frames
+    clip's valid points whose colour is within COLOUR_TOL of `colour`, off the robot, near
+    where the object was last seen (a window of SEARCH_RADIUS of the image width, or
+    twice the object's size, around its last centroid). Frame 0 uses the object's known
+    pixels `start` (H, W)."""
+    T, (H, W) = clip.frames, clip.size
     track = np.full((T, 3), np.nan)
     R, tr = T_world_from_cam0[:3, :3], T_world_from_cam0[:3, 3]
+    min_pixels = int(np.clip(start.sum() // 4, 3, MIN_PIXELS))
+    radius = max(SEARCH_RADIUS * W, 2.0 * np.sqrt(start.sum()))
+    vv, uu = np.mgrid[0:H, 0:W]
+    centre = np.argwhere(start).mean(axis=0)
     for t in range(T):
         if t == 0:
             region = start & clip.valid[0]
         else:
             dist = np.linalg.norm(clip.rgb[t].astype(np.float32) - colour, axis=-1)
-            region = (dist < COLOUR_TOL) & clip.valid[t]
+            near = (vv - centre[0]) ** 2 + (uu - centre[1]) ** 2 <= radius ** 2
+            region = (dist < COLOUR_TOL) & near & clip.valid[t]
             if clip.robot_mask is not None:
                 region &= ~clip.robot_mask[t]
-        if region.sum() >= MIN_PIXELS:
+        if region.sum() >= min_pixels:
             track[t] = np.median(clip.pointmap[t][region].astype(np.float64), axis=0) @ R.T + tr
+            centre = np.argwhere(region).mean(axis=0)
     return track
 
 
@@ -84,7 +93,7 @@ def judge(clip: Clip, object_ids0: np.ndarray, task_kind: str,
     tracks = {}
     for k in ((1, 2) if task_kind == "stack" else (1,)):
         start = object_ids0 == k
-        if start.sum() < MIN_PIXELS:
+        if start.sum() < 3:
             return {"success": None, "rule": f"object {k} is not visible in frame 0"}
         colour = np.median(clip.rgb[0][start].astype(np.float32), axis=0)
         tracks[k] = object_track(clip, colour, start, T_world_from_cam0)
