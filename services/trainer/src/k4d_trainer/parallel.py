@@ -80,12 +80,13 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
 
 
 def parallelize(model: torch.nn.Module, info: DistInfo, compute_dtype: torch.dtype | None,
-                activation_checkpointing: bool) -> torch.nn.Module:
-    """Activation checkpointing, then DDP or FSDP2 per the degrees. Returns the module to
-    call (the DDP wrapper, or the model itself, sharded in place, for FSDP2)."""
+                activation_checkpointing: bool, fsdp: bool | None = None) -> torch.nn.Module:
+    """Activation checkpointing, then DDP or FSDP2 per the degrees (`fsdp=True` shards even
+    on a one-rank mesh, for memory benchmarks). Returns the module to call (the DDP
+    wrapper, or the model itself, sharded in place, for FSDP2)."""
     if activation_checkpointing:
         model.enable_gradient_checkpointing()
-    if info.dp_shard > 1:
+    if fsdp or (fsdp is None and info.dp_shard > 1):
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         mesh = info.mesh if info.dp_replicate > 1 else info.mesh["dp_shard"]

@@ -246,11 +246,12 @@ class Trainer:
         if not math.isfinite(loss_value):
             raise FloatingPointError(f"loss is {loss_value} at step {self.state.step}")
         elapsed = time.perf_counter() - started
-        peak = all_reduce_max_int(peak_memory_bytes(device), self.dist)
+        peaks = all_gather_int(peak_memory_bytes(device), self.dist)
         return {"step": self.state.step, "loss": loss_value, "lr": lr,
                 "grad_norm": float(grad_norm), "samples_per_s":
                     self.config.training.global_batch_size / elapsed,
-                "peak_mem_bytes": peak, "step_time_s": elapsed,
+                "peak_mem_bytes": max(peaks), "peak_mem_bytes_per_rank": peaks,
+                "step_time_s": elapsed,
                 "epoch": self.sampler.position.epoch}
 
     # ------------------------------------------------------------------ stopping
@@ -303,12 +304,14 @@ class Trainer:
         close_distributed()
 
 
-def all_reduce_max_int(value: int, dist: DistInfo) -> int:
+def all_gather_int(value: int, dist: DistInfo) -> list[int]:
+    """[value of rank 0, rank 1, ...] on every rank."""
     if not dist.distributed:
-        return value
+        return [value]
     tensor = torch.tensor([value], dtype=torch.int64, device=dist.device)
-    torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
-    return int(tensor.item())
+    gathered = [torch.zeros_like(tensor) for _ in range(dist.world_size)]
+    torch.distributed.all_gather(gathered, tensor)
+    return [int(t.item()) for t in gathered]
 
 
 def env_job_id() -> str | None:
