@@ -251,3 +251,21 @@ def test_concurrent_submits_with_one_key_on_two_replicas_make_one_job(tmp_path):
     assert len({r.job.job_id for r in results}) == 1
     assert sorted(r.deduplicated for r in results) == [False] + [True] * 7
     assert JobRecords(store).job_ids() == [results[0].job.job_id]
+
+
+def test_the_control_plane_never_imports_torch():
+    """The trainer Deployment is small (500m CPU, 1 GiB) and starts fast: serving and
+    following jobs, validation included, must not load torch or the model libraries."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "import k4d_trainer.control.server, k4d_trainer.control.worker\n"
+            "from k4d_trainer.control.spec import validate_spec\n"
+            "from kinema4d.v1 import common_pb2, trainer_pb2\n"
+            "validate_spec(trainer_pb2.TrainingJobSpec(base_model=common_pb2.ModelRef(name='b'),"
+            " dataset_uri='s3://k4d/d', output_model_name='m'))\n"
+            "print(sorted(m for m in ('torch', 'diffusers', 'peft') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
