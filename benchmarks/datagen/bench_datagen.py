@@ -8,6 +8,10 @@ as a share of the episode time.
 
     MUJOCO_GL=osmesa .venv/bin/python benchmarks/datagen/bench_datagen.py \
         [--big-episodes 2] [--small-episodes 6] [--workers 2] [--json out.json]
+        [--strip docs/benchmarks/datagen_episodes.png --only-strip]
+
+--strip writes a picture: one row per task (first, middle and last frame of the scene, the
+robot-only render, the robot mask and the object ids) at 160x240.
 """
 
 from __future__ import annotations
@@ -91,13 +95,34 @@ def accuracy(frames, height, width, seeds, seed=7) -> dict:
             "scene_pointmap_vs_projection_p99_m": float(np.percentile(scene, 99))}
 
 
+def strip(path: str, seed: int = 7) -> None:
+    from PIL import Image
+
+    rows = []
+    for i, task in enumerate(("pick", "push", "stack")):
+        meta, a = generate_episode(EpisodeConfig(index=i, seed=seed, task=task, frames=9, height=160, width=240))
+        ids = a["object_ids"][-1]
+        palette = np.array([[40, 40, 40], [255, 255, 255], [230, 60, 50], [60, 160, 230], [240, 200, 40]], np.uint8)
+        rows.append(np.concatenate([a["rgb"][0], a["rgb"][4], a["rgb"][-1], a["robot_rgb"][4],
+                                    np.repeat(a["robot_mask"][4][..., None] * np.uint8(255), 3, -1),
+                                    palette[np.clip(ids + 1, 0, len(palette) - 1)]], axis=1))
+        print(f"{task}: {meta.task!r} success={meta.success} ({meta.success_judge})", flush=True)
+    Image.fromarray(np.concatenate(rows, axis=0)).save(path, optimize=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--big-episodes", type=int, default=2)
     parser.add_argument("--small-episodes", type=int, default=6)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--json", default="")
+    parser.add_argument("--strip", default="", help="also write a PNG of three episodes")
+    parser.add_argument("--only-strip", action="store_true")
     args = parser.parse_args()
+    if args.strip:
+        strip(args.strip)
+        if args.only_strip:
+            return
     results = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus",
                "load_avg_start": os.getloadavg(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     results["accuracy_small"] = accuracy(17, 128, 192, ["pick", "push", "stack"])
