@@ -43,16 +43,21 @@ def render(world_size=4, sharding="fsdp2"):
 
 
 def test_rendered_objects_validate_against_the_crd_and_the_kubernetes_schema(tool):
-    config_map, job = render()
+    job, config_map = render()
     assert tool.validate(config_map) == []
     assert tool.validate(job) == []
+    created = {**job, "metadata": {**job["metadata"], "uid": "4b1f7c2e-0d7a-4c55-9a43-5c1f0e9b2a11"}}
+    owned = pytorchjob.owned_by(config_map, created)
+    assert tool.validate(owned) == []
+    assert owned["metadata"]["ownerReferences"][0]["uid"] == created["metadata"]["uid"]
+    assert "ownerReferences" not in config_map["metadata"]
     broken = copy.deepcopy(job)
     broken["spec"]["elasticPolicy"]["rdzvBakend"] = "c10d"  # the validator does bite
     assert tool.validate(broken)
 
 
 def test_the_job_runs_the_config_it_ships(tool):
-    config_map, job = render()
+    job, config_map = render()
     config = json.loads(config_map["data"][pytorchjob.CONFIG_FILE])
     checked = config_from_dict(config)  # the training program's own schema accepts it
     assert checked.training.steps == 100 and checked.publish.name == "kinema4d-panda"
@@ -76,7 +81,7 @@ def test_pod_template_is_the_one_of_jobs_train(tool):
     """Two places describe a training pod: the hand-applied jobs/train and the launcher's
     render. Everything but the config's name, the run URI and the env source must agree."""
     (shipped,) = [d for d in tool.render_spec("jobs/train") if d["kind"] == "PyTorchJob"]
-    _, rendered = render()
+    rendered, _ = render()
 
     def comparable(job):
         job = copy.deepcopy(job)
@@ -95,7 +100,7 @@ def test_pod_template_is_the_one_of_jobs_train(tool):
 
 
 def test_elastic_bounds_follow_the_world_size():
-    _, one = render(world_size=1, sharding="ddp")
+    one, _ = render(world_size=1, sharding="ddp")
     assert one["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1
     assert one["spec"]["elasticPolicy"]["minReplicas"] == 1
 

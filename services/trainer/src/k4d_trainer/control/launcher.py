@@ -184,8 +184,9 @@ class KubernetesLauncher:
 
     def launch(self, job_id: str, plan: RunPlan, run_uri: str, *, resume: bool,
                launches: int) -> Launch:
-        for obj in self.render(job_id, plan, run_uri):
-            self.client.create(obj)
+        job, config_map = self.render(job_id, plan, run_uri)
+        created = self.client.create(job)
+        self.client.create(pytorchjob.owned_by(config_map, created))
         name = pytorchjob.object_name(job_id)
         log.info("PyTorchJob created", extra={"job_id": job_id, "name": name,
                                                "namespace": self.settings.namespace})

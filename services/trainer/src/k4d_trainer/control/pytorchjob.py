@@ -110,10 +110,21 @@ def render_pytorchjob(job_id: str, plan: RunPlan, run_uri: str, *, namespace: st
 
 def render_run(job_id: str, plan: RunPlan, run_uri: str, *, namespace: str, image: str,
                nproc_per_node: str, env: dict[str, str]) -> list[dict]:
-    """[ConfigMap, PyTorchJob] of one run, in creation order."""
-    return [render_config_map(job_id, plan, namespace),
-            render_pytorchjob(job_id, plan, run_uri, namespace=namespace, image=image,
-                              nproc_per_node=nproc_per_node, env=env)]
+    """[PyTorchJob, ConfigMap] of one run, in creation order: the ConfigMap is then made
+    owned by the created job (`owned_by`), so the job's TTL removes both. Its pods wait
+    for the ConfigMap volume the few milliseconds until it exists."""
+    return [render_pytorchjob(job_id, plan, run_uri, namespace=namespace, image=image,
+                              nproc_per_node=nproc_per_node, env=env),
+            render_config_map(job_id, plan, namespace)]
+
+
+def owned_by(obj: dict, owner: dict) -> dict:
+    """`obj` with an ownerReference to the created `owner` (its uid comes from the API):
+    Kubernetes garbage-collects it with its owner."""
+    meta = owner["metadata"]
+    reference = {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": meta["name"],
+                 "uid": meta["uid"], "blockOwnerDeletion": False, "controller": False}
+    return {**obj, "metadata": {**obj["metadata"], "ownerReferences": [reference]}}
 
 
 def job_outcome(pytorchjob: dict) -> str | None:
