@@ -169,3 +169,50 @@ def test_gen_service_shares_one_manager_and_waits_for_its_startup_model(tmp_path
     with pytest.raises(RuntimeError, match="registry:missing failed to load"):
         worker.run(threading.Event())
     assert service.manager.loaded is None
+
+
+def test_gen_service_with_startup_model_serves_only_that_model(tmp_path, tiny_model_dir,
+                                                               make_robot):
+    """With K4D_GENERATOR_MODEL the process loads once, before consuming, and a job naming
+    another model or precision is dead-lettered at once instead of loading a second copy."""
+    from k4d_generator.server import GeneratorService
+    from prometheus_client import REGISTRY
+
+    def loads():
+        return REGISTRY.get_sample_value("k4d_generator_model_loads_total",
+                                         {"backend": "torch", "outcome": "ok"}) or 0.0
+
+    store, bus = LocalStore(tmp_path / "store"), InProcessBus()
+    registry.publish(store, tiny_model_dir, "tiny", "1")
+    bus.ensure_topics([SIM_PROJECTED, SIM_COMPLETED, SIM_FAILED, SIM_PROGRESS,
+                       MODEL_PUBLISHED, dlq(SIM_PROJECTED)])
+    for job_id, model in (("job-other", common_pb2.ModelRef(name="other")),
+                          ("job-tiny", common_pb2.ModelRef(name="tiny"))):
+        bus.publish(SIM_PROJECTED, job_id, _event(store, job_id, make_robot, model),
+                    event_headers(job_id))
+    bf16 = events_pb2.ProjectionCompleted.FromString(
+        _event(store, "job-bf16", make_robot, common_pb2.ModelRef(name="tiny")))
+    bf16.spec.sampling.precision = "bf16"
+    bus.publish(SIM_PROJECTED, "job-bf16", bf16.SerializeToString(), event_headers("job-bf16"))
+    env = {"K4D_GENERATOR_MODEL": "registry:tiny",
+           "K4D_GENERATOR_CACHE_DIR": str(tmp_path / "cache")}
+    before = loads()
+    service = GeneratorService(Config(worker_backoff_s=0.01), store=store, env=env)
+    service.startup.start()
+    worker = service.build_worker(bus, store)
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        completed = _drain(bus, SIM_COMPLETED, 1)
+        dead = _drain(bus, dlq(SIM_PROJECTED), 2)
+    finally:
+        stop.set()
+        thread.join(15)
+    assert [m.job_id for m in completed] == ["job-tiny"]
+    assert sorted(m.job_id for m in dead) == ["job-bf16", "job-other"]
+    errors = {m.job_id: m.header("k4d-error") for m in dead}
+    assert "serves registry:tiny on torch fp32" in errors["job-other"]
+    assert "asks for registry:other" in errors["job-other"]
+    assert "asks for registry:tiny on bf16" in errors["job-bf16"]
+    assert loads() - before == 1

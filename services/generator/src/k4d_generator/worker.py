@@ -106,18 +106,21 @@ class GenerationStage:
                             events_pb2.SimulationCompleted(result=sim_result))
 
     def _ensure_loaded(self, ref: common_pb2.ModelRef, backend: str, precision: str) -> None:
-        """The job's model on the job's backend ("" = the loaded one's) is the loaded one;
-        else load it, unless this process serves its start-up model only."""
+        """The job's model on the job's backend and precision ("" = the loaded one's) is
+        the loaded one; else load it, unless this process serves its start-up model only."""
         loaded = self.manager.loaded
-        if loaded is not None and backend in ("", loaded.backend) and loaded.matches(
-                ref.name, ref.version, ref.uri):
+        if loaded is not None and backend in ("", loaded.backend) \
+                and precision in ("", loaded.precision) \
+                and loaded.matches(ref.name, ref.version, ref.uri):
             return
         wanted = model_ref_string(ref.name, ref.version, ref.uri)
         if self.served_model:
-            serving = loaded.ref if loaded is not None else self.served_model
+            serving = (f"{loaded.ref} on {loaded.backend} {loaded.precision}"
+                       if loaded is not None else self.served_model)
+            asked = " ".join(x for x in (backend, precision) if x)
             raise FailedPrecondition(
                 f"this generator serves {serving[:200]} (K4D_GENERATOR_MODEL); the job asks "
-                f"for {wanted[:200]}{' on ' + backend if backend else ''}")
+                f"for {wanted[:200]}{' on ' + asked if asked else ''}")
         self.manager.load(wanted, backend or "torch", precision or None)
 
     def _store_video(self, job_id: str, result) -> str:
