@@ -24,7 +24,9 @@ from k4d.testing.fuzz import fuzz_server
 pytestmark = pytest.mark.integration
 
 SERVICES = sorted({e.name for e in entry_points(group="k4d.services")})
-CALLS_PER_METHOD = 100
+# A longer or different run: K4D_FUZZ_CALLS=2000 K4D_FUZZ_SEED=3 pytest <this file>
+CALLS_PER_METHOD = int(os.environ.get("K4D_FUZZ_CALLS", "100"))
+SEED = int(os.environ.get("K4D_FUZZ_SEED", "9"))
 # Generous for a shared 2-core CI machine under load; a call past it is a hang, not a
 # slow answer.
 DEADLINE_S = 30.0
@@ -132,7 +134,7 @@ def test_fuzz_every_rpc(servers, name):
                "simulator": "Simulator"}.get(name, "")
     seeds = {path: requests for path, requests in _seeds().items()
              if service and path.startswith(f"/kinema4d.v1.{service}Service/")}
-    report = fuzz_server(process.address, calls_per_method=CALLS_PER_METHOD, seed=9,
+    report = fuzz_server(process.address, calls_per_method=CALLS_PER_METHOD, seed=SEED,
                          deadline_s=DEADLINE_S, seeds=seeds)
     print(f"{name}: {report.summary()}")
     assert report.codes, "reflection lists no methods"
