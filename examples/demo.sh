@@ -2,7 +2,7 @@
 # The main job on the shipped example: a Panda pick rollout from one scene image.
 #   bash examples/demo.sh [path/to/k4d]     (make demo passes .venv/bin/k4d)
 # Writes out/demo/ (rgb.mp4, pointmap.npz, robot.npz, the 8-bit pointmap video +
-# metadata, summary.json, viewer.html) and prints where they are.
+# metadata, summary.json, viewer.html, rollout.rrd) and prints where they are.
 set -euo pipefail
 
 K4D="${1:-k4d}"
@@ -33,7 +33,9 @@ fi
 
 echo
 echo "demo outputs in $OUT:"
-for f in rgb.mp4 pointmap.npz robot.npz pointmap_k4d.mp4 pointmap_k4d.json summary.json viewer.html; do
+for f in rgb.mp4 pointmap.npz robot.npz pointmap_k4d.mp4 pointmap_k4d.json summary.json viewer.html \
+         rollout.rrd; do
   [[ -e "$OUT/$f" ]] && echo "  $OUT/$f"
 done
-echo "open the 4D viewer: $K4D view $OUT   (or open $OUT/viewer.html in a browser)"
+echo "open the 4D viewer: $K4D view $OUT   (Rerun: native window, or the web viewer on"
+echo "  127.0.0.1 without a display; or open $OUT/viewer.html in any browser, no install)"

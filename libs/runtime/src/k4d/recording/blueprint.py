@@ -27,5 +27,7 @@ def build_blueprint(clip_roots: list[str], plots: list[str]):
     side = rrb.Vertical(rrb.Horizontal(*cameras) if len(cameras) > 1 else cameras[0],
                         rrb.Tabs(*tabs), row_shares=[1, 1])
     main = rrb.Vertical(*scenes) if len(scenes) > 1 else scenes[0]
+    # the data fills the window: the blueprint and selection panels start collapsed
     return rrb.Blueprint(rrb.Horizontal(main, side, column_shares=[3, 2]),
-                         rrb.TimePanel(state="expanded"), collapse_panels=False)
+                         rrb.BlueprintPanel(state="collapsed"),
+                         rrb.SelectionPanel(state="collapsed"), rrb.TimePanel(state="expanded"))

@@ -71,21 +71,10 @@ def find_recordings(path: Path) -> list[Path]:
 def record_episode(episode_dir: Path, out_dir: Path) -> Path:
     """Write an episode of the shared format as a recording in out_dir; returns its path."""
     from k4d.episodes import open_dataset
-    from k4d.recording import write_episode_recording
+    from k4d.recording import record_episode as write
 
     episode = open_dataset(str(episode_dir.parent.parent)).open(episode_dir.name)
-    meta = episode.meta
-    layers = {name: episode.read(name) for name in
-              ("rgb", "pointmap", "robot_pointmap", "robot_mask") if name in episode.arrays}
-    if "pointmap" in layers and "depth" in episode.arrays:
-        layers["mask"] = episode.read("depth") > 0
-    joints = episode.read("joints") if "joints" in episode.arrays else None
-    return write_episode_recording(
-        out_dir / f"{meta.episode_id}.rrd", **layers, camera=meta.camera, joints=joints,
-        joint_names=meta.joint_names if joints is not None else None,
-        actions=meta.actions or None, fps=meta.fps, title=meta.task or meta.episode_id,
-        info={"episode": meta.episode_id, "task_kind": meta.task_kind, "robot": meta.robot,
-              "success": meta.success, "source": meta.source.get("kind", "")})
+    return write(episode, out_dir / f"{episode.meta.episode_id}.rrd")
 
 
 # ------------------------------------------------------------------ how to open
