@@ -111,7 +111,7 @@ def test_test_only_packages_are_not_imported_by_serving_code():
     code of a service or of the runtime never imports them."""
     roots = {**service_packages(), "k4d": RUNTIME_SRC / "k4d"}
     offenders = []
-    for name, root in roots.items():
+    for root in roots.values():
         for source in sorted(root.rglob("*.py")):
             if "testing" in source.relative_to(root).parts:
                 continue
