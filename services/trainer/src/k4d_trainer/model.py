@@ -146,12 +146,20 @@ def add_lora(transformer: Kinema4DTransformer3DModel, rank: int, alpha: float) -
                                        target_modules=LORA_TARGETS), adapter_name=ADAPTER)
 
 
+# Kinema4D drops the text embedding (the arm tokens replace the text context), so these
+# Wan parameters never take part in the forward pass and get no gradient.
+UNUSED_PREFIXES = ("condition_embedder.text_embedder.",)
+
+
 def set_trainable(transformer: torch.nn.Module, recipe: str) -> list[str]:
     """requires_grad per the recipe; returns the trainable parameter names."""
     names = []
     for name, param in transformer.named_parameters():
-        trainable = recipe == "from-scratch" or is_lora_parameter(name) or (
-            is_added_parameter(name) and not is_lora_parameter(name))
+        if name.startswith(UNUSED_PREFIXES):
+            trainable = False
+        else:
+            trainable = recipe == "from-scratch" or is_lora_parameter(name) or is_added_parameter(
+                name)
         param.requires_grad_(trainable)
         if trainable:
             names.append(name)
