@@ -209,7 +209,9 @@ def test_restarted_simulator_rebuilds_state_by_replay(service):
                 and time.monotonic() < deadline:
             time.sleep(0.02)
         assert fresh.get(done) == table.get(done)
-        assert fresh.find_idempotent("r", time.time_ns()) == done
+        again = SimulatorServicer(bus, store, fresh).Submit(
+            simulator_pb2.SubmitRequest(spec=make_spec(), idempotency_key="r"), None)
+        assert (again.job_id, again.deduplicated) == (done, True)
     finally:
         feed.stop()
 

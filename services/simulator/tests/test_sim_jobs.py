@@ -81,7 +81,6 @@ def test_replay_in_any_order_rebuilds_the_same_table():
     assert reference.get("j1").state == S.JOB_STATE_FAILED
     cancelled = reference.get("j2")
     assert cancelled.state == S.JOB_STATE_CANCELLED and cancelled.cancel_requested
-    assert replayed.find_idempotent("key-j5", now_ns=int(1006e9)) == "j5"
 
 
 def test_progress_never_moves_backwards():
@@ -96,14 +95,6 @@ def test_progress_never_moves_backwards():
             header=ev.header("j", "generation", now_s=11),
             progress=common_pb2.Progress(stage="generation", step=step, total=5)))
     assert table.get("j").progress.step == 3
-
-
-def test_idempotency_window_expires():
-    table = JobTable()
-    table.apply(*_events("j1", 1000.0)[0])
-    assert table.find_idempotent("key-j1", now_ns=int(1000e9) + 3600 * 10**9) == "j1"
-    assert table.find_idempotent("key-j1", now_ns=int(1000e9) + 25 * 3600 * 10**9) is None
-    assert table.find_idempotent("other", now_ns=int(1000e9)) is None
 
 
 def test_list_pages_newest_first_and_filters_by_state():

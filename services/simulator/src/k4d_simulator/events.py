@@ -1,8 +1,8 @@
 """The `k4d.sim.*` topics, their payload types and event construction helpers.
 
 Every event is a protobuf message keyed by job id with a `traceparent` header and a
-`k4d-attempt` header (events.proto). The submit path adds `k4d-idempotency-key` so a
-restarted simulator rebuilds its idempotency index by replaying `k4d.sim.requested`.
+`k4d-attempt` header (events.proto). The submit path adds `k4d-idempotency-key` (for
+tracing a request back to its key; the keys themselves are records in the object store).
 """
 
 from __future__ import annotations

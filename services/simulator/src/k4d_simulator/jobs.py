@@ -65,11 +65,11 @@ def _ts_ns(ts) -> int:
 
 class JobTable:
     """Thread-safe job records keyed by job id. Writers call `apply`; readers `get`,
-    `list`, `wait_for_change` (Watch), `find_idempotent` (Submit)."""
+    `list`, `wait_for_change` (Watch). Idempotency keys are not kept here: they are
+    create-once records in the object store, shared by every replica (records.py)."""
 
     def __init__(self) -> None:
         self._records: dict[str, _Record] = {}
-        self._idempotency: dict[str, tuple[str, int]] = {}  # key -> (job_id, created_ns)
         self._changed = threading.Condition()
         self._finished: list[str] = []  # became terminal by `apply`, not yet taken
 
@@ -117,9 +117,6 @@ class JobTable:
             record.spec = event.spec
             record.num_frames = record.num_frames or event.spec.num_frames or DEFAULT_NUM_FRAMES
             self._advance(job, S.JOB_STATE_QUEUED)
-            key = headers.get(ev.HEADER_IDEMPOTENCY_KEY, "")
-            if key and key not in self._idempotency:
-                self._idempotency[key] = (job.job_id, _ts_ns(created))
         elif topic == ev.TOPIC_KINEMATICS:
             record.failed_frames = event.failed_frames
             record.kinematics_seconds = event.seconds
@@ -257,14 +254,6 @@ class JobTable:
                 timeout=timeout_s)
             record = self._record(job_id)
             return _copy(record.job), record.version
-
-    def find_idempotent(self, key: str, now_ns: int) -> str | None:
-        """The job id submitted with `key` within the idempotency window, else None."""
-        with self._changed:
-            hit = self._idempotency.get(key)
-            if hit is None or now_ns - hit[1] > IDEMPOTENCY_WINDOW_S * 1e9:
-                return None
-            return hit[0]
 
     def list(self, page_size: int = 0, page_token: str = "",
              state: int = S.JOB_STATE_UNSPECIFIED) -> tuple[list[simulator_pb2.Job], str]:
