@@ -146,3 +146,32 @@ def test_missing_or_tampered_weights_are_one_line(weights, tmp_path, capsys, rng
         f.write(b"x")
     with pytest.raises(learned.IntegrityError):
         learned.verified_file(weights, "fid.safetensors", "FID")
+
+
+def test_dataset_report_carries_learned_metrics(weights, tmp_path, rng):
+    pytest.importorskip("zarr")
+    from k4d.episodes import DatasetWriter, EpisodeMeta
+
+    T, H, W = 4, 16, 24
+    cam = {"width": W, "height": H, "fx": 20.0, "fy": 20.0, "cx": 11.5, "cy": 7.5,
+           "T_cam_from_world": np.eye(4).tolist()}
+    writer = DatasetWriter(tmp_path / "data")
+    for i in range(2):
+        rgb = rng.integers(0, 256, (T, H, W, 3), dtype=np.uint8)
+        arrays = {"rgb": rgb, "robot_mask": np.zeros((T, H, W), bool),
+                  "robot_rgb": np.zeros((T, H, W, 3), np.uint8),
+                  "robot_pointmap": np.zeros((T, H, W, 3), np.float32), "joints": np.zeros((T, 1))}
+        writer.write_episode(EpisodeMeta(
+            episode_id=f"ep{i}", frames=T, height=H, width=W, fps=10.0, task="", task_kind="import",
+            success=None, success_judge="", robot="panda", joint_names=["j"], actions={},
+            camera=cam, arrays=sorted(arrays)), arrays)
+        pred = tmp_path / "pred" / f"ep{i}"
+        pred.mkdir(parents=True)
+        pm = np.ones((T, H, W, 3), np.float32)
+        np.savez(pred / "pointmap.npz", rgb=255 - rgb, pointmap=pm, mask=np.ones((T, H, W), bool))
+    assert main(["eval", "--pred", str(tmp_path / "pred"), "--gt", str(tmp_path / "data"),
+                 "--no-baseline", "--no-progress", "--out", str(tmp_path / "o"),
+                 "--weights", str(weights)]) == 0
+    report = json.loads((tmp_path / "o" / "report.json").read_text())
+    assert report["metrics"]["lpips"] > 0 and report["metrics"]["fid"] > 0
+    assert report["metrics"]["fvd"] >= 0 and report["metrics"]["chamfer_l1"] is None

@@ -215,13 +215,21 @@ def eval_dataset(pred_uri: str, gt_uri: str, out: Path, settings: Settings, *,
 
 def _learned_over(learned_metrics: Callable, dataset, ids, roots) -> tuple:
     """LPIPS/FID/FVD/latent L2 need every clip at once (FID and FVD are distribution
-    metrics); computed in this process after the per-episode work."""
-    gts = [inputs.load_episode(dataset, e) for e in ids]
+    metrics); computed in this process after the per-episode work, on RGB only."""
+    import numpy as np
+
+    from k4d_eval.clip import Clip
+
+    def rgb_of(path: Path):
+        with np.load(path, allow_pickle=False) as npz:
+            return npz["rgb"]
+
+    gts = [Clip(rgb=dataset.open(e).read("rgb")) for e in ids]
     out = []
     for name in (MODEL, BASELINE):
         if name not in roots:
             out.append(None)
             continue
-        preds = [inputs.load_sim_dir(roots[name] / e)[0] for e in ids]
+        preds = [Clip(rgb=rgb_of(roots[name] / e / inputs.SIM_POINTMAP_NPZ)) for e in ids]
         out.append(learned_metrics(preds, gts))
     return tuple(out)

@@ -69,7 +69,10 @@ def _per_frame_mean(results: list[EpisodeResult], region: str, psnr_max_db: floa
 def section(results: list[EpisodeResult], psnr_max_db: float) -> dict:
     """metrics (whole frame), regions, per_frame and episodes of one method."""
     merged = merge(results)
-    regions = {region: {name: frame_mean(v) for name, v in metric_values(groups, psnr_max_db).items()}
+    # The headline keys are always there (null when not measurable, e.g. no ground-truth
+    # geometry): tools read them by name.
+    regions = {region: {**dict.fromkeys(HEADLINE),
+                        **{name: frame_mean(v) for name, v in metric_values(groups, psnr_max_db).items()}}
                for region, groups in merged.items()}
     return {
         "metrics": dict(regions.get("whole", {})),
