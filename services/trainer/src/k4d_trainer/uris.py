@@ -9,7 +9,6 @@ checkpoint shard goes through the same credentials.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -65,20 +64,13 @@ def join(uri: str, *parts: str) -> str:
 
 
 def write_atomic(fs, path: str, data: bytes) -> None:
-    """Readers never see a partial file: a local file is renamed into place; an S3 PUT is
-    atomic by itself."""
+    """Readers never see a partial file: a local file is renamed into place (the episode
+    format's local writer), an S3 PUT is atomic by itself."""
     from fsspec.implementations.local import LocalFileSystem
 
     if isinstance(fs, LocalFileSystem):
-        directory = os.path.dirname(path)
-        os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        from k4d.episodes.location import LocalLocation
+
+        LocalLocation(Path(path).parent).write_atomic(Path(path).name, data)
     else:
         fs.pipe_file(path, data)
