@@ -129,16 +129,24 @@ def test_every_installed_service_is_fuzzed():
 
 @pytest.mark.parametrize("name", SERVICES)
 def test_fuzz_every_rpc(servers, name):
-    process = servers[name]
-    service = {"kinematics": "Kinematics", "projection": "Projection", "generator": "Generator",
-               "simulator": "Simulator"}.get(name, "")
-    seeds = {path: requests for path, requests in _seeds().items()
-             if service and path.startswith(f"/kinema4d.v1.{service}Service/")}
-    report = fuzz_server(process.address, calls_per_method=CALLS_PER_METHOD, seed=SEED,
+    _fuzz(servers[name], name, CALLS_PER_METHOD, SEED)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SERVICES)
+def test_fuzz_every_rpc_long(servers, name):
+    """`make test-all`: ten times the calls, other values."""
+    _fuzz(servers[name], name, 10 * CALLS_PER_METHOD, SEED + 1)
+
+
+def _fuzz(process, name: str, calls_per_method: int, seed: int) -> None:
+    prefix = f"/kinema4d.v1.{name.capitalize()}Service/"
+    seeds = {path: requests for path, requests in _seeds().items() if path.startswith(prefix)}
+    report = fuzz_server(process.address, calls_per_method=calls_per_method, seed=seed,
                          deadline_s=DEADLINE_S, seeds=seeds)
     print(f"{name}: {report.summary()}")
     assert report.codes, "reflection lists no methods"
-    assert report.calls == CALLS_PER_METHOD * len(report.codes)
+    assert report.calls == calls_per_method * len(report.codes)
     # The fuzzer reaches the services' own validation, not only the transport's.
     invalid = sum(c.get("INVALID_ARGUMENT", 0) for c in report.codes.values())
     assert invalid >= report.calls // 4, report.summary()
