@@ -29,8 +29,9 @@ def camera_json(eye=(1.4, 0.9, 1.0)) -> dict:
     return Camera.look_at(eye, (0.0, 0.0, 0.45), width=W, height=H, fovy_deg=55.0).to_dict()
 
 
-def write_dataset(root: Path, *, state_key="observation.state", state_width=None) -> dict:
-    """Two Panda episodes whose video shows our own render of the robot on a grey background."""
+def write_dataset(root: Path, *, state_key="observation.state", state_width=None, version="v3.0") -> dict:
+    """Two Panda episodes whose video shows our own render of the robot on a grey background.
+    v3.0: both episodes in one data file and one mp4; v2.1: one file of each per episode."""
     robot, renderer = robot_and_renderer("panda")
     rng = np.random.default_rng(0)
     camera = Camera.from_dict(camera_json())
@@ -55,10 +56,13 @@ def write_dataset(root: Path, *, state_key="observation.state", state_width=None
                          f"videos/{VIDEO_KEY}/from_timestamp": sum(LENGTHS[:e]) / FPS,
                          f"videos/{VIDEO_KEY}/to_timestamp": sum(LENGTHS[:e + 1]) / FPS})
     width = state_width or robot.num_joints
-    info = {"codebase_version": "v3.0", "robot_type": "panda", "fps": FPS, "total_episodes": len(LENGTHS),
+    v2 = version.startswith("v2")
+    info = {"codebase_version": version, "robot_type": "panda", "fps": FPS, "total_episodes": len(LENGTHS),
             "total_frames": index, "chunks_size": 1000,
-            "data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
-            "video_path": "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4",
+            "data_path": ("data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet" if v2 else
+                          "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"),
+            "video_path": ("videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4" if v2 else
+                           "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"),
             "features": {
                 state_key: {"dtype": "float32", "shape": [width], "names": robot.joint_names[:width]},
                 "action": {"dtype": "float32", "shape": [robot.num_joints]},
@@ -67,9 +71,21 @@ def write_dataset(root: Path, *, state_key="observation.state", state_width=None
                 "timestamp": {"dtype": "float32", "shape": [1]},
                 "frame_index": {"dtype": "int64", "shape": [1]}, "episode_index": {"dtype": "int64", "shape": [1]},
                 "index": {"dtype": "int64", "shape": [1]}, "task_index": {"dtype": "int64", "shape": [1]}}}
-    (root / "meta" / "episodes" / "chunk-000").mkdir(parents=True)
+    (root / "meta").mkdir(parents=True)
     (root / "data" / "chunk-000").mkdir(parents=True)
     (root / "meta" / "info.json").write_text(json.dumps(info))
+    if v2:
+        (root / "meta" / "episodes.jsonl").write_text("".join(
+            json.dumps({"episode_index": e["episode_index"], "tasks": e["tasks"], "length": e["length"]}) + "\n"
+            for e in episodes))
+        for e in range(len(LENGTHS)):
+            pq.write_table(pa.Table.from_pylist([r for r in rows if r["episode_index"] == e]),
+                           root / "data" / "chunk-000" / f"episode_{e:06d}.parquet")
+            video = root / "videos" / "chunk-000" / VIDEO_KEY / f"episode_{e:06d}.mp4"
+            video.parent.mkdir(parents=True, exist_ok=True)
+            _write_h264(video, frames[e])
+        return {"states": states, "frames": frames}
+    (root / "meta" / "episodes" / "chunk-000").mkdir(parents=True)
     pq.write_table(pa.Table.from_pylist(rows), root / "data" / "chunk-000" / "file-000.parquet")
     pq.write_table(pa.Table.from_pylist(episodes), root / "meta" / "episodes" / "chunk-000" / "file-000.parquet")
     pq.write_table(pa.table({"task": [f"task {e}" for e in range(len(LENGTHS))],
@@ -98,8 +114,9 @@ def k4d(*argv) -> int:
     return main([str(a) for a in argv])
 
 
-def test_import_gives_exact_masks_and_resampled_clips(tmp_path):
-    truth = write_dataset(tmp_path / "lerobot")
+@pytest.mark.parametrize("version", ["v3.0", "v2.1"])
+def test_import_gives_exact_masks_and_resampled_clips(tmp_path, version):
+    truth = write_dataset(tmp_path / "lerobot", version=version)
     (tmp_path / "cam.json").write_text(json.dumps(camera_json()))
     assert k4d("datagen", "import-lerobot", tmp_path / "lerobot", "--robot", "panda", "--camera",
                tmp_path / "cam.json", "--out", tmp_path / "ds", "--frames", 5, "--no-progress") == 0

@@ -1,5 +1,5 @@
 """`k4d datagen import-lerobot`: LeRobot datasets (format v3.0, as `lerobot` 0.6 writes
-them) -> episodes with EXACT robot masks, robot pointmaps and robot-only renders from our
+them; v2.0/v2.1, one file per episode, too) -> episodes with EXACT robot masks, robot pointmaps and robot-only renders from our
 kinematics and projection, given the robot and a camera calibration.
 
 Layout read (REFERENCE.md section 9), with pyarrow and PyAV only (no `lerobot` import):
@@ -11,6 +11,8 @@ Layout read (REFERENCE.md section 9), with pyarrow and PyAV only (no `lerobot` i
     data/chunk-*/file-*.parquet         per frame: observation.state, action, timestamp,
                                         frame_index, episode_index, index, task_index
     videos/<key>/chunk-*/file-*.mp4     several episodes per file, located by timestamps
+v2.x: meta/episodes.jsonl instead of meta/episodes/, one data parquet and one mp4 per
+episode (data/chunk-{episode_chunk}/episode_{episode_index}.parquet, videos/chunk-.../<key>/...).
 Each episode is resampled uniformly to the clip length (as Robo4D-200k did). World
 pointmaps and depth are absent (the format carries no depth).
 """
@@ -65,16 +67,20 @@ def open_lerobot(path: str | os.PathLike) -> LeRobotDataset:
     except json.JSONDecodeError as exc:
         raise InvalidArgument.for_field("path", f"{info_path} is not valid JSON: {exc}") from None
     version = str(info.get("codebase_version", ""))
-    if not version.startswith("v3"):
-        raise InvalidArgument.for_field("path", f"LeRobot format {version or '?'} is not supported; "
-                                        "convert it to v3.0 (lerobot's convert_dataset_v21_to_v30)")
+    if not version.startswith(("v3", "v2")):
+        raise InvalidArgument.for_field("path", f"LeRobot format {version or '?'} is not supported "
+                                        "(v2.0, v2.1 and v3.0 are)")
     for key in ("fps", "features", "data_path"):
         if key not in info:
             raise InvalidArgument.for_field("path", f"{info_path} has no {key!r}")
-    episode_files = sorted((root / "meta" / "episodes").glob("chunk-*/file-*.parquet"))
-    if not episode_files:
-        raise InvalidArgument.for_field("path", f"{root} has no meta/episodes/chunk-*/file-*.parquet")
-    episodes = sorted(_read_parquet_rows(episode_files), key=lambda r: int(r["episode_index"]))
+    if version.startswith("v2"):
+        episodes = _read_jsonl(root / "meta" / "episodes.jsonl")
+    else:
+        episode_files = sorted((root / "meta" / "episodes").glob("chunk-*/file-*.parquet"))
+        if not episode_files:
+            raise InvalidArgument.for_field("path", f"{root} has no meta/episodes/chunk-*/file-*.parquet")
+        episodes = _read_parquet_rows(episode_files)
+    episodes = sorted(episodes, key=lambda r: int(r["episode_index"]))
     tasks: dict[int, str] = {}
     tasks_path = root / "meta" / "tasks.parquet"
     if tasks_path.is_file():
@@ -86,6 +92,26 @@ def open_lerobot(path: str | os.PathLike) -> LeRobotDataset:
         for name, index in zip(names, data.get("task_index", []), strict=False):
             tasks[int(index)] = str(name)
     return LeRobotDataset(root, info, episodes, tasks)
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    if not path.is_file():
+        raise InvalidArgument.for_field("path", f"{path.parent.parent} has no meta/episodes.jsonl")
+    try:
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except json.JSONDecodeError as exc:
+        raise InvalidArgument.for_field("path", f"{path} is not valid JSON lines: {exc}") from None
+
+
+def _file_rel(dataset: LeRobotDataset, template: str, episode: dict, video_key: str = "") -> str:
+    """A data or video path of the episode: v3 templates name chunk/file indices from the
+    episode metadata, v2 templates the episode's chunk and index."""
+    index = int(episode["episode_index"])
+    prefix = f"videos/{video_key}/" if video_key else "data/"
+    return template.format(chunk_index=int(episode.get(f"{prefix}chunk_index", 0)),
+                           file_index=int(episode.get(f"{prefix}file_index", 0)),
+                           episode_chunk=index // int(dataset.info.get("chunks_size", 1000)),
+                           episode_index=index, video_key=video_key)
 
 
 def load_cameras(path: str | os.PathLike) -> dict:
@@ -131,8 +157,7 @@ def _state_columns(dataset: LeRobotDataset, robot, state_key: str) -> np.ndarray
 def _episode_states(dataset: LeRobotDataset, episode: dict, state_key: str, cache: dict) -> np.ndarray:
     import pyarrow.parquet as pq
 
-    rel = dataset.info["data_path"].format(chunk_index=int(episode.get("data/chunk_index", 0)),
-                                           file_index=int(episode.get("data/file_index", 0)))
+    rel = _file_rel(dataset, dataset.info["data_path"], episode)
     path = dataset.root / rel
     if path not in cache:
         table = pq.read_table(path, columns=[state_key, "episode_index", "frame_index"])
@@ -154,15 +179,14 @@ def _episode_frames(dataset: LeRobotDataset, episode: dict, video_key: str, fram
     template = dataset.info.get("video_path")
     if not template:
         raise InvalidArgument.for_field("path", "meta/info.json has no video_path")
-    rel = template.format(video_key=video_key, chunk_index=int(episode[f"videos/{video_key}/chunk_index"]),
-                          file_index=int(episode[f"videos/{video_key}/file_index"]))
+    rel = _file_rel(dataset, template, episode, video_key)
     path = dataset.root / rel
     if path not in cache:
         cache.clear()  # one decoded file at a time
         cache[path] = read_mp4(path)
     video = cache[path]
     fps = float(dataset.info["features"][video_key].get("info", {}).get("video.fps", dataset.fps))
-    start = int(round(float(episode[f"videos/{video_key}/from_timestamp"]) * fps))
+    start = int(round(float(episode.get(f"videos/{video_key}/from_timestamp", 0.0)) * fps))
     idx = start + frame_idx
     if idx.max() >= len(video):
         raise InvalidArgument.for_field("path", f"{rel} has {len(video)} frames; episode "
