@@ -28,9 +28,10 @@ EXAMPLE = ROOT / "examples" / "panda_pick"
 
 
 def machine() -> str:
-    out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    model = next((line.split(":", 1)[1].strip() for line in out.splitlines()
-                  if line.startswith("Model name")), "unknown CPU")
+    """CPU model, cores and the load average now (other jobs share this VM's cores)."""
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines()
+                  if line.startswith("model name")), "unknown CPU")
     return f"{model}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}"
 
 

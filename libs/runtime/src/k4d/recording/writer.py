@@ -316,7 +316,7 @@ def _log_frame(rr, rec, root: str, clip: dict[str, np.ndarray], t: int) -> None:
         valid = clip["mask"][t] if "mask" in clip else _valid_points(p_cam)
         rec.log(f"{root}/{layout.POINTS}",
                 rr.Points3D(_select(p_cam, valid).astype(np.float32, copy=False),
-                            colors=_select(rgb, valid)))
+                            colors=_rgba32(_select(rgb, valid))))
     if "robot_mask" in clip:
         rec.log(f"{root}/{layout.ROBOT_MASK}",
                 rr.SegmentationImage(clip["robot_mask"][t].astype(np.uint8)))
@@ -339,3 +339,12 @@ def _select(image: np.ndarray, valid: np.ndarray) -> np.ndarray:
     if valid.all():
         return np.ascontiguousarray(image).reshape(-1, image.shape[-1])
     return image[valid]
+
+
+def _rgba32(rgb: np.ndarray) -> np.ndarray:
+    """(n, 3) uint8 -> (n,) uint32 0xRRGGBBAA, opaque: rerun's packed colour, built here in
+    one pass (rerun's own conversion of uint8 triples costs a third of the write)."""
+    packed = np.empty((len(rgb), 4), np.uint8)
+    packed[:, 0] = 255
+    packed[:, 1:] = rgb[:, ::-1]  # little endian: bytes a, b, g, r
+    return packed.view("<u4").reshape(-1)
