@@ -63,7 +63,6 @@ class RunReporter(NullReporter):
         if self._bar is not None:
             self._bar.update(resumed_step)
         self.status(status, force=True)
-        self._event(status)
 
     def step(self, metrics: dict) -> None:
         self.lines.append(metrics)
@@ -143,23 +142,13 @@ def publish_training_event(bus, job_id: str, run_uri: str, status: RunStatus) ->
         checkpoint_uri=status.checkpoint_uri or "", total_steps=status.total_steps,
         run_uri=run_uri)
     if status.error:
-        event.error.CopyFrom(common_pb2.ErrorInfo(code="TRAINING_FAILED", message=status.error))
+        code = "CANCELLED" if status.state == "cancelled" else "INTERNAL"
+        event.error.CopyFrom(common_pb2.ErrorInfo(code=code, message=status.error,
+                                                  stage="trainer"))
     if status.published_model:
-        event.published_model.CopyFrom(_model_ref(status.published_model))
+        event.published_model.CopyFrom(common_pb2.ModelRef(
+            name=status.published_model["name"], version=status.published_model["version"]))
     bus.publish(TRAIN_EVENTS, job_id, event.SerializeToString(), event_headers(job_id=job_id))
-
-
-def _model_ref(published: dict):
-    from kinema4d.v1 import common_pb2
-
-    ref = common_pb2.ModelRef()
-    fields = ref.DESCRIPTOR.fields_by_name
-    for key in ("name", "version"):
-        if key in fields:
-            setattr(ref, key, published[key])
-    if "uri" in fields and "uri" in published:
-        ref.uri = published["uri"]
-    return ref
 
 
 class _PrometheusGauges:
