@@ -99,6 +99,18 @@ def test_pod_template_is_the_one_of_jobs_train(tool):
     assert comparable(rendered) == comparable(shipped)
 
 
+def test_a_relaunch_gets_its_own_names(tool):
+    from k4d.config import Config
+
+    job, config_map = pytorchjob.render_run(JOB_ID, plan(), RUN_URI, namespace="k4d",
+                                            image="k4d/trainer:gpu", nproc_per_node="gpu",
+                                            env=run_env(Config()), launch=3)
+    assert job["metadata"]["name"] == config_map["metadata"]["name"] == f"k4d-{JOB_ID}-r3"
+    volumes = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["volumes"]
+    assert {"name": "spec", "configMap": {"name": f"k4d-{JOB_ID}-r3"}} in volumes
+    assert tool.validate(job) == [] and len(job["metadata"]["name"]) <= 63
+
+
 def test_elastic_bounds_follow_the_world_size():
     one, _ = render(world_size=1, sharding="ddp")
     assert one["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1

@@ -177,17 +177,20 @@ class KubernetesLauncher:
         self.env = run_env(config)
         self.client = client or KubeClient.in_cluster()
 
-    def render(self, job_id: str, plan: RunPlan, run_uri: str) -> list[dict]:
+    def render(self, job_id: str, plan: RunPlan, run_uri: str, launch: int = 1) -> list[dict]:
         s = self.settings
         return pytorchjob.render_run(job_id, plan, run_uri, namespace=s.namespace, image=s.image,
-                                     nproc_per_node=s.nproc_per_node, env=self.env)
+                                     nproc_per_node=s.nproc_per_node, env=self.env, launch=launch)
 
     def launch(self, job_id: str, plan: RunPlan, run_uri: str, *, resume: bool,
                launches: int) -> Launch:
-        job, config_map = self.render(job_id, plan, run_uri)
+        if launches > 1:  # the previous, failed job of this run (best effort)
+            self.terminate(Launch(job_id, self.kind, run_uri,
+                                  name=pytorchjob.object_name(job_id, launches - 1)))
+        job, config_map = self.render(job_id, plan, run_uri, launches)
         created = self.client.create(job)
         self.client.create(pytorchjob.owned_by(config_map, created))
-        name = pytorchjob.object_name(job_id)
+        name = pytorchjob.object_name(job_id, launches)
         log.info("PyTorchJob created", extra={"job_id": job_id, "name": name,
                                                "namespace": self.settings.namespace})
         return Launch(job_id, self.kind, run_uri, launches=launches, name=name,

@@ -27,9 +27,11 @@ RUN_ENV_VARS = ("K4D_KAFKA_BOOTSTRAP", "K4D_STORE_URI", "K4D_S3_ENDPOINT", "K4D_
                 "OTEL_TRACES_EXPORTER")
 
 
-def object_name(job_id: str) -> str:
-    """`k4d-<job id>`: a DNS-1123 label (job ids are `train-<hex>-<hex>`, 30 characters)."""
-    return f"k4d-{job_id}"
+def object_name(job_id: str, launch: int = 1) -> str:
+    """`k4d-<job id>`, `k4d-<job id>-r<n>` for the n-th launch (a relaunch must not collide
+    with the previous job while it is being deleted): a DNS-1123 label, job ids being
+    `train-<hex>-<hex>` (30 characters)."""
+    return f"k4d-{job_id}" if launch <= 1 else f"k4d-{job_id}-r{launch}"
 
 
 def _labels(job_id: str) -> dict[str, str]:
@@ -43,20 +45,20 @@ def train_args(run_uri: str, config_path: str, resume: bool) -> list[str]:
     return ["--config", config_path, "--out", run_uri] + (["--resume"] if resume else [])
 
 
-def render_config_map(job_id: str, plan: RunPlan, namespace: str) -> dict:
+def render_config_map(job_id: str, plan: RunPlan, namespace: str, launch: int = 1) -> dict:
     return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": object_name(job_id), "namespace": namespace,
+            "metadata": {"name": object_name(job_id, launch), "namespace": namespace,
                          "labels": _labels(job_id)},
             "data": {CONFIG_FILE: json.dumps(plan.config, indent=2, sort_keys=True)}}
 
 
 def render_pytorchjob(job_id: str, plan: RunPlan, run_uri: str, *, namespace: str, image: str,
-                      nproc_per_node: str, env: dict[str, str]) -> dict:
+                      nproc_per_node: str, env: dict[str, str], launch: int = 1) -> dict:
     """The PyTorchJob of one run: one GPU per pod, `world_size` pods, elastic down to one
     (the run derives its data sharding from the world size it gets). Every start (first,
     or after a node loss) passes --resume, which continues from the newest complete
     checkpoint in RUN_URI or starts fresh when there is none."""
-    name = object_name(job_id)
+    name = object_name(job_id, launch)
     nodes = max(1, plan.nproc)
     container_env = [{"name": k, "value": env[k]} for k in RUN_ENV_VARS if env.get(k)]
     container_env += [{"name": "OTEL_SERVICE_NAME", "value": "trainer-run"},
@@ -109,13 +111,13 @@ def render_pytorchjob(job_id: str, plan: RunPlan, run_uri: str, *, namespace: st
 
 
 def render_run(job_id: str, plan: RunPlan, run_uri: str, *, namespace: str, image: str,
-               nproc_per_node: str, env: dict[str, str]) -> list[dict]:
+               nproc_per_node: str, env: dict[str, str], launch: int = 1) -> list[dict]:
     """[PyTorchJob, ConfigMap] of one run, in creation order: the ConfigMap is then made
     owned by the created job (`owned_by`), so the job's TTL removes both. Its pods wait
     for the ConfigMap volume the few milliseconds until it exists."""
     return [render_pytorchjob(job_id, plan, run_uri, namespace=namespace, image=image,
-                              nproc_per_node=nproc_per_node, env=env),
-            render_config_map(job_id, plan, namespace)]
+                              nproc_per_node=nproc_per_node, env=env, launch=launch),
+            render_config_map(job_id, plan, namespace, launch)]
 
 
 def owned_by(obj: dict, owner: dict) -> dict:
