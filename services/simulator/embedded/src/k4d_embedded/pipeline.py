@@ -121,8 +121,10 @@ class StageCores:
 
         key = id(store)
         if key not in self._managers:
+            # No warm-up step: the embedded mode's first job is the warm-up (a server
+            # warms up so that readiness means "fast"; a CLI run would only pay twice).
             self._managers[key] = ModelManager(store, cache_dir=self.cache_dir,
-                                               device=self.device)
+                                               device=self.device, warm_up=False)
         return self._managers[key]
 
     def generator(self, model_ref: common_pb2.ModelRef, sampling, store=None,
