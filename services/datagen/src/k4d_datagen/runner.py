@@ -12,11 +12,18 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing
+import time
 from dataclasses import dataclass, replace
 
 from k4d.episodes import DatasetWriter, EpisodeMeta
 
 from k4d_datagen.engine import EpisodeConfig, generate_episode
+
+# The manifest is rewritten whole on every commit; batching keeps a long run from writing
+# O(N^2) bytes. A crash loses at most one batch of listings, which a rerun regenerates
+# (same bytes) and lists.
+COMMIT_EVERY_EPISODES = 16
+COMMIT_EVERY_S = 60.0
 
 
 @dataclass
@@ -52,10 +59,22 @@ def generate_dataset(uri: str, template: EpisodeConfig, indices: list[int], *, w
     bar = tqdm(total=len(configs), initial=len(skipped), desc="episodes", unit="ep",
                disable=not progress, dynamic_ncols=True)
 
+    pending: list[EpisodeMeta] = []
+    last_commit = time.monotonic()
+
+    def flush() -> None:
+        nonlocal last_commit
+        if pending:
+            writer.commit(pending)
+            summary.generated.extend(m.episode_id for m in pending)
+            summary.successes += sum(bool(m.success) for m in pending)
+            pending.clear()
+        last_commit = time.monotonic()
+
     def done(meta: EpisodeMeta) -> None:
-        writer.commit([meta])
-        summary.generated.append(meta.episode_id)
-        summary.successes += bool(meta.success)
+        pending.append(meta)
+        if len(pending) >= COMMIT_EVERY_EPISODES or time.monotonic() - last_commit >= COMMIT_EVERY_S:
+            flush()
         bar.update(1)
 
     try:
@@ -75,5 +94,6 @@ def generate_dataset(uri: str, template: EpisodeConfig, indices: list[int], *, w
                         f.cancel()
                     raise
     finally:
+        flush()  # list what is complete, also when another episode failed
         bar.close()
     return summary
