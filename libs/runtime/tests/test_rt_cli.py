@@ -13,6 +13,7 @@ import pytest
 from k4d.cli.main import main, run_handler
 from k4d.cli.up import plan_ports
 from k4d.local_servers import free_port, s3_server_available
+from k4d.testing.plugins import write_plugin
 from k4d.testing.pytest_plugin import server_unavailable
 
 PLUGIN = textwrap.dedent('''
@@ -33,13 +34,9 @@ PLUGIN = textwrap.dedent('''
 
 @pytest.fixture
 def plugin_env(tmp_path):
-    (tmp_path / "k4d_rttest_plugin.py").write_text(PLUGIN)
-    dist = tmp_path / "k4d_rttest_plugin-0.0.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: k4d-rttest-plugin\nVersion: 0.0.0\n")
-    (dist / "entry_points.txt").write_text(
-        "[k4d.services]\nrttest = k4d_rttest_plugin:register_service\n\n"
-        "[k4d.workers]\nrttest = k4d_rttest_plugin:build_worker\n")
+    write_plugin(tmp_path, "k4d_rttest_plugin", PLUGIN, {
+        "k4d.services": {"rttest": "k4d_rttest_plugin:register_service"},
+        "k4d.workers": {"rttest": "k4d_rttest_plugin:build_worker"}})
     env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     env.pop("K4D_KAFKA_BOOTSTRAP", None)
     env["K4D_STORE_URI"] = (tmp_path / "store").as_uri()

@@ -11,6 +11,7 @@ import pytest
 from k4d.config import load_config
 from k4d.errors import InvalidArgument
 from k4d.service import FunctionService, Service, load_service
+from k4d.testing.plugins import write_plugin
 
 PLUGIN = textwrap.dedent('''
     from k4d.service import Service
@@ -38,14 +39,11 @@ PLUGIN = textwrap.dedent('''
 
 @pytest.fixture
 def plugins(tmp_path, monkeypatch):
-    (tmp_path / "k4d_rtsvc_plugin.py").write_text(PLUGIN)
-    dist = tmp_path / "k4d_rtsvc_plugin-0.0.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: k4d-rtsvc-plugin\nVersion: 0.0.0\n")
-    (dist / "entry_points.txt").write_text(
-        "[k4d.services]\nrtsvc = k4d_rtsvc_plugin:CounterService\n"
-        "rtfn = k4d_rtsvc_plugin:register_fn\nrtnoworker = k4d_rtsvc_plugin:register_fn\n\n"
-        "[k4d.workers]\nrtfn = k4d_rtsvc_plugin:build_fn_worker\n")
+    write_plugin(tmp_path, "k4d_rtsvc_plugin", PLUGIN, {
+        "k4d.services": {"rtsvc": "k4d_rtsvc_plugin:CounterService",
+                         "rtfn": "k4d_rtsvc_plugin:register_fn",
+                         "rtnoworker": "k4d_rtsvc_plugin:register_fn"},
+        "k4d.workers": {"rtfn": "k4d_rtsvc_plugin:build_fn_worker"}})
     monkeypatch.syspath_prepend(str(tmp_path))
     yield
     sys.modules.pop("k4d_rtsvc_plugin", None)
