@@ -99,7 +99,9 @@ def test_eval_run_then_resume_then_eval_dirs(dataset, capsys):
 
 
 def test_eval_dirs_missing_prediction_is_one_line(dataset, tmp_path, capsys):
+    # Found before the static-world floor would be generated.
     code = main(["eval", "--pred", str(tmp_path), "--gt", str(dataset / "data"),
-                 "--no-baseline", "--out", str(tmp_path / "o"), "--no-progress"])
+                 "--out", str(tmp_path / "o"), "--no-progress"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "ep0" in err[0]
+    assert not (tmp_path / "o" / "static-world").exists()

@@ -91,3 +91,17 @@ def test_stats_merge_across_episodes_equals_joint_computation(rng, frames):
     np.testing.assert_allclose(video._ssim_compute(merged), joint)
     again = FrameStats.from_json(merged.to_json())
     np.testing.assert_array_equal(again["ssim_sum"], merged["ssim_sum"])
+
+
+def test_agreement_on_the_shipped_scene_render(rng):
+    """A real rendered frame (examples/panda_pick/scene.png) and a shifted, noisy copy."""
+    from pathlib import Path
+
+    from PIL import Image
+
+    scene = Path(__file__).resolve().parents[3] / "examples" / "panda_pick" / "scene.png"
+    gt = np.asarray(Image.open(scene).convert("RGB"))[100:260, 200:440][None]
+    pred = np.roll(gt, 2, axis=2)
+    pred = np.clip(pred.astype(int) + rng.integers(-6, 7, pred.shape), 0, 255).astype(np.uint8)
+    np.testing.assert_allclose(video.psnr(pred, gt), _sk_psnr(pred, gt), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(video.ssim(pred, gt), _sk_ssim(pred, gt), rtol=0, atol=1e-6)

@@ -104,13 +104,14 @@ def _run_pair(args) -> int:
 
 
 def _run_eval(args) -> int:
-    from k4d_eval.pipeline import eval_dataset
+    from k4d_eval.pipeline import check_local_predictions, eval_dataset
 
     missing = [f"--{n}" for n in ("pred", "gt", "out") if not getattr(args, n)]
     if missing:
         raise InvalidArgument(f"missing {', '.join(missing)} (or use `k4d eval pair` / `k4d eval run`)")
     _check_workers(args.workers)
     settings = _settings(args)
+    check_local_predictions(args.pred, args.gt, args.episodes)
     baseline = args.baseline or None
     if baseline is None and not args.no_baseline:
         from k4d_eval.generate import generate_baseline

@@ -165,6 +165,24 @@ def local_predictions(uri: str, episode_ids: Sequence[str], scratch: Path) -> Pa
     return scratch
 
 
+def require_predictions(root: Path, ids: Sequence[str], name: str, uri: str) -> None:
+    missing = [e for e in ids if not inputs.is_sim_dir(root / e)]
+    if missing:
+        raise NotFound(f"{name} predictions: no `k4d simulate` output for episode(s) "
+                       f"{missing[:5]}{' ...' if len(missing) > 5 else ''} under {uri}")
+
+
+def check_local_predictions(pred_uri: str, gt_uri: str, episodes: Sequence[str] | None) -> None:
+    """Fail before any generation when local predictions are missing (s3:// ones are
+    checked once fetched)."""
+    from k4d.episodes import open_dataset
+
+    if pred_uri.startswith("s3://"):
+        return
+    ids = resolve_episodes(open_dataset(gt_uri), episodes)
+    require_predictions(local_predictions(pred_uri, ids, Path()), ids, MODEL, pred_uri)
+
+
 def eval_dataset(pred_uri: str, gt_uri: str, out: Path, settings: Settings, *,
                  baseline_uri: str | None = None, episodes: Sequence[str] | None = None,
                  workers: int = 1, progress: bool = True, method: str = "model",
@@ -184,11 +202,7 @@ def eval_dataset(pred_uri: str, gt_uri: str, out: Path, settings: Settings, *,
         if baseline_uri:
             roots[BASELINE] = local_predictions(baseline_uri, ids, Path(scratch) / BASELINE)
         for name, root in roots.items():
-            missing = [e for e in ids if not inputs.is_sim_dir(root / e)]
-            if missing:
-                raise NotFound(f"{name} predictions: no `k4d simulate` output for episode(s) "
-                               f"{missing[:5]}{' ...' if len(missing) > 5 else ''} under "
-                               f"{pred_uri if name == MODEL else baseline_uri}")
+            require_predictions(root, ids, name, pred_uri if name == MODEL else baseline_uri)
         if workers > 1:  # episodes in processes: share the cores instead of oversubscribing
             settings = replace(settings, threads=max(1, (os.cpu_count() or 1) // workers))
         results = {}
