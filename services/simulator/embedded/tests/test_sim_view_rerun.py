@@ -42,6 +42,11 @@ def test_path_stands_for_its_recordings(tmp_path):
         (evaluation / name).write_bytes(b"")
     assert [p.name for p in find_recordings(evaluation)] == ["a.rrd", "b.rrd"]
     assert find_recordings(evaluation / "b.rrd") == [(evaluation / "b.rrd").resolve()]
+    nested = tmp_path / "runs"
+    for name in ("r2", "r1"):
+        (nested / name).mkdir(parents=True)
+        (nested / name / "rollout.rrd").write_bytes(b"")
+    assert [p.parent.name for p in find_recordings(nested)] == ["r1", "r2"]
 
 
 @pytest.mark.parametrize("name, message", [

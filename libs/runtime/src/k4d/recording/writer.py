@@ -230,8 +230,11 @@ def _write(path, clips: dict[str, dict[str, np.ndarray]], *, camera, joints, joi
             for root, clip in clips.items():
                 _log_frame(rr, rec, root, clip, t)
         rec.flush()
-    finally:
+    except BaseException:
         rec.disconnect()
+        tmp.unlink(missing_ok=True)
+        raise
+    rec.disconnect()
     tmp.replace(path)
     return path
 

@@ -50,7 +50,8 @@ def is_episode_dir(path: Path) -> bool:
 
 def find_recordings(path: Path) -> list[Path]:
     """The .rrd files PATH stands for: itself, a directory's rollout.rrd, else every .rrd
-    directly in the directory (an evaluation's), sorted."""
+    in the directory (an evaluation's), else every .rrd one level down (one directory per
+    episode or rollout), sorted."""
     if path.is_file():
         if path.suffix != ".rrd":
             raise InvalidArgument.for_field("path", f"{path} is not a .rrd recording")
@@ -60,6 +61,7 @@ def find_recordings(path: Path) -> list[Path]:
     if (path / RECORDING_FILE).is_file():
         return [(path / RECORDING_FILE).resolve()]
     found = sorted(p.resolve() for p in path.glob("*.rrd") if p.is_file())
+    found = found or sorted(p.resolve() for p in path.glob("*/*.rrd") if p.is_file())
     if not found:
         raise InvalidArgument.for_field(
             "path", f"no Rerun recording (.rrd) in {path}: pass a `k4d simulate`, `k4d generate` "
