@@ -277,7 +277,13 @@ def link_mesh_files(link_meshes, robot_name: str) -> dict[int, str]:
         digest.update(np.ascontiguousarray(mesh.faces).tobytes())
     root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "k4d" / "datagen-meshes"
     folder = root / f"{robot_name}-{digest.hexdigest()[:16]}"
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:  # no writable cache (read-only home): a per-user temp folder instead
+        import tempfile
+
+        folder = Path(tempfile.gettempdir()) / f"k4d-datagen-meshes-{os.getuid()}" / folder.name
+        folder.mkdir(parents=True, exist_ok=True)
     files = {}
     for mesh in link_meshes:
         path = folder / f"link{mesh.link_index}.stl"
