@@ -19,7 +19,7 @@ from k4d.store import LocalStore, put_array
 from k4d.tensor_io import to_tensor
 from k4d_simulator import events as ev
 from k4d_simulator.api import SimulatorServicer
-from k4d_simulator.feed import JobFeed
+from k4d_simulator.feed import DLQ_TOPICS, JobFeed
 from k4d_simulator.jobs import JobTable
 from kinema4d.v1 import (
     common_pb2,
@@ -316,3 +316,26 @@ def test_a_claim_whose_submit_died_before_publishing_is_published_by_the_next_su
     servicer.Submit(simulator_pb2.SubmitRequest(spec=make_spec(), idempotency_key="dead-replica"),
                     None)
     assert reader.poll(0.2, max_records=10) == []  # published once
+
+
+def test_a_restarted_feed_does_not_bridge_a_dead_letter_again(service):
+    stub, bus, store, table, _ = service
+    job_id = stub.Submit(simulator_pb2.SubmitRequest(spec=make_spec())).job_id
+    headers = event_headers(job_id, 3)
+    headers.update({"k4d-error": b"NotFound: no robot", "k4d-error-type": b"NotFound"})
+    bus.publish(dlq(ev.TOPIC_REQUESTED), job_id, b"original bytes", headers)
+    wait_state(stub, job_id, S.JOB_STATE_FAILED)
+    failures = bus.reader([ev.TOPIC_FAILED])
+    assert len(failures.poll(1.0, max_records=10)) == 1
+    for _ in range(2):  # restarts replay the dead letter and the failure it became
+        fresh = JobTable()
+        feed = JobFeed(bus, fresh, poll_timeout_s=0.05)
+        # Kafka gives no order across topics: here the dead letters come first.
+        feed.topics = [*DLQ_TOPICS, *ev.SIM_TOPICS]
+        feed.start()
+        try:
+            assert feed.wait_ready(5)
+            assert fresh.get(job_id).state == S.JOB_STATE_FAILED
+        finally:
+            feed.stop()
+    assert failures.poll(0.3, max_records=10) == []

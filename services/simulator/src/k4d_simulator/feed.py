@@ -16,9 +16,10 @@ the JobTable, plus the dead-letter bridge.
   has caught up, so a record includes every stage's event whatever order they came in.
 - Dead letters: a message on `<input topic>.dlq` means the stage consuming that topic
   gave up on the job. The feed turns it into a `k4d.sim.failed` event naming the stage and
-  the reason, published while the job is not yet terminal in its table. A replay may
-  publish a duplicate (when it reads the dead letter before the failure); the table folds
-  the first failure in the topic and ignores later terminal events, so state is the same.
+  the reason, published while the job is not yet terminal in its table. Dead letters
+  met during the replay are bridged once it has caught up (their failures, published
+  before the restart, are folded by then), so a restart publishes no duplicates; two
+  replicas bridging a new dead letter at once may, and the table folds the first failure.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ class JobFeed:
         self._thread: threading.Thread | None = None
         self.events_applied = 0
         self.records_loaded = 0
+        self._deferred_dead_letters: list = []
 
     def start(self) -> JobFeed:
         self.bus.ensure_topics(self.topics)
@@ -132,6 +134,9 @@ class JobFeed:
                     positions = reader.positions()
                     if any(positions.get(tp, 0) < end for tp, end in ends.items()):
                         continue
+                    deferred, self._deferred_dead_letters = self._deferred_dead_letters, []
+                    for dead_letter in deferred:
+                        self.handle_dead_letter(dead_letter)
                     self.write_finals()
                     self.ready.set()
                     log.info("job feed caught up", extra={
@@ -160,7 +165,10 @@ class JobFeed:
         """Fold one bus message; a malformed one is logged and skipped, never fatal."""
         try:
             if message.topic in DLQ_TOPICS:
-                self._dead_letter(message)
+                if self.ready.is_set():
+                    self.handle_dead_letter(message)
+                else:  # bridged once caught up: by then the failure it stood for is folded
+                    self._deferred_dead_letters.append(message)
                 return
             headers = {k: v.decode(errors="replace") for k, v in message.headers.items()}
             self.table.apply(message.topic, message.value, headers)
@@ -169,6 +177,13 @@ class JobFeed:
             log.exception("cannot apply event", extra={"topic": message.topic,
                                                        "offset": message.offset})
 
+    def handle_dead_letter(self, message) -> None:
+        try:
+            self._dead_letter(message)
+        except Exception:
+            log.exception("cannot bridge a dead letter", extra={"topic": message.topic,
+                                                                "offset": message.offset})
+
     def _dead_letter(self, message) -> None:
         failure = failure_from_dead_letter(message)
         if failure is None:
@@ -176,8 +191,9 @@ class JobFeed:
         job_id = failure.header.job_id
         if job_id in self.table and is_terminal(self.table.get(job_id).state):
             return
-        # Not applied here: the table takes it from k4d.sim.failed like any other event,
-        # so a replay (which may see the dead letter again and publish a duplicate) folds
-        # the first failure in the topic's order and rebuilds the same record.
+        # Not applied here: the table takes it from k4d.sim.failed like any other event.
+        # Dead letters read during the replay wait until it has caught up, so a restart
+        # does not publish again the failures already on the topic; replicas bridging the
+        # same dead letter at once may publish duplicates, and the table folds the first.
         self.bus.publish(ev.TOPIC_FAILED, job_id, failure.SerializeToString(),
                          event_headers(job_id, message.attempt))
