@@ -91,3 +91,18 @@ def test_agreement_cli_per_task_and_policy(tmp_path, capsys):
     bad.write_text("policy,true_success,simulated_success\na,maybe,1\n")
     assert main(["eval", "agreement", str(bad), "--out", str(tmp_path / "o2")]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_summary_lists_the_policy_section():
+    from k4d_eval.report import summary_markdown
+
+    section = policy.agreement_table([
+        {"policy": "a", "true_success": True, "simulated_success": True},
+        {"policy": "b", "true_success": False, "simulated_success": True}])
+    section["judge_on_ground_truth"] = policy.agreement([True, False], [True, False])
+    text = summary_markdown({"method": "m", "metrics": {}, "regions": {}, "baseline": None,
+                             "counts": {"episodes": 2, "frames": 10}, "settings": {"tau": 0.01},
+                             "policy": section})
+    assert "- accuracy: 0.5000" in text and "- success rate gap: 0.5000" in text
+    assert "judge on ground truth vs labels: accuracy 1.0000 over 2" in text
+    assert "Spearman" not in text  # simulated rates tie (1.0, 1.0): rho is undefined

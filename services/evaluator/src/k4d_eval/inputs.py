@@ -169,6 +169,7 @@ def load_sim_dir(path: str | Path, T_cam_from_world: np.ndarray | None = None
     if (path / SIM_ROBOT_NPZ).is_file():
         robot = load_npz(path / SIM_ROBOT_NPZ, required=("mask",))
         condition = _check_mask(robot["mask"], clip.rgb.shape[:3], str(path / SIM_ROBOT_NPZ) + ":mask")
+        clip.robot_mask = condition  # the prediction's robot pixels are the condition's
     summary = {}
     if (path / SIM_SUMMARY_JSON).is_file():
         try:

@@ -168,8 +168,8 @@ def rank_correlation(true_rates: Sequence[float], simulated_rates: Sequence[floa
     """Spearman's rho between true and simulated success rates of several policies."""
     from scipy.stats import spearmanr
 
-    if len(true_rates) < 2:
-        return None
+    if len(true_rates) < 2 or np.ptp(true_rates) == 0 or np.ptp(simulated_rates) == 0:
+        return None  # a constant ranking has no correlation
     rho = spearmanr(true_rates, simulated_rates).statistic
     return None if np.isnan(rho) else float(rho)
 

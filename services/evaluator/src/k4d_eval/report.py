@@ -183,8 +183,16 @@ def summary_markdown(report: Mapping) -> str:
         agreement = policy.get("agreement") or {}
         for key in ("episodes", "accuracy", "precision", "recall", "success_rate_true",
                     "success_rate_simulated", "success_rate_gap"):
-            if key in agreement:
-                lines.append(f"- {key}: {agreement[key]}")
+            value = agreement.get(key)
+            text = "-" if value is None else (f"{value:.4f}" if isinstance(value, float) else value)
+            lines.append(f"- {key.replace('_', ' ')}: {text}")
+        judge = policy.get("judge_on_ground_truth") or {}
+        if judge.get("episodes"):
+            lines.append(f"- judge on ground truth vs labels: accuracy {judge['accuracy']:.4f} "
+                         f"over {judge['episodes']} episode(s)")
+        if policy.get("spearman") is not None:
+            lines.append(f"- Spearman rho of policies (simulated vs true success rate): "
+                         f"{policy['spearman']:.4f}")
         lines.append("")
     return "\n".join(lines)
 
