@@ -58,7 +58,63 @@ def test_request_and_final_records_load_back(records):
     assert records.load("sim-2-00000000000b") == (None, final)  # the first final stays
     assert records.load("sim-9-00000000000c") == (None, None)
     assert records.load("x" * 5000) == (None, None)
-    assert sorted((r.header.job_id if r else f.job_id) for r, f in records.load_all()) == [
+    snapshot, rest = records.load_all()
+    assert snapshot == []
+    assert sorted((r.header.job_id if r else f.job_id) for r, f in rest) == [
         "sim-1-00000000000a", "sim-2-00000000000b"]
     assert records.is_published("sim-1-00000000000a")
     assert not records.is_published("sim-9-00000000000c")
+
+
+class CountingStore(LocalStore):
+    """A local store that counts reads (to see what a start costs)."""
+
+    def __init__(self, root):
+        super().__init__(root)
+        self.reads = 0
+
+    def get_bytes(self, key, expected_sha256=None):
+        self.reads += 1
+        return super().get_bytes(key, expected_sha256)
+
+
+def _final(i: int) -> simulator_pb2.Job:
+    return simulator_pb2.Job(job_id=f"sim-{i:x}-{i:012x}",
+                             state=simulator_pb2.JobState.JOB_STATE_SUCCEEDED)
+
+
+def test_a_start_after_a_snapshot_reads_one_object_plus_the_newer_records(tmp_path):
+    from k4d.bus import InProcessBus
+    from k4d_simulator.feed import JobFeed
+    from k4d_simulator.jobs import JobTable
+
+    store = CountingStore(tmp_path / "store")
+    records = JobRecords(store)
+    for i in range(1, 31):
+        records.put_final(_final(i))
+    records.put_requested(_request("sim-99-000000000099", 5.0))  # unfinished: never snapshot
+
+    first = JobTable()
+    JobFeed(InProcessBus(), first, records, snapshot_min_records=10).load_records()
+    assert len(first) == 31 and len(records._snapshot_names()) == 1
+
+    for i in range(31, 36):  # finished after the snapshot
+        records.put_final(_final(i))
+    store.reads = 0
+    second = JobTable()
+    JobFeed(InProcessBus(), second, records, snapshot_min_records=10).load_records()
+    # the snapshot, the 5 newer finals, the unfinished job (no final, then its request)
+    assert store.reads == 1 + 5 + 2
+    assert len(second) == 36
+    assert all(second.get(job.job_id) == job for job in first.list(500)[0])
+    assert all(second.get(_final(i).job_id) == _final(i) for i in range(31, 36))
+    assert second.get("sim-99-000000000099").state == simulator_pb2.JobState.JOB_STATE_QUEUED
+    assert len(records._snapshot_names()) == 1  # 5 < 10: no new snapshot
+
+
+def test_only_the_newest_snapshots_are_kept(records):
+    for i in range(4):
+        records.put_snapshot([_final(j) for j in range(1, i + 2)])
+    assert len(records._snapshot_names()) == 2
+    assert [j.job_id for j in records.newest_snapshot()] == sorted(
+        _final(j).job_id for j in range(1, 5))

@@ -38,6 +38,8 @@ from kinema4d.v1 import common_pb2, events_pb2
 
 log = get_logger(__name__)
 RETRY_S = 2.0
+# Final records read one by one at start from which on a snapshot is written.
+SNAPSHOT_MIN_RECORDS = 200
 
 # Input topic of each simulation stage -> the stage that consumes it (pipeline topology).
 STAGE_OF_INPUT = {topic: stage.name for stage in pipeline_topology.simulation_stages()
@@ -71,9 +73,11 @@ class JobFeed:
 
     def __init__(self, bus, table: JobTable, records: JobRecords | None = None, *,
                  poll_timeout_s: float = 0.2,
-                 on_ready: Callable[[], None] | None = None):
+                 on_ready: Callable[[], None] | None = None,
+                 snapshot_min_records: int = SNAPSHOT_MIN_RECORDS):
         self.bus, self.table, self.records = bus, table, records
         self.poll_timeout_s, self.on_ready = poll_timeout_s, on_ready
+        self.snapshot_min_records = snapshot_min_records
         self.topics = [*pipeline_topology.JOB_STATE_TOPICS, *DLQ_TOPICS]
         self.ready = threading.Event()
         self._stop = threading.Event()
@@ -108,17 +112,29 @@ class JobFeed:
                 self._stop.wait(RETRY_S)
 
     def load_records(self) -> None:
-        """Fold the durable records into the table (finished: restored; else requested)."""
+        """Fold the durable records into the table (finished: restored; else requested).
+        When many final records had to be read one by one, write a snapshot of them all,
+        so the next start reads one object instead."""
         if self.records is None:
             return
-        for request, final in self.records.load_all():
+        snapshot, rest = self.records.load_all()
+        for job in snapshot:
+            self.table.restore(job)
+        finals = []
+        for request, final in rest:
             if self._stop.is_set():
                 return
             if final is not None:
                 self.table.restore(final)
+                finals.append(final)
             elif request is not None:
                 self.table.apply(ev.TOPIC_REQUESTED, request)
-            self.records_loaded += 1
+        self.records_loaded = len(snapshot) + len(finals)
+        if len(finals) >= self.snapshot_min_records:
+            try:
+                self.records.put_snapshot(snapshot + finals)
+            except Exception:  # an optimisation: the next start reads the records again
+                log.exception("cannot write a job records snapshot")
 
     def run(self, stop_event: threading.Event | None = None) -> None:
         stop = stop_event or self._stop

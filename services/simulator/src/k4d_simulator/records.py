@@ -4,6 +4,7 @@ outlives the Kafka topics' retention (docs/adr/ for why the object store).
     simulator/idempotency/<sha256(key)>/<generation>.pb   SimulationRequested, create-once
     simulator/jobs/<job_id>/requested.pb                  SimulationRequested, after publish
     simulator/jobs/<job_id>/final.pb                      the terminal Job, create-once
+    simulator/snapshots/<unix ns>.pb                      finished jobs, ListJobsResponse
 
 - Idempotency: the first Submit of a key creates generation N of its object with
   `If-None-Match: *` (`ObjectStore.put_bytes_if_absent`); exactly one replica wins, the
@@ -16,12 +17,17 @@ outlives the Kafka topics' retention (docs/adr/ for why the object store).
   its claim and its publish: the next Submit of the key publishes it).
 - `final.pb` is written by whichever replica first folds the job into a terminal state;
   create-once, so every replica reads the same final record.
+- Snapshots: a replica that had to read many final records one by one at start writes
+  them all (with the snapshot it started from) as one object; the next start reads the
+  newest snapshot with one GET and only the records it does not hold. Final records never
+  change, so a snapshot never goes stale; the two newest are kept.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -30,10 +36,13 @@ from k4d.store import validate_key
 from kinema4d.v1 import events_pb2, simulator_pb2
 
 PREFIX = "simulator"
+_S = simulator_pb2.JobState
+_TERMINAL = frozenset({_S.JOB_STATE_SUCCEEDED, _S.JOB_STATE_FAILED, _S.JOB_STATE_CANCELLED})
 # What api.new_job_id makes: sim-<unix seconds hex>-<12 hex>.
 JOB_ID = re.compile(r"sim-[0-9a-f]{1,16}-[0-9a-f]{12}")
 PUBLISH_GRACE_S = 30.0
 LOAD_THREADS = 16
+SNAPSHOTS_KEPT = 2
 _CLAIM_ATTEMPTS = 8
 
 
@@ -123,10 +132,45 @@ class JobRecords:
         except NotFound:
             return self._request(self._job_key(job_id, "requested.pb")), None
 
-    def load_all(self) -> Iterator[tuple[events_pb2.SimulationRequested | None,
-                                         simulator_pb2.Job | None]]:
-        """Every recorded job, read with LOAD_THREADS parallel GETs."""
+    def load_all(self) -> tuple[list[simulator_pb2.Job],
+                                Iterator[tuple[events_pb2.SimulationRequested | None,
+                                               simulator_pb2.Job | None]]]:
+        """(the finished jobs of the newest snapshot, every other recorded job as `load`
+        gives it, read with LOAD_THREADS parallel GETs)."""
+        snapshot = self.newest_snapshot()
+        known = {job.job_id for job in snapshot}
         root = f"{self.prefix}/jobs/"
-        job_ids = sorted({name[len(root):].split("/", 1)[0] for name in self.store.list(root)})
-        with ThreadPoolExecutor(LOAD_THREADS, thread_name_prefix="job-records") as pool:
-            yield from pool.map(self.load, job_ids)
+        job_ids = sorted({name[len(root):].split("/", 1)[0] for name in self.store.list(root)}
+                         - known)
+
+        def rest():
+            with ThreadPoolExecutor(LOAD_THREADS, thread_name_prefix="job-records") as pool:
+                yield from pool.map(self.load, job_ids)
+
+        return snapshot, rest()
+
+    # --- snapshots -------------------------------------------------------------------
+
+    def _snapshot_names(self) -> list[str]:
+        return [n for n in self.store.list(f"{self.prefix}/snapshots/") if n.endswith(".pb")]
+
+    def newest_snapshot(self) -> list[simulator_pb2.Job]:
+        """The finished jobs of the newest snapshot ([] when there is none)."""
+        names = self._snapshot_names()
+        if not names:
+            return []
+        try:
+            data = self.store.get_bytes(names[-1])
+        except NotFound:  # replaced between the list and the read: the next start has it
+            return []
+        return list(simulator_pb2.ListJobsResponse.FromString(data).jobs)
+
+    def put_snapshot(self, jobs: list[simulator_pb2.Job]) -> str:
+        """Write the finished `jobs` as the newest snapshot; drop all but SNAPSHOTS_KEPT."""
+        finished = sorted((j for j in jobs if j.state in _TERMINAL), key=lambda j: j.job_id)
+        key = f"{self.prefix}/snapshots/{time.time_ns():020d}.pb"
+        self.store.put_bytes(key, simulator_pb2.ListJobsResponse(jobs=finished)
+                             .SerializeToString(deterministic=True))
+        for old in self._snapshot_names()[:-SNAPSHOTS_KEPT]:
+            self.store.delete(old)
+        return key
