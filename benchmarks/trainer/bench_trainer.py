@@ -9,7 +9,9 @@ base, LoRA rank 8 + the Kinema4D parameters trainable, activation checkpointing 
 synthetic episode dataset; latents are encoded once beforehand and shared, so only
 training steps are timed. Each configuration is a real `k4d train` run (torchrun for 2
 processes); figures are medians over the steps after `--warmup`, read from metrics.jsonl.
-Threads: every run gets the machine's cores split over its processes.
+Threads: one per process (OMP_NUM_THREADS=1), so the 1-process run uses one core and the
+2-process runs both; on a shared machine, two threads in one process stall on each other
+far more than two processes do.
 
     .venv/bin/python benchmarks/trainer/bench_trainer.py [--size small] [--steps 12]
 """
@@ -68,7 +70,7 @@ def run(root: Path, recipe: dict, name: str, nproc: int, parallelism: dict, step
     path = root / f"{name.replace(' ', '-')}.json"
     path.write_text(json.dumps(doc))
     out = root / "runs" / path.stem
-    env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // nproc))}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "k4d.cli.main", "train", "--config", str(path),
                            "--out", str(out), "--nproc", str(nproc)], env=env,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed.checkpoint as dcp
-from k4d.errors import FailedPrecondition
+from k4d.errors import FailedPrecondition, NotFound
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_state_dict,
@@ -111,7 +111,7 @@ class Checkpointer:
         """The newest committed checkpoint, or None."""
         try:
             pointer = json.loads(self.run.read_bytes(f"{FOLDER}/{LATEST}"))
-        except Exception:  # no checkpoint yet (NotFound) or a pointer being replaced
+        except NotFound:
             return None
         name = f"{FOLDER}/{pointer['path']}"
         if not self.run.exists(f"{name}/{COMMIT_MARKER}"):

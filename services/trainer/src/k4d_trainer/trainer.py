@@ -7,6 +7,7 @@ optimizer, checkpoints, reporting); `train` is a short linear loop whose details
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -123,6 +124,8 @@ class Trainer:
 
             raise FailedPrecondition(f"{run.uri} already holds a run with checkpoints; pass "
                                      "--resume to continue it or choose another --out")
+        if config.publish.name:  # a bad version must fail now, not after the training
+            dataclasses.replace(config.publish, version=config.publish.version or job_id).validate()
         dataset = open_source(config.data, env_config)
         torch.manual_seed(config.seed)  # identical initial replicas on every rank
         components = model_lib.load_components(config.recipe, config.model, config.seed)
