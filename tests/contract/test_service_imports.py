@@ -25,9 +25,6 @@ KNOWN_EXCEPTIONS = {
     ("k4d_projection", "k4d_kinematics"):
         "robot descriptions (URDF/xacro -> link meshes) still live in kinematics; issue 9 "
         "point 11 moves them to the runtime",
-    ("k4d_generator", "k4d_projection"):
-        "the generator's output writer loads the Kinema4D 8-bit pointmap codec from "
-        "projection when installed; issue 9 point 11 moves the codec to the runtime",
     ("k4d_trainer", "k4d_generator"):
         "the trainer fine-tunes the generator's model classes (transformer, VAE, "
         "checkpoint layout) and publishes into its registry",

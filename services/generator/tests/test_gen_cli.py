@@ -46,9 +46,15 @@ def test_gen_cli_torch_and_onnx_agree(tiny_model_dir, inputs, tmp_path, onnx_cac
     import imageio.v2 as imageio
 
     assert len(imageio.mimread(tmp_path / "torch" / "rgb.mp4")) == 5
-    if (tmp_path / "torch" / "pointmap_k4d.mp4").exists():  # with the projection codec
-        meta8 = json.loads((tmp_path / "torch" / "pointmap_k4d.json").read_text())
-        assert len(meta8["scale"]) == 5 and len(meta8["centre"][0]) == 3
+    # the one pointmap_k4d writer (k4d.pointmap_video): same schema as `k4d simulate`
+    meta8 = json.loads((tmp_path / "torch" / "pointmap_k4d.json").read_text())
+    assert len(meta8["scale"]) == 5 and len(meta8["centre"][0]) == 3
+    assert meta8["version"] == "1" and meta8["clip_percentiles"] == [2.0, 98.0]
+    from k4d.pointmap_codec import encode_8bit
+    from k4d.pointmap_video import read_pointmap_video
+
+    np.testing.assert_array_equal(read_pointmap_video(tmp_path / "torch").values,
+                                  encode_8bit(a["pointmap"], a["mask"]).values)
 
 
 def test_gen_cli_official_layout_model(tmp_path, inputs):
