@@ -105,3 +105,14 @@ def test_eval_dirs_missing_prediction_is_one_line(dataset, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "ep0" in err[0]
     assert not (tmp_path / "o" / "static-world").exists()
+
+
+def test_eval_run_with_a_missing_model_is_one_line(dataset, tmp_path, capsys):
+    # `k4d simulate --model /no/such/dir` falls back to static-world (a path that does not
+    # exist parses as a registry name ""); the evaluator must not score that as the model.
+    code = main(["eval", "run", "--model", str(tmp_path / "no-model"), "--data",
+                 str(dataset / "data"), "--out", str(tmp_path / "o"), "--no-progress",
+                 "--no-baseline"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "`k4d simulate` failed for ep0" in err[0], err
+    assert not (tmp_path / "o" / "report.json").exists()

@@ -23,6 +23,7 @@ from k4d_eval.pipeline import BASELINE, MODEL, eval_dataset, resolve_episodes
 PREDICTIONS_DIR = "predictions"
 BASELINE_DIR = "static-world"
 INPUTS_DIR = "inputs"
+STATIC_WORLD_ID = "static-world"  # summary.json model id of the static-world backend
 
 
 def write_episode_inputs(dataset, episode_id: str, where: Path) -> dict[str, str]:
@@ -38,16 +39,6 @@ def write_episode_inputs(dataset, episode_id: str, where: Path) -> dict[str, str
     return {"--robot": meta.robot, "--image": str(where / "image.png"),
             "--camera": str(where / "camera.json"), "--actions": str(where / "actions.json"),
             "--frames": str(meta.frames), "--fps": str(meta.fps)}
-
-
-def require_simulate() -> None:
-    """`k4d simulate` must be installed (the embedded runner, k4d-embedded)."""
-    proc = subprocess.run([sys.executable, "-m", "k4d.cli.main", "simulate", "--help"],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise FailedPrecondition("generation runs `k4d simulate`, which is not installed here "
-                                 "(pip install services/simulator/embedded); evaluate existing "
-                                 "outputs with `k4d eval --pred DIR --gt URI` instead")
 
 
 def simulate(spec: dict[str, str], out: Path, *, model: str = "", backend: str = "",
@@ -66,11 +57,28 @@ def simulate(spec: dict[str, str], out: Path, *, model: str = "", backend: str =
     if steps:
         cmd += ["--steps", str(steps)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0 and "invalid choice: 'simulate'" in proc.stderr:
+        raise FailedPrecondition("generation runs `k4d simulate`, which is not installed here "
+                                 "(pip install services/simulator/embedded); evaluate existing "
+                                 "outputs with `k4d eval --pred DIR --gt URI` instead")
     if proc.returncode != 0:
         lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
         raise FailedPrecondition(f"`k4d simulate` failed for {out.name}: "
                                  f"{lines[-1] if lines else f'exit code {proc.returncode}'}")
+    if model and _model_id(out) == STATIC_WORLD_ID:
+        # Never score the floor under a model's name (a model string simulate did not
+        # resolve falls back to static-world); the directory stays incomplete.
+        (out / SIM_SUMMARY_JSON).unlink()
+        raise FailedPrecondition(f"`k4d simulate` failed for {out.name}: it ran the static-world "
+                                 f"backend, not model {model!r} (no such model?)")
     return out
+
+
+def _model_id(out: Path) -> str:
+    try:
+        return str(json.loads((out / SIM_SUMMARY_JSON).read_text())["model"]["id"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
 
 
 def generate(dataset, episode_ids: Sequence[str], out: Path, method_dir: str, *,
@@ -82,8 +90,6 @@ def generate(dataset, episode_ids: Sequence[str], out: Path, method_dir: str, *,
     root = out / method_dir
     root.mkdir(parents=True, exist_ok=True)
     todo = [e for e in episode_ids if not (root / e / SIM_SUMMARY_JSON).is_file()]
-    if todo:
-        require_simulate()
     specs = {e: write_episode_inputs(dataset, e, out / INPUTS_DIR / e) for e in todo}
     with tqdm(total=len(episode_ids), initial=len(episode_ids) - len(todo), unit="episode",
               desc=f"simulate {method_dir}", disable=not progress) as bar, \
