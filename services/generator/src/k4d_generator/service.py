@@ -117,9 +117,13 @@ class ModelManager:
         if current is None or not registry.is_registry_ref(current.ref) \
                 or current.info.get("name") != name or current.info.get("version") == version:
             return None
-        announced = registry.read_manifest(self.store, name, version)
-        served = registry.read_manifest(self.store, name, current.info.get("version", ""))
-        if announced["created_unix"] <= served["created_unix"]:
+        announced = registry.read_manifest(self.store, name, version)["created_unix"]
+        try:
+            served = registry.read_manifest(self.store, name,
+                                            current.info.get("version", ""))["created_unix"]
+        except NotFound:  # the served version was removed from the registry: any is newer
+            served = float("-inf")
+        if announced <= served:
             return None
         return self.load(f"registry:{name}/{version}", current.backend, current.precision)
 
