@@ -1,6 +1,6 @@
 """Pointmap codecs: the math lives in the runtime (`k4d.pointmap_codec`, shared with the
-simulator's outputs and the Robo4D-200k layout); this module adds the files (safetensors,
-mp4) the projection CLI and service write.
+simulator's outputs and the Robo4D-200k layout); this module adds the files (safetensors;
+mp4 through k4d.video) the projection CLI and service write.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from k4d.pointmap_codec import (  # noqa: F401 - re-exported for the projection 
     normalise,
     quantisation_step,
 )
+from k4d.video import read_video  # noqa: F401 - re-exported for the projection package
+from k4d.video import write_video as _write_mp4
 
 
 # ---- files ------------------------------------------------------------------------
@@ -61,31 +63,9 @@ def load(path: str | Path) -> EncodedPointmap:
 
 def write_video(path: str | Path, frames: np.ndarray, fps: int = 24,
                 lossless: bool = True) -> None:
-    """(T, H, W, 3) uint8 -> mp4. lossless=True: libx264rgb with crf 0 (RGB kept bit-exact,
-    larger files, fewer players). lossless=False: libx264 yuv420p crf 18, which is lossy
-    (chroma subsampling + quantisation) and must not be decoded back into metric points."""
-    import imageio.v2 as imageio
-
-    frames = np.asarray(frames)
-    if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8:
-        raise InvalidArgument.for_field("frames", "expected (T, H, W, 3) uint8")
-    # Open the file here first: ffmpeg reports an unwritable path only as a broken pipe,
-    # while open() raises the OSError (FileNotFound, Permission, IsADirectory) it is.
-    with open(path, "wb"):
-        pass
-    if lossless:
-        kwargs = dict(codec="libx264rgb", pixelformat="rgb24",
-                      output_params=["-crf", "0", "-preset", "ultrafast"])
-    else:
-        kwargs = dict(codec="libx264", pixelformat="yuv420p", output_params=["-crf", "18"])
-    with imageio.get_writer(str(path), format="FFMPEG", fps=fps, macro_block_size=1,
-                            **kwargs) as writer:
-        for frame in frames:
-            writer.append_data(frame)
-
-
-def read_video(path: str | Path) -> np.ndarray:
-    import imageio.v2 as imageio
-
-    with imageio.get_reader(str(path), format="FFMPEG") as reader:
-        return np.stack([np.asarray(f) for f in reader])
+    """(T, H, W, 3) uint8 -> mp4 (k4d.video). lossless=True: libx264rgb crf 0 (RGB kept
+    bit-exact). lossless=False: libx264 yuv420p crf 18, lossy: never decode metric points
+    out of it. The folder must exist (a CLI typo is an error, not a new folder)."""
+    if not Path(path).parent.is_dir():
+        raise FileNotFoundError(f"No such file or directory: {Path(path).parent}")
+    _write_mp4(path, frames, fps=fps, lossless=lossless)

@@ -20,15 +20,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+from k4d.pointmap_video import POINTMAP_VIDEO, POINTMAP_VIDEO_META  # noqa: F401 - re-exported
+from k4d.pointmap_video import write_pointmap_video as _write_pointmap_video
 from k4d.recording import RECORDING_FILE, LinkMesh, is_rerun_available
+from k4d.video import read_video  # noqa: F401 - re-exported (tests, viewer)
+from k4d.video import write_video as _write_mp4
 
 log = logging.getLogger("k4d.simulate")
 
 RGB_VIDEO = "rgb.mp4"
 POINTMAP_NPZ = "pointmap.npz"
 ROBOT_NPZ = "robot.npz"
-POINTMAP_VIDEO = "pointmap_k4d.mp4"
-POINTMAP_VIDEO_META = "pointmap_k4d.json"
 SUMMARY_JSON = "summary.json"
 VIEWER_HTML = "viewer.html"
 RECORDING_RRD = RECORDING_FILE
@@ -37,29 +39,8 @@ ROBOT_NPZ_KEYS = ("link_names", "joint_names", "joints", "poses", "depth", "poin
 
 
 def write_video(path: str | os.PathLike, frames: np.ndarray, fps: float = 24.0) -> Path:
-    """(T, H, W, 3) uint8 -> H.264 mp4 (yuv420p, plays everywhere). Written to a temp name
-    and renamed, so a reader never sees half a file."""
-    import imageio.v3 as iio
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.mp4")
-    frames = np.ascontiguousarray(frames, dtype=np.uint8)
-    # yuv420p needs even sizes; pad by one edge pixel instead of resampling.
-    pad_h, pad_w = frames.shape[1] % 2, frames.shape[2] % 2
-    if pad_h or pad_w:
-        frames = np.pad(frames, ((0, 0), (0, pad_h), (0, pad_w), (0, 0)), mode="edge")
-    iio.imwrite(tmp, frames, extension=".mp4", fps=fps, codec="libx264", macro_block_size=1,
-                pixelformat="yuv420p", output_params=["-crf", "18", "-preset", "veryfast"])
-    os.replace(tmp, path)
-    return path
-
-
-def read_video(path: str | os.PathLike) -> np.ndarray:
-    """(T, H, W, 3) uint8 frames of a video file."""
-    import imageio.v3 as iio
-
-    return np.asarray(iio.imread(Path(path), index=None))
+    """(T, H, W, 3) uint8 -> H.264 yuv420p mp4 that plays everywhere (k4d.video, lossy)."""
+    return _write_mp4(path, frames, fps=fps, lossless=False)
 
 
 def write_json(path: str | os.PathLike, data: dict) -> Path:
@@ -116,24 +97,10 @@ def world_point_mask(pointmap: np.ndarray) -> np.ndarray:
 
 def write_pointmap_video(out_dir: Path, pointmap: np.ndarray, mask: np.ndarray,
                          fps: float) -> tuple[Path, Path]:
-    """The Kinema4D 8-bit pointmap video + its per-frame centre/scale metadata, through
-    the projection package's codec (the one format definition in the repo)."""
-    from k4d_projection import codecs
-    encoded = codecs.encode_8bit(pointmap, mask)
-    video = out_dir / POINTMAP_VIDEO
-    # Lossless RGB video: the 8-bit codes decode back to metric points (yuv420p would not).
-    codecs.write_video(video, encoded.values, fps=int(round(fps)), lossless=True)
-    metadata = {
-        "format": codecs.FORMAT_8BIT, "version": codecs.FORMAT_VERSION,
-        "video": POINTMAP_VIDEO, "video_codec": "libx264rgb crf 0 (lossless)",
-        "frame": "first_frame_camera_opencv", "units": "metres",
-        "clip_percentiles": list(codecs.CLIP_PERCENTILES),
-        "decode": "p_cam0 = (code / 127.5 - 1) * scale[t] + centre[t]; pixels off the mask "
-                  f"(the `mask` array of {POINTMAP_NPZ}) carry no point",
-        "centre": encoded.centre.tolist(), "scale": encoded.scale.tolist(),
-        "T_cam0_from_cam": encoded.T_cam0_from_cam.tolist(),
-    }
-    return video, write_json(out_dir / POINTMAP_VIDEO_META, metadata)
+    """The Kinema4D 8-bit pointmap video + pointmap_k4d.json (k4d.pointmap_video: the one
+    writer and schema in the repo)."""
+    return _write_pointmap_video(out_dir, pointmap, mask, fps,
+                                 mask_source=f"the `mask` array of {POINTMAP_NPZ}")
 
 
 def rollout_title(static_world: bool) -> str:
