@@ -124,3 +124,19 @@ def test_region_metrics_isolate_a_damaged_object(rng):
     env, rob = summarise(result.stats["environment"]), summarise(result.stats["robot"])
     assert env["chamfer_l1"] == 0.0 and env["depth_absrel"] == 0.0 and env["psnr"] == 100.0
     assert rob["depth_absrel"] > 0.15 and rob["fscore"] == 0.0
+
+
+def test_depth_metrics_per_frame_match_the_functional_form(rng):
+    from k4d_eval import geometry
+    from k4d_eval.evaluate import metric_values
+
+    rgb, pm, robot = _scene(rng)
+    gt = Clip(rgb=rgb, pointmap=pm, valid=np.ones((T, H, W), bool), depth=pm[..., 2].copy(),
+              robot_mask=robot)
+    z = (pm[..., 2] * rng.uniform(0.7, 1.4, (T, H, W))).astype(np.float32)
+    pred = Clip(rgb=rgb, pointmap=pm, valid=gt.valid, depth=z)
+    values = metric_values(evaluate_clips(pred, gt, Settings(geometry_pixels=0)).stats["robot"])
+    for t in range(T):
+        want = geometry.depth_stats(z[t][robot[t]].astype(float), gt.depth[t][robot[t]].astype(float))
+        assert values["depth_absrel"][t] == pytest.approx(want["absrel_sum"] / want["n"])
+        assert values["depth_delta1"][t] == pytest.approx(want["delta1_count"] / want["n"])

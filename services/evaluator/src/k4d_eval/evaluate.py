@@ -191,6 +191,7 @@ def _frame_stats(t: int, pred: Clip, gt: Clip, regions: Mapping[str, np.ndarray]
     clouds = {side: _cloud(clip, t, sample, norms[side][t])
               for side, clip in (("pred", pred), ("gt", gt))}
     whole_trees = {}
+    depth_terms = _depth_frame(t, pred, gt, norms)
     for name, mask in masks.items():
         flat = mask.reshape(-1)
         for s in SPACES:
@@ -204,7 +205,7 @@ def _frame_stats(t: int, pred: Clip, gt: Clip, regions: Mapping[str, np.ndarray]
                 p, p_tree, g, g_tree, settings.tau, settings.query_workers)
             if name == "whole":
                 whole_trees[s] = pts
-        _depth_stats(out[name], t, pred, gt, mask, norms)
+        _depth_stats(out[name], mask, depth_terms)
     if t > 0:
         # Temporal consistency (whole frame): frame t against frame t-1 of the same clip.
         sample_prev = _sample_pixels(settings, t - 1, H * W)
@@ -218,14 +219,27 @@ def _frame_stats(t: int, pred: Clip, gt: Clip, regions: Mapping[str, np.ndarray]
     return out
 
 
-def _depth_stats(groups: dict, t: int, pred: Clip, gt: Clip, region: np.ndarray, norms) -> None:
-    """Depth on every pixel valid in both clips (no sampling: it is per pixel and cheap).
-    k4d space: each depth divided by its own clip's normalisation scale for the frame."""
+def _depth_frame(t: int, pred: Clip, gt: Clip, norms) -> dict[str, tuple]:
+    """Per-pixel depth terms of frame t, once for every region: space -> (pixels valid in
+    both (H, W), |ratio - 1| (N,), delta1 hit (N,)). k4d space: each depth divided by its
+    own clip's normalisation scale for the frame."""
     z_pred, z_gt = pred.depth[t], gt.depth[t]
-    both = region & pred.valid[t] & gt.valid[t] & (z_pred > 0) & (z_gt > 0)
-    zp, zg = z_pred[both].astype(np.float64), z_gt[both].astype(np.float64)
-    groups["depth_m"] = geometry.depth_stats(zp, zg)
-    groups["depth_k4d"] = geometry.depth_stats(zp / norms["pred"][t][3], zg / norms["gt"][t][3])
+    both = pred.valid[t] & gt.valid[t] & (z_pred > 0) & (z_gt > 0)
+    ratio = z_pred[both].astype(np.float64) / z_gt[both].astype(np.float64)
+    out = {}
+    for s, factor in (("m", 1.0), ("k4d", norms["gt"][t][3] / norms["pred"][t][3])):
+        r = ratio * factor
+        out[s] = (both, np.abs(r - 1.0), np.maximum(r, 1.0 / r) < geometry.DELTA1)
+    return out
+
+
+def _depth_stats(groups: dict, region: np.ndarray, terms: dict) -> None:
+    """Depth AbsRel / delta1 sums of one region from the frame's per-pixel terms."""
+    for s, (both, absrel, hit) in terms.items():
+        inside = region[both]
+        groups[f"depth_{s}"] = {"absrel_sum": float(absrel[inside].sum()),
+                                "delta1_count": float(np.count_nonzero(hit[inside])),
+                                "n": float(np.count_nonzero(inside))}
 
 
 def metric_values(groups: Mapping[str, FrameStats], psnr_max_db: float = video.PSNR_MAX_DB

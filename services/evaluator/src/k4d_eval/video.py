@@ -63,16 +63,40 @@ def _psnr_compute(stats: FrameStats, data_range: float = DATA_RANGE,
 
 def ssim_map(pred_frame: np.ndarray, gt_frame: np.ndarray,
              data_range: float = DATA_RANGE) -> np.ndarray:
-    """(H, W, C) images -> (H, W) float64 SSIM map averaged over channels."""
+    """(H, W, C) images -> (H, W) float64 SSIM map averaged over channels. Filters each
+    moment separately and works in place (no stacked copies: this is the hot loop)."""
     x = gt_frame.astype(np.float64)
     y = pred_frame.astype(np.float64)
-    moments = ndimage.gaussian_filter(np.stack([x, y, x * x, y * y, x * y]), SSIM_SIGMA,
-                                      truncate=SSIM_TRUNCATE, mode="reflect", axes=(1, 2))
-    ux, uy, uxx, uyy, uxy = moments
-    vx, vy, vxy = uxx - ux * ux, uyy - uy * uy, uxy - ux * uy
+
+    def blur(image):
+        return ndimage.gaussian_filter(image, SSIM_SIGMA, truncate=SSIM_TRUNCATE,
+                                       mode="reflect", axes=(0, 1))
+
+    ux, uy = blur(x), blur(y)
+    vx, vy = blur(x * x), blur(y * y)
+    vxy = blur(np.multiply(x, y, out=x))  # x is not needed any more
+    uxuy = ux * uy
+    ux *= ux
+    uy *= uy
+    vx -= ux
+    vy -= uy
+    vxy -= uxuy
     c1, c2 = (SSIM_K1 * data_range) ** 2, (SSIM_K2 * data_range) ** 2
-    s = ((2 * ux * uy + c1) * (2 * vxy + c2)) / ((ux * ux + uy * uy + c1) * (vx + vy + c2))
-    return s.mean(axis=-1)
+    # s = ((2 ux uy + c1)(2 vxy + c2)) / ((ux^2 + uy^2 + c1)(vx + vy + c2))
+    num = uxuy
+    num *= 2
+    num += c1
+    vxy *= 2
+    vxy += c2
+    num *= vxy
+    den = ux
+    den += uy
+    den += c1
+    vx += vy
+    vx += c2
+    den *= vx
+    num /= den
+    return num.mean(axis=-1)
 
 
 def interior_mask(height: int, width: int) -> np.ndarray:
