@@ -92,6 +92,23 @@ def test_export_npz_and_robo4d(dataset, tmp_path):
     np.testing.assert_array_equal(sample.robot_mask, ep.read("robot_mask"))
 
 
+def test_export_rerun(dataset, tmp_path, capsys):
+    """`--format rerun` (docs/viewing.md, issue 14): the episode's recording, read back with
+    rerun's own reader; a path that is not `.rrd` is one line, exit 2."""
+    from k4d.recording import read_recording_index
+
+    out = tmp_path / "ep1.rrd"
+    assert k4d("datagen", "export", f"{dataset}#ep000001", "--format", "rerun", out) == 0
+    index = read_recording_index(out)
+    for entity in ("/world/camera/image", "/world/camera/points", "/world/camera/robot_points",
+                   "/world/camera/image/robot_mask", "/plots/joints", "/plots/actions"):
+        assert index.frames[entity] == list(range(5)), entity
+    capsys.readouterr()
+    assert k4d("datagen", "export", f"{dataset}#ep000001", "--format", "rerun", tmp_path / "ep1.npz") == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and ".rrd" in err, err
+
+
 @pytest.mark.integration
 def test_simulate_replays_the_exported_episode(dataset, tmp_path):
     ref = f"{dataset}#ep000003"

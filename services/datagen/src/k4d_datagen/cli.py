@@ -49,10 +49,10 @@ def register(subparsers) -> None:
     i.add_argument("--no-progress", action="store_true", help="no progress bar")
     i.set_defaults(handler=_import_lerobot)
 
-    e = sub.add_parser("export", help="export one episode: npz | simulate-inputs | robo4d")
+    e = sub.add_parser("export", help="export one episode: npz | simulate-inputs | robo4d | rerun")
     e.add_argument("episode", help="DATASET_URI#EPISODE_ID, e.g. /data/synth#ep000003")
-    e.add_argument("--format", required=True, choices=("npz", "simulate-inputs", "robo4d"))
-    e.add_argument("out", help="OUT.npz | a directory for simulate-inputs | the Robo4D layout root")
+    e.add_argument("--format", required=True, choices=("npz", "simulate-inputs", "robo4d", "rerun"))
+    e.add_argument("out", help="OUT.npz | a directory for simulate-inputs | the Robo4D layout root | OUT.rrd")
     e.set_defaults(handler=_export)
 
     t = sub.add_parser("stats", help="counts, tasks, success rate and sizes of a dataset")

@@ -1,5 +1,5 @@
-"""`k4d datagen export`: one episode as a lossless NPZ, as `k4d simulate` inputs, or into
-the Robo4D-200k layout. EPISODE is written `DATASET_URI#EPISODE_ID`."""
+"""`k4d datagen export`: one episode as a lossless NPZ, as `k4d simulate` inputs, into
+the Robo4D-200k layout, or as a Rerun recording. EPISODE is written `DATASET_URI#EPISODE_ID`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from k4d.episodes import Episode, open_dataset
 from k4d.episodes.meta import validate_episode_id
 from k4d.errors import InvalidArgument
 
-FORMATS = ("npz", "simulate-inputs", "robo4d")
+FORMATS = ("npz", "simulate-inputs", "robo4d", "rerun")
 NPZ_ARRAYS = ("rgb", "depth", "pointmap", "robot_mask", "robot_rgb", "robot_pointmap", "joints")
 
 
@@ -86,8 +86,22 @@ def export_robo4d(episode: Episode, root: str | os.PathLike) -> Path:
     return write_episode(root, episode)
 
 
+def export_rerun(episode: Episode, out: str | os.PathLike) -> Path:
+    """The episode as a Rerun recording (docs/viewing.md), opened by `k4d view OUT.rrd`."""
+    from k4d.recording import record_episode
+
+    return record_episode(episode, out)
+
+
 def export(ref: str, fmt: str, out: str, config=None) -> Path:
     if fmt not in FORMATS:
         raise InvalidArgument.for_field("format", f"unknown format {fmt!r}; one of {list(FORMATS)}")
+    if fmt == "rerun":
+        from k4d.recording import require_rerun
+
+        if Path(out).suffix != ".rrd":
+            raise InvalidArgument.for_field("out", f"a Rerun recording is written to a .rrd file, got {out!r}")
+        require_rerun()
     episode = open_episode(ref, config)
-    return {"npz": export_npz, "simulate-inputs": export_simulate_inputs, "robo4d": export_robo4d}[fmt](episode, out)
+    return {"npz": export_npz, "simulate-inputs": export_simulate_inputs, "robo4d": export_robo4d,
+            "rerun": export_rerun}[fmt](episode, out)
