@@ -22,9 +22,6 @@ COMPOSERS = {
 }
 # Edges that exist today and should not: (importer, imported) -> why, and what removes it.
 KNOWN_EXCEPTIONS = {
-    ("k4d_projection", "k4d_kinematics"):
-        "robot descriptions (URDF/xacro -> link meshes) still live in kinematics; issue 9 "
-        "point 11 moves them to the runtime",
     ("k4d_trainer", "k4d_generator"):
         "the trainer fine-tunes the generator's model classes (transformer, VAE, "
         "checkpoint layout) and publishes into its registry",

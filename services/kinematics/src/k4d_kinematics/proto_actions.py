@@ -11,13 +11,11 @@ from collections.abc import Callable
 
 import numpy as np
 from k4d.errors import FieldViolation, InvalidArgument
+from k4d.robots.proto import robot_from_ref  # noqa: F401 - re-exported (api, worker, tests)
 from kinema4d.v1 import kinematics_pb2 as kpb
 
 from .actions import DEFAULT_NUM_FRAMES, PRESETS, ActionSpec, validate_spec
 from .ik import IKOptions
-from .model import RobotModel
-from .registry import RobotRegistry
-from .robots import BUILTIN_ROBOTS, load_robot
 
 TYPES = {kpb.ACTION_TYPE_JOINT_POSITIONS: "joint_position",
          kpb.ACTION_TYPE_JOINT_DELTAS: "joint_delta",
@@ -32,22 +30,6 @@ _PROTO_FIELDS = {"steps": "values", "dt": "dt_s"}
 IK_REQUEST_BUDGET_S = 30.0  # restarts stop early enough that one request stays bounded
 
 ReadArray = Callable[[object, str, int], np.ndarray]  # (TensorData, field, max elements)
-
-
-def robot_from_ref(ref, registry: RobotRegistry, field: str = "robot") -> RobotModel:
-    """RobotRef -> model: a builtin or registered name, or a bundle object in the registry's
-    store. Never a server-side file path."""
-    source = ref.WhichOneof("source")
-    if source == "name":
-        return load_robot(ref.name) if ref.name in BUILTIN_ROBOTS else registry.load(ref.name)
-    if source == "bundle_uri":
-        try:
-            key = registry.store.key_for_uri(ref.bundle_uri)
-        except ValueError:  # InvalidArgument, or urlparse on a malformed URI
-            raise InvalidArgument.for_field(f"{field}.bundle_uri", "not a URI of this object "
-                                            "store") from None
-        return registry.load_bundle(key)
-    raise InvalidArgument.for_field(field, "set name or bundle_uri")
 
 
 def action_spec_from_proto(actions: kpb.ActionSequence, num_frames: int, clip: bool,

@@ -40,9 +40,9 @@ def register(subparsers) -> None:
 
 
 def run_project(args) -> int:
-    from k4d_kinematics.fk import forward_kinematics
-    from k4d_kinematics.robots import load_robot
-    from k4d_kinematics.validation import validate_joints
+    from k4d.robots.descriptions import load_robot
+    from k4d.robots.fk import forward_kinematics
+    from k4d.robots.validation import validate_joints
 
     model = load_robot(args.robot)
     camera = Camera.load(args.camera)

@@ -15,6 +15,8 @@ import time
 from k4d.bus import StageWorker
 from k4d.bus.topics import SIM_KINEMATICS, SIM_PROJECTED
 from k4d.errors import InvalidArgument
+from k4d.robots.proto import robot_from_ref
+from k4d.robots.registry import RobotRegistry
 from k4d.stage_events import (
     is_cancelled,
     publish_cancelled,
@@ -23,8 +25,6 @@ from k4d.stage_events import (
 )
 from k4d.store import get_array, job_key, put_array
 from k4d.tensor_io import TensorRef
-from k4d_kinematics.proto_actions import robot_from_ref
-from k4d_kinematics.registry import RobotRegistry
 from kinema4d.v1 import events_pb2
 
 from k4d_projection.api import RendererCache, camera_from_proto
