@@ -73,7 +73,7 @@ def _add_spec_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--actions", required=True, type=Path, help="actions JSON (docs/kinematics.md)")
     p.add_argument("--image", required=True, type=Path, help="initial scene image (PNG/JPEG)")
     p.add_argument("--camera", required=True, type=Path, help="camera JSON (DESIGN.md form)")
-    p.add_argument("--model", default="", help="model: registry name[/version] or directory; "
+    p.add_argument("--model", default="", help="model: [registry:]name[/version] or directory; "
                                                "omitted = static-world")
     p.add_argument("--steps", type=int, default=0, help="sampler steps (default: the model's)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 42)")

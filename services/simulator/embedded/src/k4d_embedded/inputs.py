@@ -96,9 +96,16 @@ def load_actions(path: Path, field: str = "--actions"):
 
 
 def model_ref(text: str) -> common_pb2.ModelRef:
-    """`name`, `name/version`, a directory path, or a URI (s3://, file://)."""
+    """`name`, `name/version`, `registry:name[/version]` (what `k4d train` and
+    `k4d generate publish` print), a directory path, or a URI (s3://, file://)."""
     if not text:
         return common_pb2.ModelRef()
+    if text.startswith("registry:"):
+        text = text[len("registry:"):]
+        if not text:
+            raise InvalidArgument.for_field("--model", "expected registry:NAME[/VERSION], got 'registry:'")
+        name, _, version = text.partition("/")
+        return common_pb2.ModelRef(name=name, version=version)
     if "://" in text:
         return common_pb2.ModelRef(uri=text)
     if Path(text).exists():
