@@ -12,9 +12,9 @@ publish SimulationCompleted. Sampling is seeded, so a redelivered event rewrites
 bytes. Bad input raises InvalidArgument/NotFound, which the StageWorker sends to the
 dead-letter topic at once.
 
-Model announcements are broadcast: every generator process reads `k4d.model.published`
-(group-less, from the beginning) and switches, between jobs, to a newer published version
-of the model it serves.
+Model announcements are broadcast: every generator process listens on
+`k4d.model.published` in its own consumer group and switches, between jobs, to a newer
+published version of the model it serves.
 
 Nothing is consumed before the start-up model is loaded (`StartupLoad.wait`): a load
 inside the Kafka handler would outlast `max.poll.interval.ms` and make the group
@@ -24,6 +24,8 @@ fails at once (FailedPrecondition, dead-lettered) instead of loading a second mo
 
 from __future__ import annotations
 
+import os
+import socket
 import tempfile
 import threading
 import time
@@ -39,7 +41,6 @@ from k4d.bus.topics import (
 from k4d.bus.worker import PERMANENT_ERRORS
 from k4d.errors import Cancelled, FailedPrecondition
 from k4d.model_events import read_model_published
-from k4d.retry import backoff_delay
 from k4d.stage_events import (
     is_cancelled,
     publish_cancelled,
@@ -137,19 +138,10 @@ class GenerationStage:
 
 
 class ModelReloader:
-    """Follows `k4d.model.published` and switches to a newer version of the served model.
+    """Handles `k4d.model.published`: switch to a newer version of the served model."""
 
-    Every generator process must see every announcement, so it reads the topic from its
-    beginning with a group-less reader (`Bus.reader`): no consumer group per process start
-    is left behind on the broker, nothing is committed, and replayed announcements of
-    older versions change nothing (`ModelManager.on_model_published`). A failed reload is
-    retried with backoff; the current model keeps serving meanwhile."""
-
-    def __init__(self, manager: ModelManager, bus=None, *, max_attempts: int = 3,
-                 backoff_s: float = 1.0, max_backoff_s: float = 30.0):
-        self.manager, self.bus = manager, bus
-        self.max_attempts, self.backoff_s, self.max_backoff_s = (max_attempts, backoff_s,
-                                                                 max_backoff_s)
+    def __init__(self, manager: ModelManager):
+        self.manager = manager
 
     def handle(self, message) -> None:
         event = read_model_published(message)
@@ -157,50 +149,20 @@ class ModelReloader:
         if reloaded is not None:
             log.info("hot-reloaded model", extra={"model": reloaded.ref})
 
-    def open(self):
-        """The group-less reader of the topic (open it before starting `follow`)."""
-        return self.bus.reader([MODEL_PUBLISHED])
-
-    def follow(self, reader, stop_event: threading.Event) -> None:
-        """Handle announcements until `stop_event`; closes `reader`."""
-        with reader:
-            log.info("model announcements followed", extra={"topic": MODEL_PUBLISHED})
-            while not stop_event.is_set():
-                for message in reader.poll(0.5, max_records=10):
-                    self._handle_with_retries(message, stop_event)
-
-    def _handle_with_retries(self, message, stop_event: threading.Event) -> None:
-        for attempt in range(1, self.max_attempts + 1):
-            try:
-                self.handle(message)
-                return
-            except PERMANENT_ERRORS as exc:  # a foreign payload, an unknown version
-                log.warning("model announcement ignored", extra={"error": str(exc)[:500]})
-                return
-            except Exception:
-                log.exception("model reload failed; the current model keeps serving",
-                              extra={"attempt": attempt})
-                if stop_event.wait(backoff_delay(attempt, self.backoff_s, self.max_backoff_s)):
-                    return
-
 
 class GeneratorWorker:
     """The stage worker and the reload listener, run together (`run(stop_event)`) once
     the start-up model is loaded."""
 
-    def __init__(self, stage_worker: StageWorker, reloader: ModelReloader, startup=None):
-        self.stage_worker, self.reloader = stage_worker, reloader
+    def __init__(self, stage_worker: StageWorker, reload_worker: StageWorker, startup=None):
+        self.stage_worker, self.reload_worker = stage_worker, reload_worker
         self.startup = startup
 
     def run(self, stop_event: threading.Event) -> None:
         if self.startup is not None and not self.startup.wait(stop_event):
             return  # stopped while loading
-        # Opened here, not in the thread: two threads importing the Kafka client's modules
-        # at once can see one of them half initialised.
-        reader = self.reloader.open()
-        reload_thread = threading.Thread(target=self.reloader.follow,
-                                         args=(reader, stop_event), name="generator-reload",
-                                         daemon=True)
+        reload_thread = threading.Thread(target=self.reload_worker.run, args=(stop_event,),
+                                         name="generator-reload", daemon=True)
         reload_thread.start()
         try:
             self.stage_worker.run(stop_event)
@@ -219,9 +181,10 @@ def build_worker(config, bus, store, manager: ModelManager | None = None,
                                       device=settings["device"])
     stage = GenerationStage(bus, store, manager,
                             served_model=startup.model if startup is not None else "")
+    reload_group = f"{GROUP_ID}-reload-{socket.gethostname()}-{os.getpid()}"
     return GeneratorWorker(
         StageWorker.from_config(config, bus, SIM_PROJECTED, GROUP_ID, stage.handle,
                                 permanent_errors=(*PERMANENT_ERRORS, FailedPrecondition)),
-        ModelReloader(manager, bus, max_attempts=config.worker_max_attempts,
-                      backoff_s=config.worker_backoff_s),
+        StageWorker.from_config(config, bus, MODEL_PUBLISHED, reload_group,
+                                ModelReloader(manager).handle),
         startup)
