@@ -20,6 +20,7 @@ import numpy as np
 
 from k4d.errors import FieldViolation, InvalidArgument
 from k4d.pointmap_codec import invert_rigid  # noqa: F401 - re-exported (renderer, codecs users)
+from k4d.rotations import euler_xyz_to_matrix  # noqa: F401 - re-exported (projection camera)
 
 MAX_IMAGE_SIDE = 8192
 _ROTATION_TOL = 1e-4
@@ -298,16 +299,6 @@ def look_at_transform(eye, target, up=(0.0, 0.0, 1.0)) -> np.ndarray:
     T_world_from_cam[:3, :3] = np.stack([x, y, z], axis=1)
     T_world_from_cam[:3, 3] = eye
     return invert_rigid(T_world_from_cam)
-
-
-def euler_xyz_to_matrix(euler) -> np.ndarray:
-    """Extrinsic x-y-z Euler angles (rad) -> R = Rz(c) @ Ry(b) @ Rx(a), shape (3, 3)."""
-    a, b, c = (float(v) for v in euler)
-    ca, sa, cb, sb, cc, sc = np.cos(a), np.sin(a), np.cos(b), np.sin(b), np.cos(c), np.sin(c)
-    Rx = np.array([[1, 0, 0], [0, ca, -sa], [0, sa, ca]])
-    Ry = np.array([[cb, 0, sb], [0, 1, 0], [-sb, 0, cb]])
-    Rz = np.array([[cc, -sc, 0], [sc, cc, 0], [0, 0, 1]])
-    return Rz @ Ry @ Rx
 
 
 def distort_normalized(x, y, dist):

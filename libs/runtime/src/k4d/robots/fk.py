@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from k4d.rotations import skew
+
 from .model import JOINT_FIXED, JOINT_PRISMATIC, JOINT_REVOLUTE, KinematicTree, RobotModel
-from .transforms import skew
 
 
 @dataclass(frozen=True, eq=False)

@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from k4d.errors import InvalidArgument
-
-from .transforms import make_transform, rpy_to_matrix
+from k4d.rotations import make_transform, rpy_to_matrix
 
 SUPPORTED_JOINT_TYPES = ("fixed", "revolute", "continuous", "prismatic")
 MAX_URDF_BYTES = 16 * 1024 * 1024

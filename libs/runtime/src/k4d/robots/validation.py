@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 
 from k4d.errors import InvalidArgument
+from k4d.rotations import orthonormality_error, quat_to_matrix
 
 from .model import RobotModel
-from .transforms import orthonormality_error, quat_to_matrix
 
 LIMIT_SLACK = 1e-9  # float noise from files written elsewhere
 ROTATION_TOLERANCE = 1e-6  # max |R^T R - I| + |det R - 1|

@@ -9,6 +9,7 @@ scales are applied to the steps, and rotation vectors become quaternions (exact)
 from __future__ import annotations
 
 import numpy as np
+from k4d.rotations import rotvec_to_quat_xyzw
 from k4d.tensor_io import to_tensor
 from kinema4d.v1 import common_pb2, kinematics_pb2
 
@@ -20,15 +21,6 @@ _TYPES = {"joint_position": kinematics_pb2.ACTION_TYPE_JOINT_POSITIONS,
 _FRAMES = {"base": kinematics_pb2.ACTION_FRAME_BASE, "ee": kinematics_pb2.ACTION_FRAME_END_EFFECTOR}
 _ROTATIONS = {"quat_xyzw": kinematics_pb2.ROTATION_FORMAT_QUATERNION_XYZW,
               "euler_xyz": kinematics_pb2.ROTATION_FORMAT_EULER_XYZ}
-
-
-def rotvec_to_quat_xyzw(rotvec: np.ndarray) -> np.ndarray:
-    """(N, 3) rotation vectors (rad) -> (N, 4) unit quaternions (x, y, z, w)."""
-    angle = np.linalg.norm(rotvec, axis=1, keepdims=True)
-    # sin(a/2)/a -> 1/2 as a -> 0 (series), keeps tiny rotations exact
-    half_sinc = np.where(angle > 1e-8, np.sin(angle / 2) / np.maximum(angle, 1e-300),
-                         0.5 - angle**2 / 48)
-    return np.concatenate([rotvec * half_sinc, np.cos(angle / 2)], axis=1)
 
 
 def spec_to_proto(spec) -> kinematics_pb2.ActionSequence:

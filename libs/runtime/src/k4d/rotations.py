@@ -1,7 +1,9 @@
-"""Small SE(3)/SO(3) helpers shared by the URDF loader, FK, IK and actions.
+"""Rotations and rigid transforms, one module for the repo (issue 9 point 11): the URDF
+loader, FK, IK, actions, cameras and the action proto conversion all use these.
 
 All functions take and return float64 numpy arrays; batched variants accept a
-leading batch axis. Quaternions are (x, y, z, w).
+leading batch axis. Quaternions are (x, y, z, w). Euler "xyz" is extrinsic (fixed axes),
+the URDF roll-pitch-yaw convention: R = Rz(yaw) @ Ry(pitch) @ Rx(roll).
 """
 
 from __future__ import annotations
@@ -20,6 +22,11 @@ def rpy_to_matrix(rpy) -> np.ndarray:
         [sy * cp, sy * sp * sr + cy * cr, sy * sp * cr - cy * sr],
         [-sp, cp * sr, cp * cr],
     ])
+
+
+def euler_xyz_to_matrix(euler) -> np.ndarray:
+    """Extrinsic x-y-z Euler angles (rad) -> (3, 3); the same convention as URDF rpy."""
+    return rpy_to_matrix(euler)
 
 
 def make_transform(rotation: np.ndarray, translation) -> np.ndarray:
@@ -105,6 +112,27 @@ def quat_to_matrix(quat_xyzw: np.ndarray) -> np.ndarray:
         np.stack([2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)], axis=-1),
         np.stack([2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)], axis=-1),
     ], axis=-2)
+
+
+def rotvec_to_quat_xyzw(rotvec: np.ndarray) -> np.ndarray:
+    """(..., 3) rotation vectors (rad) -> (..., 4) unit quaternions (x, y, z, w); w >= 0 for angles up to pi."""
+    rotvec = np.asarray(rotvec, dtype=np.float64)
+    angle = np.linalg.norm(rotvec, axis=-1, keepdims=True)
+    # sin(a/2)/a -> 1/2 as a -> 0 (series), keeps tiny rotations exact
+    half_sinc = np.where(angle > 1e-8, np.sin(angle / 2) / np.maximum(angle, 1e-300),
+                         0.5 - angle**2 / 48)
+    return np.concatenate([rotvec * half_sinc, np.cos(angle / 2)], axis=-1)
+
+
+def quat_xyzw_to_rotvec(quat_xyzw: np.ndarray) -> np.ndarray:
+    """(..., 4) quaternions (x, y, z, w) -> (..., 3) rotation vectors, angle in [0, pi]."""
+    q = np.asarray(quat_xyzw, dtype=np.float64)
+    q = q / np.linalg.norm(q, axis=-1, keepdims=True)
+    q = np.where(q[..., 3:4] < 0, -q, q)  # q and -q are one rotation; take w >= 0
+    sin_half = np.linalg.norm(q[..., :3], axis=-1, keepdims=True)
+    angle = 2.0 * np.arctan2(sin_half, q[..., 3:4])
+    factor = np.where(sin_half > 1e-12, angle / np.maximum(sin_half, 1e-300), 2.0)
+    return q[..., :3] * factor
 
 
 def orthonormality_error(R: np.ndarray) -> np.ndarray:
