@@ -90,6 +90,23 @@ def test_s3_round_trip_streams_from_the_object_store(s3_server):
         open_dataset("s3://k4d-episodes-test/datasets/none", config=config)
 
 
+def test_s3_without_credentials_is_one_clear_error(s3_server, monkeypatch, tmp_path):
+    """No K4D_S3_ACCESS_KEY/SECRET and none in the AWS chain: FailedPrecondition naming the
+    settings (CLI: one line, exit 2), not botocore's NoCredentialsError traceback."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    config = load_config(env={}, s3_endpoint=s3_server.endpoint, s3_region=s3_server.region)
+    with pytest.raises(FailedPrecondition, match="K4D_S3_ACCESS_KEY") as info:
+        open_dataset("s3://k4d-episodes-test/datasets/one", config=config)
+    assert info.value.cli_exit_code == 2 and "\n" not in str(info.value)
+    meta, arrays = make_episode("ep0", seed=0)
+    with pytest.raises(FailedPrecondition, match="K4D_S3_ACCESS_KEY"):
+        DatasetWriter("s3://k4d-episodes-test/datasets/nocreds", config=config).write_episode(meta, arrays)
+
+
 def test_crash_between_group_and_manifest_leaves_the_episode_unlisted(tmp_path, monkeypatch):
     uri = tmp_path / "ds"
     meta, arrays = make_episode("ep0")

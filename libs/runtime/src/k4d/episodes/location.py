@@ -7,6 +7,7 @@ array chunk through its FsspecStore, so nothing copies a whole dataset.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -108,6 +109,24 @@ class LocalLocation(Location):
         return LocalStore(self._path(rel), read_only=read_only)
 
 
+def _s3_errors(method):
+    """botocore's missing-credentials error as one line naming the settings (CLI exit 2)
+    instead of a traceback; everything else passes through."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as exc:
+            if type(exc).__name__ != "NoCredentialsError":
+                raise
+            raise FailedPrecondition(
+                f"{self.uri}: no S3 credentials: set K4D_S3_ACCESS_KEY and K4D_S3_SECRET_KEY "
+                "(docs/configuration.md) or an AWS credentials chain") from None
+
+    return wrapper
+
+
 class S3Location(Location):
     def __init__(self, uri: str, config=None):
         import s3fs
@@ -138,6 +157,7 @@ class S3Location(Location):
     def _path(self, rel: str) -> str:
         return f"{self.root}/{rel}" if rel else self.root
 
+    @_s3_errors
     def ensure_bucket(self) -> None:
         if self.fs.exists(self.bucket):
             return
@@ -148,16 +168,19 @@ class S3Location(Location):
         else:
             self.fs.mkdir(self.bucket, region_name=region)
 
+    @_s3_errors
     def read_bytes(self, rel):
         try:
             return self.fs.cat_file(self._path(rel))
         except FileNotFoundError:
             return None
 
+    @_s3_errors
     def write_atomic(self, rel, data):
         # One PUT: S3 makes a single object visible whole or not at all.
         self.fs.pipe_file(self._path(rel), data)
 
+    @_s3_errors
     def list_names(self, rel=""):
         try:
             entries = self.fs.ls(self._path(rel), detail=False, refresh=True)
@@ -165,6 +188,7 @@ class S3Location(Location):
             return []
         return sorted(e.rstrip("/").rsplit("/", 1)[-1] for e in entries)
 
+    @_s3_errors
     def remove_tree(self, rel):
         path = self._path(rel)
         try:
@@ -173,6 +197,7 @@ class S3Location(Location):
         except FileNotFoundError:
             pass
 
+    @_s3_errors
     def size_bytes(self, rel):
         try:
             return int(self.fs.du(self._path(rel), total=True))
