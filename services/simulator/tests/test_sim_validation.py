@@ -93,6 +93,12 @@ def test_action_shape_gripper_and_sampling_checks():
             "spec.sampling.guidance_scale", "spec.num_frames"} <= set(fields)
 
 
+def test_fp8_precision_is_refused_at_submit():
+    spec = _spec()
+    spec.sampling.precision = "fp8"
+    assert "spec.sampling.precision" in _fields(spec)
+
+
 def test_robot_name_must_not_be_blank():
     assert "spec.robot.name" in _fields(_spec(robot=common_pb2.RobotRef(name=" ")))
 
