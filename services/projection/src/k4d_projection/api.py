@@ -13,6 +13,7 @@ import threading
 from collections import OrderedDict
 
 import numpy as np
+from k4d.camera_proto import camera_from_proto  # noqa: F401 - also the worker's
 from k4d.errors import InvalidArgument
 from k4d.robots.fk import forward_kinematics
 from k4d.robots.proto import robot_from_ref
@@ -24,7 +25,6 @@ from kinema4d.v1 import common_pb2, projection_pb2_grpc
 from kinema4d.v1 import projection_pb2 as ppb
 
 from k4d_projection import codecs
-from k4d_projection.camera import Camera
 from k4d_projection.renderer import (
     CONDITION_OUTPUTS,
     DEFAULT_MEMORY_BUDGET_BYTES,
@@ -190,31 +190,7 @@ class ProjectionServicer(projection_pb2_grpc.ProjectionServiceServicer):
 
 
 # --- proto -> core (shared with the worker) ----------------------------------------------
-def camera_from_proto(msg, field: str = "camera") -> Camera:
-    """CameraModel -> Camera (Matrix4 values are 16 numbers, row-major)."""
-    if not msg.HasField("intrinsics"):
-        raise InvalidArgument.for_field(f"{field}.intrinsics", "required")
-    k = msg.intrinsics
-    d = {"width": int(k.width), "height": int(k.height), "fx": k.fx, "fy": k.fy, "cx": k.cx,
-         "cy": k.cy, "T_cam_from_world": _matrix4(msg.t_cam_from_world,
-                                                  f"{field}.t_cam_from_world", required=True)}
-    if len(k.distortion):
-        d["distortion"] = list(k.distortion)
-    if len(msg.t_world_from_base.values):
-        d["T_world_from_base"] = _matrix4(msg.t_world_from_base, f"{field}.t_world_from_base")
-    return Camera.from_dict(d, field_prefix=field)
-
-
-def _matrix4(msg, field: str, required: bool = False):
-    if not len(msg.values):
-        if required:
-            raise InvalidArgument.for_field(field, "required (16 values, row-major)")
-        return None
-    if len(msg.values) != 16:
-        raise InvalidArgument.for_field(field, f"expected 16 values, got {len(msg.values)}")
-    return np.asarray(msg.values, np.float64).reshape(4, 4).tolist()
-
-
+# camera_from_proto: k4d.camera_proto (the one converter), imported above for the worker.
 def normalization_to_proto(encoded: codecs.EncodedPointmap) -> ppb.PointmapNormalization:
     return ppb.PointmapNormalization(
         centers=common_pb2.TensorData(inline=to_tensor(encoded.centre.astype(np.float64))),
