@@ -18,6 +18,7 @@ help:
 	@echo "make test-all  the default suite plus slow tests"
 	@echo "make lint    ruff + buf lint"
 	@echo "make demo    the main job: k4d simulate on the shipped Panda example"
+	@echo "make demo-model  generate data, train, export and evaluate the demo model (hours; resumable)"
 	@echo "make protos  regenerate the committed gRPC/protobuf stubs"
 	@echo "make bench   run every benchmark under benchmarks/ (GPU ones skip without a GPU)"
 
@@ -46,6 +47,12 @@ lint: setup
 
 demo: setup
 	bash examples/demo.sh $(K4D)
+
+# The demo model's recipe (issue 13; hours on a 2-core CPU, resumable): data, training,
+# export to models/demo-small, evaluation. See models/demo-small/README.md.
+.PHONY: demo-model
+demo-model: setup
+	bash examples/train/demo-model.sh $(K4D)
 
 protos: setup
 	$(PY) tools/gen_protos.py

@@ -9,6 +9,15 @@ K4D="${1:-k4d}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 EXAMPLE="$ROOT/examples/panda_pick"
 OUT="${K4D_DEMO_OUT:-$ROOT/out/demo}"
+clip=()
+# The default model (k4d_embedded.shipped: $K4D_DEFAULT_MODEL, or models/demo-small when its
+# manifest says "default": true) samples its own clip: then the demo runs the held-out
+# synthetic scene shipped at that resolution, examples/demo_heldout.
+PY="$(dirname "$(command -v "$K4D" 2>/dev/null || echo "$K4D")")/python"
+if [[ -x "$PY" ]] && [[ -n "$("$PY" -c 'from k4d_embedded.shipped import default_model; print(default_model())' 2>/dev/null)" ]]; then
+  EXAMPLE="$ROOT/examples/demo_heldout"
+  clip=(--frames "$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["num_frames"])' "$EXAMPLE/actions.json")")
+fi
 
 missing=()
 command -v "$K4D" >/dev/null 2>&1 || missing+=("the k4d CLI at '$K4D' (run 'make setup')")
@@ -29,6 +38,7 @@ fi
   --actions "$EXAMPLE/actions.json" \
   --image "$EXAMPLE/scene.png" \
   --camera "$EXAMPLE/camera.json" \
+  "${clip[@]}" \
   --out "$OUT"
 
 echo

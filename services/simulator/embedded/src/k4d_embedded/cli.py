@@ -74,7 +74,9 @@ def _add_spec_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image", required=True, type=Path, help="initial scene image (PNG/JPEG)")
     p.add_argument("--camera", required=True, type=Path, help="camera JSON (DESIGN.md form)")
     p.add_argument("--model", default="", help="model: [registry:]name[/version] or directory; "
-                                               "omitted = static-world")
+                                               "omitted = $K4D_DEFAULT_MODEL or the shipped "
+                                               "default (models/demo-small/manifest.json), "
+                                               "else static-world")
     p.add_argument("--steps", type=int, default=0, help="sampler steps (default: the model's)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 42)")
     p.add_argument("--guidance", type=float, default=0.0, help="guidance scale (default: model's)")
@@ -97,6 +99,10 @@ def _inputs(args):
 
 def _run_simulate(args) -> int:
     from k4d_embedded.embedded import simulate_to_directory
+    from k4d_embedded.shipped import default_model
+
+    if not args.model and args.backend != "static-world":
+        args.model = default_model()  # K4D_DEFAULT_MODEL or the shipped default, if any
 
     paths = simulate_to_directory(_inputs(args), args.out, fps=args.fps,
                                   viewer_points=args.viewer_points,

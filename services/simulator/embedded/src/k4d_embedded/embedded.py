@@ -20,6 +20,7 @@ from k4d_embedded.pipeline import (
     _robot_name,
     run_embedded,
 )
+from k4d_embedded.shipped import shipped_notice
 from k4d_embedded.viewer import STATIC_WORLD_NOTICE
 from k4d_simulator.camera_proto import camera_from_proto
 from k4d_simulator.outcomes import STATIC_WORLD_WARNING, warnings_of
@@ -73,6 +74,9 @@ def build_summary(inputs: SimulationInputs, spec, result: EmbeddedResult,
         model = {"id": gen.model.get("model_id") or gen.model.get("name", ""),
                  "name": gen.model.get("name", ""), "version": str(gen.model.get("version", "")),
                  "variant": gen.model.get("variant", ""), "source": inputs.model}
+        shipped = shipped_notice(inputs.model)
+        if shipped:  # e.g. "small model trained from scratch on synthetic ... episodes"
+            model.update(shipped)
     summary = {
         "generator": STATIC_WORLD if gen.static_world else "kinema4d",
         "static_world": gen.static_world,

@@ -14,6 +14,7 @@ import numpy as np
 from k4d.errors import InvalidArgument
 from k4d.tensor_io import to_tensor
 from k4d_embedded.actions_proto import spec_to_proto
+from k4d_embedded.shipped import is_shipped_model, verify_shipped_model
 from k4d_projection.camera_proto import camera_to_proto
 from kinema4d.v1 import common_pb2, generator_pb2, simulator_pb2
 
@@ -109,7 +110,10 @@ def model_ref(text: str) -> common_pb2.ModelRef:
     if "://" in text:
         return common_pb2.ModelRef(uri=text)
     if Path(text).exists():
-        return common_pb2.ModelRef(uri=str(Path(text).resolve()))
+        path = Path(text)
+        if is_shipped_model(path):  # a model shipped in the repository: sha256 checked first
+            path, _ = verify_shipped_model(path)
+        return common_pb2.ModelRef(uri=str(path.resolve()))
     name, _, version = text.partition("/")
     return common_pb2.ModelRef(name=name, version=version)
 

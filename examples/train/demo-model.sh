@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The demo model's recipe from a fresh clone (issue 13; `make demo-model`):
+#   1. training and held-out episodes with k4d datagen (disjoint seeds; .k4d/demo-model/data)
+#   2. k4d train --config examples/train/demo-model.yaml (VAE stage, then the transformer),
+#      resumed from the run's newest checkpoint, or from the state committed under
+#      models/demo-small/resume/ when the run directory is new
+#   3. the newest committed checkpoint exported to models/demo-small/ (manifest with sha256,
+#      loss.png, golden.json) and evaluated with `k4d eval run` against static-world
+#   bash examples/train/demo-model.sh [path/to/k4d]
+# Settings (environment): DEMO_STEPS (total optimizer steps, default the recipe's),
+# DEMO_LABEL (early | trained, default early), DEMO_DEFAULT=1 (make it the model
+# `k4d simulate` uses without --model), DEMO_SKIP_TRAIN=1 (export/evaluate only).
+set -euo pipefail
+
+K4D="${1:-k4d}"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$ROOT"
+PY="$(dirname "$(command -v "$K4D")")/python"
+WORK=.k4d/demo-model
+RUN="$WORK/run"
+MODEL=models/demo-small
+CONFIG=examples/train/demo-model.yaml
+export MUJOCO_GL="${MUJOCO_GL:-osmesa}"
+
+"$K4D" datagen synthetic --episodes 64 --seed 1013 --task mix --failures 0.1 \
+  --frames 17 --height 128 --width 192 --workers 2 --out "$WORK/data/train"
+"$K4D" datagen synthetic --episodes 8 --seed 9013 --task mix --failures 0.25 \
+  --frames 13 --height 96 --width 144 --workers 2 --out "$WORK/data/heldout"
+
+if [[ "${DEMO_SKIP_TRAIN:-0}" != 1 ]]; then
+  if [[ ! -f "$RUN/checkpoints/latest.json" && -f "$MODEL/resume/checkpoints/latest.json" ]]; then
+    "$PY" examples/train/demo_model.py resume-unpack --src "$MODEL/resume" --run "$RUN"
+  fi
+  steps=()
+  [[ -n "${DEMO_STEPS:-}" ]] && steps=(--steps "$DEMO_STEPS")
+  # --resume: continues the newest committed checkpoint (and the committed VAE), or starts
+  "$K4D" train --config "$CONFIG" --out "$RUN" --resume "${steps[@]}"
+fi
+
+default=()
+[[ "${DEMO_DEFAULT:-0}" == 1 ]] && default=(--default)
+"$PY" examples/train/demo_model.py export --config "$CONFIG" --run "$RUN" --out "$MODEL" \
+  --label "${DEMO_LABEL:-early}" "${default[@]}"
+"$PY" examples/train/demo_model.py golden --model "$MODEL"
+"$K4D" eval run --model "$MODEL" --data "$WORK/data/heldout" --out "$WORK/eval" --no-progress
+mkdir -p "$MODEL/eval"
+cp "$WORK/eval/summary.md" "$WORK/eval/summary.csv" "$WORK/eval/per_frame.png" \
+   "$WORK/eval/strip.png" "$MODEL/eval/"
+echo "demo model in $MODEL (model card: $MODEL/README.md); evaluation: $WORK/eval/summary.md"

@@ -1,0 +1,207 @@
+"""The demo model's publishing steps (issue 13), used by examples/train/demo-model.sh:
+
+    demo_model.py export  --config CFG --run RUN --out models/demo-small [--label early]
+    demo_model.py resume-pack --run RUN --dest models/demo-small/resume
+    demo_model.py resume-unpack --src models/demo-small/resume --run RUN
+    demo_model.py golden --model models/demo-small [--example examples/demo_heldout]
+
+`export` turns the newest COMMITTED checkpoint of a from-scratch run (finished or not) into
+a shipped model: the trainer's own builders (`k4d_trainer.model.load_components`, the run's
+committed VAE, `k4d_trainer.publish.write_model_dir`, i.e. the layout `k4d train` publishes)
+under OUT/weights/, then OUT/manifest.json with every file's sha256 (the registry's
+`build_manifest`) plus where the weights came from (run, step, wall time, loss), and
+OUT/loss.png from the run's metrics. `k4d simulate --model OUT` verifies the sha256 of
+every file before loading (k4d_embedded.shipped).
+
+`resume-pack` copies what `k4d train --resume` needs to continue the run from another
+clone (the committed VAE, the newest committed checkpoint and its pointer, metrics.jsonl)
+into DEST; `resume-unpack` puts it back into a run directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+MANIFEST = "manifest.json"
+WEIGHTS = "weights"
+
+
+def _newest_checkpoint(run: Path) -> tuple[int, Path]:
+    pointer = json.loads((run / "checkpoints" / "latest.json").read_text())
+    folder = run / "checkpoints" / pointer["path"]
+    if not (folder / "COMMITTED").exists():
+        sys.exit(f"demo_model: error: {folder} is not committed")
+    return int(pointer["step"]), folder
+
+
+def _metrics(run: Path) -> list[dict]:
+    path = run / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def export(config_path: str, run: Path, out: Path, label: str, name: str,
+           default: bool = False) -> dict:
+    import torch.distributed.checkpoint as dcp
+    from k4d_generator.registry import build_manifest
+    from k4d_trainer import model as model_lib
+    from k4d_trainer.config import load_config_file
+    from k4d_trainer.observe import write_loss_curves
+    from k4d_trainer.publish import write_model_dir
+    from k4d_trainer.runs import RunDir
+    from k4d_trainer.vae import load_saved_vae
+
+    config = load_config_file(config_path)
+    if config.recipe != "from-scratch":
+        sys.exit("demo_model: error: export handles from-scratch runs only")
+    step, folder = _newest_checkpoint(run)
+    components = model_lib.load_components(config.recipe, config.model, config.seed)
+    vae = load_saved_vae(RunDir(str(run.resolve())))
+    if vae is None:
+        sys.exit(f"demo_model: error: {run} has no committed VAE")
+    components.vae = vae
+    transformer = components.transformer
+    model_lib.set_trainable(transformer, config.recipe)
+    # The checkpoint holds the trainable parameters (ignore_frozen_params); the frozen ones
+    # (the unused text embedder) are rebuilt from the seed, exactly as the trainer does.
+    trained = {n: p.detach().clone() for n, p in transformer.named_parameters()
+               if p.requires_grad}
+    state = {"model_optim": {"model": trained}}
+    dcp.load(state, storage_reader=dcp.FileSystemReader(str(folder)))
+    full = {n: t.detach().float().clone() for n, t in transformer.state_dict().items()}
+    full.update({n: t.float() for n, t in state["model_optim"]["model"].items()})
+    version = f"step-{step}"
+    if out.exists():
+        shutil.rmtree(out / WEIGHTS, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    write_model_dir(components, full, out / WEIGHTS, lora_rank=None, lora_alpha=None,
+                    official_layout=False, base_is_plain_wan=False, name=name, version=version)
+    metrics = [m for m in _metrics(run) if m["step"] <= step]
+    manifest = build_manifest(out / WEIGHTS, name, version)
+    info = components.info
+    manifest.update({
+        "weights_dir": WEIGHTS,
+        "label": label,
+        "default": default,
+        "description": "small Kinema4D model trained from scratch on synthetic k4d datagen "
+                       "episodes (not the 14B model)",
+        "clip": {"num_frames": info.num_frames, "height": info.height, "width": info.width},
+        "training": {"recipe_file": config_path, "recipe": config.recipe,
+                     "size": config.model.size, "seed": config.seed, "step": step,
+                     "planned_steps": config.training.steps,
+                     "global_batch_size": config.training.global_batch_size,
+                     "vae_steps": config.vae.steps,
+                     "train_seconds": round(sum(m.get("step_time_s", 0.0) for m in metrics), 1),
+                     "last_loss": metrics[-1]["loss"] if metrics else None},
+    })
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    if metrics:
+        write_loss_curves(metrics, out)
+        (out / "lr.png").unlink(missing_ok=True)
+    return manifest
+
+
+def resume_pack(run: Path, dest: Path) -> dict:
+    step, folder = _newest_checkpoint(run)
+    if not (run / "vae" / "COMMITTED").exists():
+        sys.exit(f"demo_model: error: {run} has no committed VAE")
+    if dest.exists():
+        shutil.rmtree(dest)
+    (dest / "checkpoints").mkdir(parents=True)
+    shutil.copytree(run / "vae", dest / "vae")
+    shutil.copytree(folder, dest / "checkpoints" / folder.name)
+    shutil.copy2(run / "checkpoints" / "latest.json", dest / "checkpoints" / "latest.json")
+    if (run / "metrics.jsonl").exists():
+        shutil.copy2(run / "metrics.jsonl", dest / "metrics.jsonl")
+    size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
+    return {"step": step, "dest": str(dest), "bytes": size}
+
+
+def resume_unpack(src: Path, run: Path) -> dict:
+    step, _ = _newest_checkpoint(src)
+    if (run / "checkpoints" / "latest.json").exists():
+        have, _ = _newest_checkpoint(run)
+        if have >= step:
+            return {"step": have, "run": str(run), "unpacked": False}
+    run.mkdir(parents=True, exist_ok=True)
+    for name in ("vae", "checkpoints"):
+        shutil.copytree(src / name, run / name, dirs_exist_ok=True)
+    if (src / "metrics.jsonl").exists():
+        shutil.copy2(src / "metrics.jsonl", run / "metrics.jsonl")
+    return {"step": step, "run": str(run), "unpacked": True}
+
+
+GOLDEN_INDEX = {"frames": [0, 6, 12], "rows": [20, 40, 60, 80], "cols": [30, 60, 90, 120]}
+
+
+def golden(model: Path, example: Path, steps: int, seed: int) -> dict:
+    """A short sampling run of the shipped model on the held-out example scene; writes
+    MODEL/golden.json (the slice the golden test compares)."""
+    import tempfile
+
+    import numpy as np
+    from k4d.cli.main import main as k4d_main
+
+    frames = json.loads((example / "actions.json").read_text())["num_frames"]
+    args = ["--robot", "panda", "--actions", str(example / "actions.json"),
+            "--image", str(example / "scene.png"), "--camera", str(example / "camera.json"),
+            "--frames", str(frames), "--steps", str(steps), "--seed", str(seed)]
+    with tempfile.TemporaryDirectory(prefix="k4d-golden-") as tmp:
+        if k4d_main(["simulate", *args, "--model", str(model), "--out", tmp, "--no-progress",
+                     "--no-recording"]) != 0:
+            sys.exit("demo_model: error: the sampling run failed")
+        with np.load(Path(tmp) / "pointmap.npz") as data:
+            rgb, points = data["rgb"], data["pointmap"]
+    index = np.ix_(*(np.array(GOLDEN_INDEX[k]) for k in ("frames", "rows", "cols")))
+    rel = [str(Path(a).resolve().relative_to(Path.cwd().resolve())) if a.startswith("/") else a
+           for a in args]
+    record = {"args": rel, "index": GOLDEN_INDEX, "rgb": rgb[index].astype(int).tolist(),
+              "pointmap": np.round(points[index].astype(np.float64), 6).tolist()}
+    (model / "golden.json").write_text(json.dumps(record) + "\n")
+    return {"golden": str(model / "golden.json")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("export")
+    p.add_argument("--config", required=True)
+    p.add_argument("--run", required=True, type=Path)
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--label", default="early", help="early | trained (shown in every output)")
+    p.add_argument("--name", default="k4d-demo-small")
+    p.add_argument("--default", action="store_true",
+                   help="make it the model `k4d simulate` uses without --model")
+    p = sub.add_parser("resume-pack")
+    p.add_argument("--run", required=True, type=Path)
+    p.add_argument("--dest", required=True, type=Path)
+    p = sub.add_parser("resume-unpack")
+    p.add_argument("--src", required=True, type=Path)
+    p.add_argument("--run", required=True, type=Path)
+    p = sub.add_parser("golden")
+    p.add_argument("--model", required=True, type=Path)
+    p.add_argument("--example", type=Path, default=Path("examples/demo_heldout"))
+    p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.command == "export":
+        manifest = export(args.config, args.run, args.out, args.label, args.name, args.default)
+        print(json.dumps({"out": str(args.out), "version": manifest["version"],
+                          "files": len(manifest["files"]),
+                          "bytes": sum(f["size_bytes"] for f in manifest["files"])}))
+    elif args.command == "resume-pack":
+        print(json.dumps(resume_pack(args.run, args.dest)))
+    elif args.command == "resume-unpack":
+        print(json.dumps(resume_unpack(args.src, args.run)))
+    else:
+        print(json.dumps(golden(args.model, args.example, args.steps, args.seed)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
