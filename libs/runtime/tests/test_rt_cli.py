@@ -72,6 +72,19 @@ def test_path_errors_from_a_handler_are_one_line_and_exit_2(capsys, error):
     assert err.startswith("k4d fk: error: ") and err.count("\n") == 1
 
 
+def test_missing_s3_credentials_from_any_handler_are_one_line_and_exit_2(capsys):
+    """botocore's NoCredentialsError (an s3:// URI with no K4D_S3_ACCESS_KEY and no AWS
+    chain, met deep inside s3fs by k4d train/eval/datagen) is bad configuration, not a crash."""
+    from botocore.exceptions import NoCredentialsError
+
+    def handler(args):
+        raise NoCredentialsError()
+
+    assert run_handler(argparse.Namespace(command="train", handler=handler)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("k4d train: error: ") and err.count("\n") == 1 and "K4D_S3_ACCESS_KEY" in err
+
+
 @pytest.mark.parametrize("flag", ["--port", "--metrics-port"])
 def test_serve_rejects_ports_out_of_range_before_starting(capsys, flag):
     with pytest.raises(SystemExit) as info:

@@ -97,6 +97,13 @@ def run_handler(args: argparse.Namespace, names: dict[str, str] | None = None) -
         return 2
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        # botocore's, met deep inside s3fs/minio callers: bad configuration, not a crash.
+        if type(exc).__name__ != "NoCredentialsError":
+            raise
+        sys.stderr.write(f"k4d {args.command}: error: no S3 credentials: set K4D_S3_ACCESS_KEY and "
+                         "K4D_S3_SECRET_KEY (docs/configuration.md) or an AWS credentials chain\n")
+        return 2
     return int(code or 0)
 
 
