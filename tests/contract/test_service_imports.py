@@ -23,8 +23,10 @@ COMPOSERS = {
 # Edges that exist today and should not: (importer, imported) -> why, and what removes it.
 KNOWN_EXCEPTIONS = {
     ("k4d_trainer", "k4d_generator"):
-        "the trainer fine-tunes the generator's model classes (transformer, VAE, "
-        "checkpoint layout) and publishes into its registry",
+        "the trainer fine-tunes the generator's torch model classes (transformer, conditioning, "
+        "LoRA, checkpoint layout), samples previews with its pipeline (backends) and publishes "
+        "into its registry; a shared torch package (libs/model) would have to take nearly the "
+        "whole generator, so it stays an exception (ADR 010)",
 }
 
 
