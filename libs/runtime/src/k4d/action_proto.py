@@ -107,19 +107,3 @@ def _rename(name: str, field: str) -> str:
         return name
     first, dot, rest = tail.partition(".")
     return f"{field}.{_PROTO_FIELDS.get(first, first)}{dot}{rest}"
-
-
-def _enum(names: dict, value: int, field: str) -> str | None:
-    """A proto enum value -> our name; None when UNSPECIFIED (0). Proto3 enums are open,
-    so a number no name stands for is refused rather than read as unspecified."""
-    if value and value not in names:
-        raise InvalidArgument.for_field(field, f"unknown value {value}")
-    return names.get(value)
-
-
-def _rename(name: str, field: str) -> str:
-    head, _, tail = name.partition(".")
-    if head != "actions":
-        return name
-    first, dot, rest = tail.partition(".")
-    return f"{field}.{_PROTO_FIELDS.get(first, first)}{dot}{rest}"
