@@ -57,25 +57,34 @@ def _colourise(values: np.ndarray, vmax: float) -> np.ndarray:
 
 def strip(path: Path, pred: Clip, gt: Clip, columns: int = 6, width: int = 240) -> Path:
     """Rows: ground truth, prediction, |RGB error|, and |depth error| when both have
-    depth; `columns` frames spread over the clip, each `width` pixels wide."""
-    from PIL import Image
+    depth; `columns` frames spread over the clip, each `width` pixels wide. A left margin
+    names each row (the error rows with their colour scale, magma: black = 0) and a header
+    gives each column's frame index."""
+    from PIL import Image, ImageDraw, ImageFont
 
     T, H, W = gt.rgb.shape[:3]
     frames = np.unique(np.linspace(0, T - 1, min(columns, T)).round().astype(int))
     rgb_err = np.abs(pred.rgb.astype(np.int16) - gt.rgb.astype(np.int16)).mean(axis=-1)
     rows = [gt.rgb[frames], pred.rgb[frames],
             np.stack([_colourise(rgb_err[t], 128.0) for t in frames])]
+    labels = ["ground truth", "prediction", "|RGB error|\nmagma 0..128\n(of 255)"]
     if pred.depth is not None and gt.depth is not None:
         both = (pred.depth > 0) & (gt.depth > 0)
         depth_err = np.where(both, np.abs(pred.depth - gt.depth), 0)
         vmax = float(np.percentile(depth_err[both], 99)) if both.any() else 1.0
         rows.append(np.stack([_colourise(depth_err[t], vmax) for t in frames]))
+        labels.append(f"|depth error|\nmagma 0..{vmax:.3g} m")
     height = max(1, round(H * width / W))
     tiles = [[Image.fromarray(img).resize((width, height), Image.BILINEAR) for img in row]
              for row in rows]
-    canvas = Image.new("RGB", (width * len(frames), height * len(rows)), (255, 255, 255))
+    margin, header = 110, 16
+    canvas = Image.new("RGB", (margin + width * len(frames), header + height * len(rows)), (255, 255, 255))
+    draw, font = ImageDraw.Draw(canvas), ImageFont.load_default()
+    for c, t in enumerate(frames):
+        draw.text((margin + c * width + 4, 2), f"frame {int(t)}", fill=(0, 0, 0), font=font)
     for r, row in enumerate(tiles):
+        draw.multiline_text((4, header + r * height + 4), labels[r], fill=(0, 0, 0), font=font)
         for c, tile in enumerate(row):
-            canvas.paste(tile, (c * width, r * height))
+            canvas.paste(tile, (margin + c * width, header + r * height))
     canvas.save(path)
     return path
