@@ -36,6 +36,8 @@ def test_lossless_round_trip_is_exact_and_lossy_is_not(tmp_path):
     path = write_video(tmp_path / "sub" / "a.mp4", f, fps=24)
     assert path.exists() and not list(path.parent.glob(".*tmp*"))
     np.testing.assert_array_equal(read_video(path), f)
+    odd = frames(T=2, H=17, W=31, seed=3)  # odd sizes and an NTSC rate stay exact too
+    np.testing.assert_array_equal(read_video(write_video(tmp_path / "odd.mp4", odd, fps=23.976)), odd)
     write_video(tmp_path / "b.mp4", f, fps=30, lossless=False)
     back = read_video(tmp_path / "b.mp4")
     assert back.shape == f.shape and not np.array_equal(back, f)
