@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -180,3 +181,45 @@ def test_published_model_reproduces_the_trainer(tmp_path, recipe, episodes_dir, 
     event = read_model_published(message)
     assert (event.model.name, event.model.version) == ("tiny-ft", "7")
     assert event.model.uri == "registry:tiny-ft/7"
+
+
+def _when_step(run: Path, step: int, action, timeout_s: float = 240) -> threading.Thread:
+    """Run `action` once metrics.jsonl reaches `step` (from a helper thread)."""
+
+    def watch():
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            metrics = run / "metrics.jsonl"
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= step:
+                action()
+                return
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_sigterm_and_cancel_checkpoint_at_the_step_boundary(tmp_path, overfit):
+    from k4d_trainer.runs import request_cancel
+
+    path, _ = overfit
+    config = load_config_file(path)
+    config.training.steps = 200
+    config.checkpoint.every = 0
+    run = tmp_path / "run"
+    watcher = _when_step(run, 2, lambda: os.kill(os.getpid(), signal.SIGTERM))
+    status = run_training(config, str(run))
+    watcher.join()
+    assert status.state == "failed" and "SIGTERM" in status.error and "--resume" in status.error
+    stopped = status.step
+    assert 2 <= stopped < 200
+    assert status.checkpoint_uri.endswith(f"step-{stopped:08d}")
+    assert (run / "checkpoints" / f"step-{stopped:08d}" / "COMMITTED").exists()
+
+    watcher = _when_step(run, stopped + 1, lambda: request_cancel(str(run)))
+    status = run_training(config, str(run), resume=True)
+    watcher.join()
+    assert status.state == "cancelled" and stopped < status.step < 200
+    assert read_status(str(run)).state == "cancelled"
+    assert (run / "checkpoints" / f"step-{status.step:08d}" / "COMMITTED").exists()
