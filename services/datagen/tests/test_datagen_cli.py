@@ -75,8 +75,9 @@ def test_deterministic_and_resumable(dataset, tmp_path):
 
 def test_export_npz_and_robo4d(dataset, tmp_path):
     ref = f"{dataset}#ep000001"
-    assert k4d("datagen", "export", ref, "--format", "npz", tmp_path / "ep.npz") == 0
-    with np.load(tmp_path / "ep.npz") as z:
+    # into a folder that does not exist yet (as simulate-inputs and robo4d create theirs)
+    assert k4d("datagen", "export", ref, "--format", "npz", tmp_path / "new" / "ep.npz") == 0
+    with np.load(tmp_path / "new" / "ep.npz") as z:
         for key in ("rgb", "depth", "pointmap", "robot_mask", "robot_rgb", "robot_pointmap", "joints",
                     "joint_names", "camera", "robot", "actions", "task", "success"):
             assert key in z.files, key

@@ -50,6 +50,7 @@ def export_npz(episode: Episode, out: str | os.PathLike) -> Path:
         fps=np.array(meta.fps), episode_id=np.array(meta.episode_id),
         object_names=np.array(meta.object_names, dtype=str))
     out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp.npz")
     np.savez_compressed(tmp, **arrays)
     os.replace(tmp, out)
