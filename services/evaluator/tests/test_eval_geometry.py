@@ -84,3 +84,30 @@ def test_depth_known_values():
     stats = geometry.depth_stats(z_pred, z_gt)
     assert stats["absrel_sum"] / stats["n"] == pytest.approx((0.1 + 0 + 0.5 + 0.3) / 4)
     assert stats["delta1_count"] == 2  # 1.1 and 1.0 ratios; 2.0 and 1.3 fail
+
+
+def test_region_chamfer_reusing_the_whole_frame_search_equals_brute_force(rng):
+    """Regions reuse the whole-frame nearest neighbours (geometry.region_distances); the
+    result must equal a brute-force Chamfer of each region's own clouds."""
+    from k4d_eval.clip import Clip
+    from k4d_eval.evaluate import Settings, evaluate_clips, metric_values
+
+    T, H, W = 2, 14, 18
+    gt_pm = rng.normal(0, 0.2, (T, H, W, 3)).astype(np.float32) + np.float32([0, 0, 1.5])
+    pred_pm = (gt_pm + rng.normal(0, 0.03, gt_pm.shape)).astype(np.float32)
+    pred_pm[:, :3] = gt_pm[:, -3:]  # points that find their neighbour outside the region
+    gt_valid = rng.random((T, H, W)) < 0.9
+    pred_valid = rng.random((T, H, W)) < 0.9
+    robot = np.zeros((T, H, W), bool)
+    robot[:, 2:9, 3:12] = True
+    rgb = rng.integers(0, 256, (T, H, W, 3), dtype=np.uint8)
+    gt = Clip(rgb=rgb, pointmap=gt_pm, valid=gt_valid, depth=gt_pm[..., 2].copy(), robot_mask=robot)
+    pred = Clip(rgb=rgb, pointmap=pred_pm, valid=pred_valid, depth=pred_pm[..., 2].copy())
+    result = evaluate_clips(pred, gt, Settings(geometry_pixels=0, tau=0.05, threads=1))
+    for region, mask in (("whole", np.ones_like(robot)), ("robot", robot), ("environment", ~robot)):
+        values = metric_values(result.stats[region])
+        for t in range(T):
+            want = _brute(pred_pm[t][pred_valid[t] & mask[t]].astype(float),
+                          gt_pm[t][gt_valid[t] & mask[t]].astype(float), 0.05)
+            for key in ("chamfer_l1", "chamfer_l2", "fscore"):
+                assert values[key][t] == pytest.approx(want[key], rel=1e-9), (region, t, key)

@@ -190,22 +190,32 @@ def _frame_stats(t: int, pred: Clip, gt: Clip, regions: Mapping[str, np.ndarray]
     sample = _sample_pixels(settings, t, H * W)
     clouds = {side: _cloud(clip, t, sample, norms[side][t])
               for side, clip in (("pred", pred), ("gt", gt))}
-    whole_trees = {}
     depth_terms = _depth_frame(t, pred, gt, norms)
     for name, mask in masks.items():
-        flat = mask.reshape(-1)
-        for s in SPACES:
-            pts = {}
-            for side in ("pred", "gt"):
-                idx, spaces = clouds[side]
-                p = spaces[s] if name == "whole" else spaces[s][flat[idx]]
-                pts[side] = (p, geometry.tree(p))
-            (p, p_tree), (g, g_tree) = pts["pred"], pts["gt"]
-            out[name][f"chamfer_{s}"] = geometry.chamfer_stats(
-                p, p_tree, g, g_tree, settings.tau, settings.query_workers)
-            if name == "whole":
-                whole_trees[s] = pts
         _depth_stats(out[name], mask, depth_terms)
+    (idx_p, pred_spaces), (idx_g, gt_spaces) = clouds["pred"], clouds["gt"]
+    inside = {name: (mask.reshape(-1)[idx_p], mask.reshape(-1)[idx_g])
+              for name, mask in masks.items()}
+    whole_trees = {}
+    for s in SPACES:
+        P, G = pred_spaces[s], gt_spaces[s]
+        p_tree, g_tree = geometry.tree(P), geometry.tree(G)
+        whole_trees[s] = {"pred": (P, p_tree), "gt": (G, g_tree)}
+        if p_tree is None or g_tree is None:
+            for name in masks:
+                out[name][f"chamfer_{s}"] = dict.fromkeys(geometry.CHAMFER_STATS, 0.0)
+            continue
+        # One search over the whole frame; regions reuse it (exact, see region_distances).
+        d_pg, i_pg = g_tree.query(P, k=1, workers=settings.query_workers)
+        d_gp, i_gp = p_tree.query(G, k=1, workers=settings.query_workers)
+        for name, (p_in, g_in) in inside.items():
+            if not p_in.any() or not g_in.any():
+                out[name][f"chamfer_{s}"] = dict.fromkeys(geometry.CHAMFER_STATS, 0.0)
+                continue
+            out[name][f"chamfer_{s}"] = geometry.stats_from_distances(
+                geometry.region_distances(d_pg, i_pg, P, p_in, G, g_in, settings.query_workers),
+                geometry.region_distances(d_gp, i_gp, G, g_in, P, p_in, settings.query_workers),
+                settings.tau)
     if t > 0:
         # Temporal consistency (whole frame): frame t against frame t-1 of the same clip.
         sample_prev = _sample_pixels(settings, t - 1, H * W)

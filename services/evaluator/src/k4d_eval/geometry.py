@@ -72,13 +72,33 @@ def chamfer_stats(pred: np.ndarray, pred_tree: cKDTree | None, gt: np.ndarray,
     An empty side gives zero counts, so the frame has no value."""
     if pred_tree is None or gt_tree is None:
         return dict.fromkeys(CHAMFER_STATS, 0.0)
-    d_pg = nn_distances(pred, gt_tree, workers)
-    d_gp = nn_distances(gt, pred_tree, workers)
+    return stats_from_distances(nn_distances(pred, gt_tree, workers),
+                                nn_distances(gt, pred_tree, workers), tau)
+
+
+def stats_from_distances(d_pg: np.ndarray, d_gp: np.ndarray, tau: float) -> dict[str, float]:
+    """Chamfer/F-score statistics from both directions' nearest-neighbour distances."""
     return {"pg_l1": float(d_pg.sum()), "pg_l2": float(np.dot(d_pg, d_pg)),
             "n_pred": float(len(d_pg)), "gp_l1": float(d_gp.sum()),
             "gp_l2": float(np.dot(d_gp, d_gp)), "n_gt": float(len(d_gp)),
             "pred_in": float(np.count_nonzero(d_pg < tau)),
             "gt_in": float(np.count_nonzero(d_gp < tau))}
+
+
+def region_distances(d_all: np.ndarray, i_all: np.ndarray, src: np.ndarray,
+                     src_in: np.ndarray, dst: np.ndarray, dst_in: np.ndarray,
+                     workers: int = 1) -> np.ndarray:
+    """Exact nearest-neighbour distances from the region's source points to the region's
+    destination points, reusing the whole-frame search: d_all, i_all are each source
+    point's nearest neighbour over ALL destination points. When that neighbour lies in
+    the region it is also the nearest within the region (a subset); only the other points
+    are searched again, in a tree of the region's destination points."""
+    d = d_all[src_in]
+    miss = ~dst_in[i_all[src_in]]
+    if miss.any():
+        d = d.copy()
+        d[miss] = nn_distances(src[src_in][miss], tree(dst[dst_in]), workers)
+    return d
 
 
 def _chamfer_update(pred_clouds: list[np.ndarray], gt_clouds: list[np.ndarray],
