@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -35,8 +36,9 @@ class RunReporter(NullReporter):
                  prometheus_port: int | None = None, bus=None, event_every: int = 10,
                  progress_bar: bool = True):
         self.run, self.total_steps, self.job_id = run, total_steps, job_id
-        self.local = Path(run.path) if not run.uri.startswith("s3://") else Path(
-            tempfile.mkdtemp(prefix="k4d-run-"))
+        remote = run.uri.startswith("s3://")
+        self._staging = Path(tempfile.mkdtemp(prefix="k4d-run-")) if remote else None
+        self.local = self._staging or Path(run.path)
         self.local.mkdir(parents=True, exist_ok=True)
         self.lines: list[dict] = []
         self.bus, self.event_every = bus, event_every
@@ -109,6 +111,8 @@ class RunReporter(NullReporter):
         self._event(status)
         if self._prom is not None:
             self._prom.close()
+        if self._staging is not None:
+            shutil.rmtree(self._staging, ignore_errors=True)
 
     # -- helpers -------------------------------------------------------------------------
 
