@@ -25,3 +25,11 @@ def test_name_version_directory_and_uri(tmp_path):
 def test_empty_registry_reference_is_one_clear_error():
     with pytest.raises(InvalidArgument, match="registry:NAME"):
         model_ref("registry:")
+
+
+@pytest.mark.parametrize("text", ["/no/such/model", "./no-such-model", "../x/y", "~/models/none",
+                                  "models/kinema4d/3"])
+def test_a_missing_directory_is_an_error_not_the_static_world(text):
+    """A mistyped model directory must not parse as name '' (= no model: static-world)."""
+    with pytest.raises(InvalidArgument, match="--model"):
+        model_ref(text)

@@ -7,6 +7,7 @@ Used by `k4d simulate` (embedded) and `k4d submit` (cluster): both send the same
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,6 +97,9 @@ def load_actions(path: Path, field: str = "--actions"):
     return spec, spec_to_proto(spec)
 
 
+_MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")  # k4d_generator.registry's rule
+
+
 def model_ref(text: str) -> common_pb2.ModelRef:
     """`name`, `name/version`, `registry:name[/version]` (what `k4d train` and
     `k4d generate publish` print), a directory path, or a URI (s3://, file://)."""
@@ -109,12 +113,17 @@ def model_ref(text: str) -> common_pb2.ModelRef:
         return common_pb2.ModelRef(name=name, version=version)
     if "://" in text:
         return common_pb2.ModelRef(uri=text)
-    if Path(text).exists():
-        path = Path(text)
+    if Path(text).expanduser().exists():
+        path = Path(text).expanduser()
         if is_shipped_model(path):  # a model shipped in the repository: sha256 checked first
             path, _ = verify_shipped_model(path)
         return common_pb2.ModelRef(uri=str(path.resolve()))
     name, _, version = text.partition("/")
+    if not _MODEL_NAME.match(name) or (version and not _MODEL_NAME.match(version)):
+        # Not NAME[/VERSION] but a path, and it is missing (without this, '/x' parsed as
+        # name '' = no model, and the run silently fell back to static-world).
+        raise InvalidArgument.for_field("--model", f"no such model directory: {text} (and not a "
+                                                   "registry NAME[/VERSION])")
     return common_pb2.ModelRef(name=name, version=version)
 
 
