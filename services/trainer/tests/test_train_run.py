@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -77,7 +78,7 @@ def test_two_processes_match_single_process(tmp_path, overfit, strategy, paralle
     path, reference = overfit
     config = json.loads(Path(path).read_text())
     config["parallelism"] = parallelism
-    config["checkpoint"] = {"every": 0}
+    config["checkpoint"] = {"every": STEPS // 2, "keep": 0}
     recipe_file = tmp_path / f"{strategy}.json"
     recipe_file.write_text(json.dumps(config))
     run = tmp_path / "run"
@@ -91,6 +92,20 @@ def test_two_processes_match_single_process(tmp_path, overfit, strategy, paralle
     assert losses == pytest.approx(reference, rel=1e-4, abs=1e-5)
     assert sum(losses[-2:]) < 0.8 * sum(losses[:2])
     assert (run / "checkpoints" / f"step-{STEPS:08d}" / "COMMITTED").exists()
+
+    if strategy == "fsdp2":
+        # Elastic: the 2-rank sharded checkpoint of the middle step resumes on one process
+        # (DCP reshards; the data position is world-size free) and continues the same run.
+        half = f"step-{STEPS // 2:08d}"
+        elastic = tmp_path / "elastic"
+        shutil.copytree(run / "checkpoints" / half, elastic / "checkpoints" / half)
+        (elastic / "checkpoints" / "latest.json").write_text(
+            json.dumps({"step": STEPS // 2, "path": half}))
+        status = run_training(load_config_file(recipe_file), str(elastic), resume=True)
+        assert status.state == "succeeded" and status.step == STEPS
+        assert [m["step"] for m in read_metrics(str(elastic))] == list(range(STEPS // 2 + 1,
+                                                                             STEPS + 1))
+        assert _losses(elastic) == pytest.approx(reference[STEPS // 2:], rel=1e-4, abs=1e-5)
 
 
 def test_sigkill_then_resume_repeats_the_losses(tmp_path, overfit):
