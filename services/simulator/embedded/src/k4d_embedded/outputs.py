@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -138,8 +137,10 @@ def write_rollout(out_dir: str | os.PathLike, result, summary: dict, *, fps: flo
                   camera: dict | None = None, link_meshes=(),
                   record: bool = True) -> dict[str, Path]:
     """Write every output file of an EmbeddedResult; returns name -> path. rollout.rrd is
-    written (when `record`, a `camera` JSON is given and rerun-sdk is installed) on a
-    thread beside the other files, so it adds little to the wall time."""
+    written when `record`, a `camera` JSON is given and rerun-sdk is installed. It is
+    written in turn with the other files: on a thread beside them it added +34 % wall time
+    for +3 % CPU on the loaded 2-core VM, in turn +11 % wall, +2 % CPU
+    (docs/benchmarks/viewer.md)."""
     from k4d_embedded.viewer import write_viewer
 
     out = Path(out_dir)
@@ -151,24 +152,23 @@ def write_rollout(out_dir: str | os.PathLike, result, summary: dict, *, fps: flo
         log.warning("%s not written: rerun-sdk is not installed (pip install "
                     "'k4d-runtime[viz]')", RECORDING_RRD)
         record = False
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="k4d-recording") as pool:
-        recording = (pool.submit(write_recording, out / RECORDING_RRD, result, summary, fps=fps,
-                                 camera=camera, link_meshes=link_meshes) if record else None)
-        paths = {
-            "rgb_video": write_video(out / RGB_VIDEO, gen.rgb, fps),
-            "pointmap": write_pointmap_npz(out / POINTMAP_NPZ, gen.pointmap, mask, gen.rgb),
-            "robot": write_robot_npz(out / ROBOT_NPZ, result.robot_arrays()),
-        }
-        paths["pointmap_video"], paths["pointmap_video_metadata"] = write_pointmap_video(
-            out, gen.pointmap, mask, fps)
-        info = {"model": summary["model"]["id"], "robot": summary["inputs"]["robot"],
-                "frames": gen.rgb.shape[0], "seed": summary["seed"]}
-        paths["viewer"] = write_viewer(out / VIEWER_HTML, gen.rgb, gen.pointmap, mask,
-                                       title=rollout_title(gen.static_world), static_world=gen.static_world, info=info,
-                                       fps=fps / 2, max_points=viewer_points, focal_px=focal_px,
-                                       focus=result.projection.mask)
-        if recording is not None:
-            paths["recording"] = recording.result()
+    paths = {
+        "rgb_video": write_video(out / RGB_VIDEO, gen.rgb, fps),
+        "pointmap": write_pointmap_npz(out / POINTMAP_NPZ, gen.pointmap, mask, gen.rgb),
+        "robot": write_robot_npz(out / ROBOT_NPZ, result.robot_arrays()),
+    }
+    paths["pointmap_video"], paths["pointmap_video_metadata"] = write_pointmap_video(
+        out, gen.pointmap, mask, fps)
+    info = {"model": summary["model"]["id"], "robot": summary["inputs"]["robot"],
+            "frames": gen.rgb.shape[0], "seed": summary["seed"]}
+    paths["viewer"] = write_viewer(out / VIEWER_HTML, gen.rgb, gen.pointmap, mask,
+                                   title=rollout_title(gen.static_world),
+                                   static_world=gen.static_world, info=info, fps=fps / 2,
+                                   max_points=viewer_points, focal_px=focal_px,
+                                   focus=result.projection.mask)
+    if record:
+        paths["recording"] = write_recording(out / RECORDING_RRD, result, summary, fps=fps,
+                                             camera=camera, link_meshes=link_meshes)
     summary = dict(summary, outputs={k: p.name for k, p in paths.items()})
     paths["summary"] = write_json(out / SUMMARY_JSON, summary)
     return paths
