@@ -98,3 +98,37 @@ def test_soft_mask_sets_about_ten_percent_of_the_ones_to_half():
     assert 0.07 * ones < halves < 0.13 * ones
     assert ((soft[0] == 0.5) == (soft[3] == 0.5)).all()  # one map tiled over the channels
     assert (soft[0][arm[0] == 0] == 0).all() and torch.equal(soft[4:], arm[4:])
+
+
+def test_robo4d_layout_is_a_source(tmp_path):
+    """Our Robo4D export (metric metadata beside the 8-bit videos) and the official form
+    (videos only: pointmaps used as stored, already in [-1, 1])."""
+    import shutil
+
+    from k4d.episodes.robo4d import write_sample
+    from k4d_trainer.clips import read_clip
+    from k4d_trainer.config import DataSection
+    from k4d_trainer.data import open_source, select_episodes
+    from k4d_trainer.synthetic import synthetic_episode
+
+    root = tmp_path / "robo4d"
+    for i in range(2):
+        meta, a = synthetic_episode(i, frames=9, height=48, width=64)
+        write_sample(root, meta.episode_id, rgb=a["rgb"], robot_rgb=a["robot_rgb"],
+                     robot_mask=a["robot_mask"], robot_pointmap=a["robot_pointmap"], fps=10.0,
+                     pointmap=a["pointmap"])
+    clip = ClipSpec(5, 32, 48)
+    source = open_source(DataSection(uri=str(root)))
+    assert select_episodes(source, DataSection(uri=str(root)), clip) == ["ep000", "ep001"]
+    ours = read_clip(source.open("ep001"), clip)
+    assert ours["rgb"].shape == (5, 32, 48, 3) and not bool(ours["normalised"])
+    assert ours["pointmap"][..., 2].mean() > 0.5  # metres again (the plane is ~1 m away)
+
+    for folder in ("pointmap", "mask_pointmap"):
+        for meta_file in (root / folder).glob("*.json"):
+            meta_file.unlink()  # what the official release ships: no metric metadata
+    shutil.rmtree(root / "first_frames")
+    official = read_clip(open_source(DataSection(uri=str(root), format="robo4d")).open("ep000"),
+                         clip)
+    assert bool(official["normalised"])
+    assert official["pointmap"].min() >= -1.0 and official["pointmap"].max() <= 1.0
