@@ -39,6 +39,7 @@ from k4d.errors import FailedPrecondition, IntegrityError, InvalidArgument
 WEIGHT_FILES = {"lpips": "lpips.safetensors", "fid": "fid.safetensors", "fvd": "fvd.safetensors"}
 SUMS_FILE = "SHA256SUMS"
 LAYERS_KEY, INPUT_KEY = "k4d_eval.layers", "k4d_eval.input"
+ARCH_KEY = "k4d_eval.arch"  # a standard architecture's name (k4d_eval.backbones)
 # LPIPS' AlexNet (torchvision layout; taps after relu1..relu5) and its input scaling layer.
 ALEXNET_LAYERS = [
     {"op": "conv2d", "name": "features.0", "in": 3, "out": 64, "kernel": 11, "stride": 4, "padding": 2},
@@ -151,9 +152,12 @@ class LoadedBackbone:
     module: object
     extra: dict  # tensors not in the layers (LPIPS' lin weights)
     input: dict
+    arch: str = "layers"  # a k4d_eval.backbones name, or "layers" (architecture as data)
 
 
-def load_backbone(path: Path) -> LoadedBackbone:
+def load_backbone(path: Path, metric: str | None = None) -> LoadedBackbone:
+    """A backbone file: architecture as data (`k4d_eval.layers` metadata) or one of the
+    standard architectures (k4d_eval.backbones), named or recognised from its keys."""
     from safetensors import safe_open
 
     _torch()
@@ -161,7 +165,7 @@ def load_backbone(path: Path) -> LoadedBackbone:
         meta = f.metadata() or {}
         tensors = {k: f.get_tensor(k) for k in f.keys()}
     if LAYERS_KEY not in meta:
-        raise InvalidArgument.for_field(str(path), f"no {LAYERS_KEY!r} architecture in its metadata")
+        return load_standard(path, tensors, meta.get(ARCH_KEY), metric)
     layers = json.loads(meta[LAYERS_KEY])
     module = build_backbone(layers)
     state, extra = {}, {}
@@ -177,6 +181,44 @@ def load_backbone(path: Path) -> LoadedBackbone:
     module.load_state_dict(state)
     module.eval()
     return LoadedBackbone(module, extra, json.loads(meta.get(INPUT_KEY, "{}")))
+
+
+def load_standard(path: Path, tensors: dict, arch: str | None = None,
+                  metric: str | None = None) -> LoadedBackbone:
+    """A standard backbone (k4d_eval.backbones) from a converted official weight file:
+    the architecture named by `arch` (the file's `k4d_eval.arch` metadata) or recognised
+    from its keys; every tensor must be consumed, none missing."""
+    from k4d_eval import backbones
+
+    names = ", ".join(backbones.ARCHITECTURES)
+    arch = arch or backbones.detect(tensors)
+    if arch is None:
+        raise InvalidArgument.for_field(str(path), f"its tensors match no known architecture "
+                                        f"({names}) and it has no {LAYERS_KEY!r} metadata; "
+                                        "convert it with tools/convert_metric_weights.py")
+    if arch not in backbones.ARCHITECTURES:
+        raise InvalidArgument.for_field(str(path), f"unknown architecture {arch!r} ({names})")
+    if metric and arch not in backbones.METRIC_ARCHITECTURES[metric]:
+        raise InvalidArgument.for_field(str(path), f"holds {arch}, not a {metric.upper()} backbone")
+    factory, input_spec = backbones.ARCHITECTURES[arch]
+    module = factory()
+    state = {k: v for k, v in tensors.items() if not k.endswith("num_batches_tracked")}
+    expected = backbones.expected_keys(arch)
+    missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
+    if missing or unexpected:
+        raise InvalidArgument.for_field(str(path), f"not the {arch} layout: missing "
+                                        f"{missing[:3]} ({len(missing)}), unexpected "
+                                        f"{unexpected[:3]} ({len(unexpected)})")
+    try:
+        module.load_state_dict(state, strict=False)
+    except RuntimeError as exc:  # wrong shapes
+        raise InvalidArgument.for_field(str(path), f"not the {arch} layout: "
+                                        f"{str(exc).splitlines()[-1].strip()}") from None
+    module.eval()
+    extra = {}
+    if arch.startswith("lpips"):
+        extra = {f"lin{i}.weight": w for i, w in enumerate(module.lin_weights())}
+    return LoadedBackbone(module, extra, dict(input_spec), arch)
 
 
 def _frames_tensor(rgb: np.ndarray, spec: dict):
@@ -283,7 +325,8 @@ class LearnedMetrics:
             with tempfile.TemporaryDirectory(prefix="k4d-eval-weights-") as scratch:
                 directory = resolve_weights_dir(weights, Path(scratch))
                 for metric, name in WEIGHT_FILES.items():
-                    nets[metric] = load_backbone(verified_file(directory, name, metric.upper()))
+                    nets[metric] = load_backbone(verified_file(directory, name, metric.upper()),
+                                                 metric)
         vae = load_vae(vae_dir) if vae_dir else None
         return cls(nets.get("lpips"), nets.get("fid"), nets.get("fvd"), vae)
 
