@@ -11,8 +11,12 @@ So the metric DEFINITIONS are implemented here on a backbone loaded from safeten
 - a backbone file carries its architecture as data in the safetensors metadata
   (`k4d_eval.layers`: a JSON list of conv2d/conv3d/relu/maxpool/avgpool layers, `tap`
   marking the feature outputs; `k4d_eval.input`: input size and normalisation), so no code
-  is unpickled. `ALEXNET_LAYERS` is LPIPS' AlexNet in this form: converting the official
-  LPIPS weights is renaming tensors (docs/evaluation.md).
+  is unpickled. `ALEXNET_LAYERS` is LPIPS' AlexNet in this form;
+- or it is one of the standard backbones (k4d_eval.backbones: pytorch-fid's InceptionV3,
+  LPIPS' AlexNet/VGG16 with its linear heads, InceptionI3d), recognised from its keys (the
+  published files' names, converted by tools/convert_metric_weights.py) or named by its
+  `k4d_eval.arch` metadata; these give numbers comparable with published ones
+  (docs/evaluation.md).
 
 Definitions:
   LPIPS (Zhang et al. 2018): sum over taps l of the spatial mean of
