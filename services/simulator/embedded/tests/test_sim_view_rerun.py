@@ -143,3 +143,5 @@ def test_served_web_viewer_renders_the_recording_offline(tmp_path):
         stop.set()
         server.join(30)
     assert not server.is_alive()
+    with pytest.raises(OSError):  # the web viewer server stopped with `k4d view`
+        urllib.request.urlopen(url, timeout=5)

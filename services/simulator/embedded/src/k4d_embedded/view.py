@@ -118,7 +118,10 @@ class WebViewer:
             [*rerun_command(), "--serve-web", "--bind", "127.0.0.1", "--web-viewer-port",
              str(self.port), "--port", "0", *map(str, self.recordings)],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            env=dict(os.environ, NO_COLOR="1"))
+            env=dict(os.environ, NO_COLOR="1"),
+            # `python -m rerun` starts the viewer binary as its own child: a session of
+            # their own lets __exit__ stop both
+            start_new_session=True)
         found = threading.Event()
         lines: list[str] = []
         threading.Thread(target=self._drain, args=(found, lines), daemon=True).start()
@@ -141,13 +144,33 @@ class WebViewer:
         found.set()
 
     def __exit__(self, *exc) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
+        if self._proc is None:
+            return
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self._proc.pid, sig)  # the wrapper and the viewer binary
+            except ProcessLookupError:
+                break
             try:
                 self._proc.wait(timeout=10)
+                _wait_group_gone(self._proc.pid, timeout_s=10)
+                break
             except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+                continue
+
+
+def _wait_group_gone(pgid: int, timeout_s: float) -> None:
+    """Until no process of the group is left (raises TimeoutExpired otherwise)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    raise subprocess.TimeoutExpired(f"process group {pgid}", timeout_s)
 
 
 def serve_web(recordings: list[Path], *, port: int = 0, open_browser: bool = False, out=None,
