@@ -269,7 +269,8 @@ def _log_camera(rr, rec, root: str, camera, T: int, H: int, W: int, frame_index)
         rec.send_columns(image, indexes=frame_index,
                          columns=rr.Pinhole.columns(image_from_camera=K))
     rec.log(f"{root}/{layout.ROBOT_MASK}",
-            rr.AnnotationContext([(1, "robot", (*ROBOT_HIGHLIGHT, 160))]), static=True)
+            rr.AnnotationContext([(0, "background", (0, 0, 0, 0)),  # else a default tint
+                                  (1, "robot", (*ROBOT_HIGHLIGHT, 160))]), static=True)
 
 
 def _log_robot(rr, rec, T_world_from_link: np.ndarray, link_names, link_meshes,
