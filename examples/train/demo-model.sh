@@ -21,6 +21,9 @@ RUN="$WORK/run"
 MODEL=models/demo-small
 CONFIG=examples/train/demo-model.yaml
 export MUJOCO_GL="${MUJOCO_GL:-osmesa}"
+# One thread: on this shared 2-core VM a 2-thread torch step was 2x (VAE) to 11x (transformer)
+# slower than a 1-thread one (benchmarks/demo_model/bench_recipe.py, models/demo-small/README.md).
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 
 "$K4D" datagen synthetic --episodes 64 --seed 1013 --task mix --failures 0.1 \
   --frames 17 --height 128 --width 192 --workers 2 --out "$WORK/data/train"
