@@ -48,7 +48,8 @@ def register(subparsers) -> None:
                      "metrics, regions, static-world floor, policy agreement)",
         description="Without a subcommand: predictions (one `k4d simulate` output directory "
                     "per episode id) against a data engine dataset. Writes OUT/report.json, "
-                    "summary.md, summary.csv, per_frame.png and strip.png.")
+                    "summary.md, summary.csv, per_frame.png, strip.png and "
+                    "OUT/comparison/<episode_id>.rrd (Rerun; `k4d view OUT`).")
     p.add_argument("--pred", help="directory or URI (file://, s3://) of prediction directories "
                                   "named by episode id")
     p.add_argument("--gt", help="data engine dataset (path, file://, s3://)")
@@ -69,6 +70,9 @@ def register(subparsers) -> None:
     q.add_argument("pred_npz", type=Path, help="prediction NPZ")
     q.add_argument("gt_npz", type=Path, help="ground-truth NPZ")
     q.add_argument("--out", type=Path, required=True, help="output directory")
+    q.add_argument("--camera", type=Path, default=None,
+                   help="camera JSON (DESIGN.md form) of the pair: with it OUT/comparison.rrd, "
+                        "a Rerun recording of ground truth beside prediction, is written too")
     _settings_arguments(q)
     q.set_defaults(handler=_run_pair)
 
@@ -98,7 +102,12 @@ def register(subparsers) -> None:
 def _run_pair(args) -> int:
     from k4d_eval.pipeline import eval_pair
 
-    report = eval_pair(args.pred_npz, args.gt_npz, args.out, _settings(args), _learned(args))
+    camera = args.camera if args.camera is not None and _can_record("eval pair") else None
+    if args.camera is None:
+        print("k4d eval pair: no comparison recording: the NPZ pair holds no camera "
+              "(pass --camera CAM.json to write OUT/comparison.rrd)")
+    report = eval_pair(args.pred_npz, args.gt_npz, args.out, _settings(args), _learned(args),
+                       camera_path=camera)
     _print_headline(report, args.out)
     return 0
 
@@ -120,7 +129,8 @@ def _run_eval(args) -> int:
                                          not args.no_progress))
     report = eval_dataset(args.pred, args.gt, args.out, settings, baseline_uri=baseline,
                           episodes=args.episodes, workers=args.workers,
-                          progress=not args.no_progress, learned_metrics=_learned(args))
+                          progress=not args.no_progress, learned_metrics=_learned(args),
+                          record=_can_record("eval"))
     _print_headline(report, args.out)
     return 0
 
@@ -133,7 +143,7 @@ def _run_run(args) -> int:
                               episodes=args.episodes, workers=args.workers,
                               baseline=not args.no_baseline, steps=args.steps,
                               backend=args.backend, progress=not args.no_progress,
-                              learned_metrics=_learned(args))
+                              learned_metrics=_learned(args), record=_can_record("eval run"))
     _print_headline(report, args.out)
     return 0
 
@@ -147,6 +157,17 @@ def _run_agreement(args) -> int:
           f"true {a['success_rate_true']} vs simulated {a['success_rate_simulated']}, "
           f"spearman {section['spearman']} -> {args.out / 'agreement.json'}")
     return 0
+
+
+def _can_record(command: str) -> bool:
+    """The comparison recording is optional: without rerun-sdk the evaluation goes on and
+    one line says why no recording was written."""
+    from k4d_eval.recording import unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        print(f"k4d {command}: comparison recording skipped: {reason}")
+    return reason is None
 
 
 def _check_workers(workers: int) -> None:

@@ -115,7 +115,7 @@ def generate_baseline(gt_uri: str, out: Path, episodes: Sequence[str] | None, wo
 def run_and_evaluate(model: str, data_uri: str, out: Path, settings, *,
                      episodes: Sequence[str] | None = None, workers: int = 1,
                      baseline: bool = True, steps: int = 0, backend: str = "",
-                     progress: bool = True, learned_metrics=None) -> dict:
+                     progress: bool = True, learned_metrics=None, record: bool = False) -> dict:
     """`k4d eval run`: generate with the model (and the static-world floor), evaluate."""
     from k4d.episodes import open_dataset
 
@@ -130,6 +130,6 @@ def run_and_evaluate(model: str, data_uri: str, out: Path, settings, *,
     return eval_dataset(str(pred), data_uri, out, settings,
                         baseline_uri=str(base) if base else None, episodes=ids,
                         workers=workers, progress=progress, method=f"{MODEL}: {model}",
-                        learned_metrics=learned_metrics,
+                        learned_metrics=learned_metrics, record=record,
                         extra_inputs={"model": model, "generation": "`k4d simulate` subprocess",
                                       "baseline_method": BASELINE if base else None})

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from k4d.errors import InvalidArgument, NotFound
 
-from k4d_eval import inputs, plots, policy
+from k4d_eval import inputs, plots, policy, recording
 from k4d_eval.evaluate import EpisodeResult, Settings, evaluate_clips
 from k4d_eval.report import build_report, write_json, write_report
 
@@ -43,15 +43,23 @@ def write_outputs(out: Path, report: dict, strip_clips=None) -> dict[str, Path]:
 
 # ---- one pair of NPZ files --------------------------------------------------------------
 def eval_pair(pred_path: Path, gt_path: Path, out: Path, settings: Settings,
-              learned_metrics: Callable | None = None) -> dict:
+              learned_metrics: Callable | None = None, camera_path: Path | None = None) -> dict:
+    """With `camera_path` (the NPZ files hold no camera) OUT/comparison.rrd is written too
+    (the caller checks rerun-sdk is installed)."""
     settings.check()
     pred = inputs.load_npz_clip(pred_path)
     gt = inputs.load_npz_clip(gt_path)
+    camera = None
+    if camera_path is not None:
+        camera = recording.load_camera(camera_path, gt.frames, *gt.size)
     result = evaluate_clips(pred, gt, settings, episode_id=Path(pred_path).stem)
     learned = learned_metrics([pred], [gt]) if learned_metrics else None
     report = build_report([result], settings.to_json(), method=Path(pred_path).stem,
                           learned=learned, inputs={"pred": str(pred_path), "gt": str(gt_path)})
     write_outputs(Path(out), report, (pred, gt))
+    if camera is not None:
+        recording.write_comparison(Path(out) / recording.COMPARISON_RRD, pred, gt, camera, result,
+                                   psnr_max_db=settings.psnr_max_db, method=Path(pred_path).stem)
     return report
 
 
@@ -66,10 +74,15 @@ class EpisodeJob:
     method: str
     out: str
     settings: Settings
+    record: bool = False  # write OUT/comparison/<episode_id>.rrd (the model's only)
 
     @property
     def cache(self) -> Path:
         return Path(self.out) / RESULTS_DIR / self.method / f"{self.episode_id}.json"
+
+    @property
+    def recording(self) -> Path:
+        return Path(self.out) / recording.COMPARISONS_DIR / f"{self.episode_id}.rrd"
 
 
 def _cached(job: EpisodeJob) -> EpisodeResult | None:
@@ -79,6 +92,8 @@ def _cached(job: EpisodeJob) -> EpisodeResult | None:
         return None
     if data.get("settings_key") != settings_key(job.settings):
         return None
+    if job.record and not job.recording.is_file():
+        return None  # evaluated before the recording was asked for (or rerun installed)
     return EpisodeResult.from_json(data["result"])
 
 
@@ -96,6 +111,10 @@ def run_episode(job: EpisodeJob) -> EpisodeResult:
     result = evaluate_clips(pred, gt, job.settings, episode_id=job.episode_id,
                             condition_robot_mask=condition, synthetic=synthetic)
     result.info["policy"] = policy.episode_labels(pred, gt)
+    if job.record:  # before the cache: a cached result implies its recording
+        recording.write_comparison(job.recording, pred, gt, gt.meta["camera"], result,
+                                   psnr_max_db=job.settings.psnr_max_db, method=job.method,
+                                   fps=float(gt.meta.get("fps") or 24.0))
     job.cache.parent.mkdir(parents=True, exist_ok=True)
     write_json(job.cache, {"settings_key": settings_key(job.settings), "result": result.to_json()})
     strips = Path(job.out) / STRIPS_DIR / job.method
@@ -186,8 +205,11 @@ def check_local_predictions(pred_uri: str, gt_uri: str, episodes: Sequence[str] 
 def eval_dataset(pred_uri: str, gt_uri: str, out: Path, settings: Settings, *,
                  baseline_uri: str | None = None, episodes: Sequence[str] | None = None,
                  workers: int = 1, progress: bool = True, method: str = "model",
-                 learned_metrics: Callable | None = None, extra_inputs: dict | None = None) -> dict:
-    """`k4d eval --pred --gt`: every requested episode must have a prediction directory."""
+                 learned_metrics: Callable | None = None, extra_inputs: dict | None = None,
+                 record: bool = False) -> dict:
+    """`k4d eval --pred --gt`: every requested episode must have a prediction directory.
+    record: also write OUT/comparison/<episode_id>.rrd per episode (ground truth beside the
+    model's prediction; the caller checks rerun-sdk is installed)."""
     from k4d.episodes import open_dataset
 
     settings.check()
@@ -207,7 +229,8 @@ def eval_dataset(pred_uri: str, gt_uri: str, out: Path, settings: Settings, *,
             settings = replace(settings, threads=max(1, (os.cpu_count() or 1) // workers))
         results = {}
         for name, root in roots.items():
-            jobs = [EpisodeJob(gt_uri, e, str(root / e), name, str(out), settings) for e in ids]
+            jobs = [EpisodeJob(gt_uri, e, str(root / e), name, str(out), settings,
+                               record=record and name == MODEL) for e in ids]
             by_id = run_jobs(jobs, workers, progress, f"eval {name}")
             results[name] = [by_id[e] for e in ids]
         learned = base_learned = None
