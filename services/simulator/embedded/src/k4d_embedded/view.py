@@ -1,7 +1,8 @@
 """`k4d view PATH`: open a rollout, episode or evaluation in the Rerun viewer.
 
 PATH is a `.rrd` file, a directory holding recordings (a `k4d simulate` / `k4d generate`
-output has rollout.rrd; an evaluation directory has its `.rrd` files), or an episode of the
+output has rollout.rrd; a `k4d eval` directory has comparison/<episode>.rrd, or
+comparison.rrd from `k4d eval pair`), or an episode of the
 shared format (`<dataset>/episodes/<episode_id>`, recorded on the fly). Where a display
 exists the native Rerun viewer opens; otherwise (or with --web) the Rerun web viewer is
 served from the rerun-sdk wheel's own assets on loopback (no network needed) and its URL is
@@ -50,8 +51,8 @@ def is_episode_dir(path: Path) -> bool:
 
 def find_recordings(path: Path) -> list[Path]:
     """The .rrd files PATH stands for: itself, a directory's rollout.rrd, else every .rrd
-    in the directory (an evaluation's), else every .rrd one level down (one directory per
-    episode or rollout), sorted."""
+    in the directory (`k4d eval pair`'s comparison.rrd), else every .rrd one level down (one
+    directory per episode or rollout; `k4d eval`'s comparison/<episode>.rrd), sorted."""
     if path.is_file():
         if path.suffix != ".rrd":
             raise InvalidArgument.for_field("path", f"{path} is not a .rrd recording")
