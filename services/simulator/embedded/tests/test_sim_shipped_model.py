@@ -124,9 +124,10 @@ def test_shipped_demo_model_verifies_and_fits_the_size_limit():
 
 
 @needs_shipped
-def test_shipped_demo_model_golden_slice(tmp_path):
+def test_shipped_demo_model_golden_slice(tmp_path, capsys):
     """A 2-step sampling run on the held-out example reproduces the stored slice
-    (models/demo-small/golden.json, written by examples/train/demo_model.py golden)."""
+    (models/demo-small/golden.json, written by examples/train/demo_model.py golden), and
+    the terminal, summary.json and viewer.html say which model made it and what it is."""
     golden = json.loads((SHIPPED_DEFAULT / GOLDEN).read_text())
     out = tmp_path / "run"
     assert main(["simulate", *golden["args"], "--model", str(SHIPPED_DEFAULT),
@@ -134,6 +135,9 @@ def test_shipped_demo_model_golden_slice(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["generator"] == "kinema4d" and not summary["static_world"]
     assert summary["model"]["label"] and "synthetic" in summary["model"]["description"]
+    printed = capsys.readouterr().out
+    assert f"model: {summary['model']['id']} (" in printed and "synthetic" in printed
+    assert "about the model" in (out / "viewer.html").read_text()
     with np.load(out / "pointmap.npz") as data:
         rgb, points = data["rgb"], data["pointmap"]
     frames, rows, cols = (np.array(golden["index"][k]) for k in ("frames", "rows", "cols"))

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -99,6 +100,7 @@ def _inputs(args):
 
 def _run_simulate(args) -> int:
     from k4d_embedded.embedded import simulate_to_directory
+    from k4d_embedded.outputs import model_note
     from k4d_embedded.shipped import default_model
 
     if not args.model and args.backend != "static-world":
@@ -108,6 +110,10 @@ def _run_simulate(args) -> int:
                                   viewer_points=args.viewer_points,
                                   show_progress=not args.no_progress,
                                   record=not args.no_recording)
+    summary = json.loads(paths["summary"].read_text()) if "summary" in paths else {}
+    model = summary.get("model", {})
+    note = model_note(summary) if model else {}
+    print(f"model: {model.get('id', '')}" + (f" ({note['about the model']})" if note else ""))
     print(f"outputs in {args.out}:")
     for name, path in paths.items():
         print(f"  {name:24s} {path}")

@@ -113,6 +113,16 @@ def robot_link_meshes(renderer) -> list[LinkMesh]:
             for m in renderer.link_meshes]
 
 
+def model_note(summary: dict) -> dict:
+    """{"about the model": ...} for a model shipped with a description (k4d_embedded.shipped:
+    e.g. a small model trained on synthetic data, early checkpoint), else {}."""
+    model = summary["model"]
+    if not model.get("description"):
+        return {}
+    label = f" ({model['label']})" if model.get("label") else ""
+    return {"about the model": f"{model['description']}{label}"}
+
+
 def write_recording(path, result, summary: dict, *, fps: float, camera: dict,
                     link_meshes=()) -> Path:
     """rollout.rrd: the generated world, the robot condition, FK link frames and meshes,
@@ -121,7 +131,8 @@ def write_recording(path, result, summary: dict, *, fps: float, camera: dict,
 
     gen, kin, proj = result.generation, result.kinematics, result.projection
     actions = json.loads(Path(summary["inputs"]["actions"]).read_text())
-    info = {"model": summary["model"]["id"], "robot": summary["inputs"]["robot"],
+    info = {"model": summary["model"]["id"], **model_note(summary),
+            "robot": summary["inputs"]["robot"],
             "seed": summary["seed"], "pointmap": "first-frame camera frame, "
                                                  + summary.get("pointmap_units", "metres")}
     return write_episode_recording(
@@ -159,7 +170,8 @@ def write_rollout(out_dir: str | os.PathLike, result, summary: dict, *, fps: flo
     }
     paths["pointmap_video"], paths["pointmap_video_metadata"] = write_pointmap_video(
         out, gen.pointmap, mask, fps)
-    info = {"model": summary["model"]["id"], "robot": summary["inputs"]["robot"],
+    info = {"model": summary["model"]["id"], **model_note(summary),
+            "robot": summary["inputs"]["robot"],
             "frames": gen.rgb.shape[0], "seed": summary["seed"]}
     paths["viewer"] = write_viewer(out / VIEWER_HTML, gen.rgb, gen.pointmap, mask,
                                    title=rollout_title(gen.static_world),
