@@ -115,7 +115,8 @@ def _local_targets(words: list[str]) -> list[str]:
 
 def _local_dirs() -> dict[str, Path]:
     """Distribution name -> directory of every package in the repo."""
-    dirs = [REPO / "libs" / "runtime"] + [REPO / "services" / s for s in SERVICES]
+    dirs = [p.parent for p in sorted((REPO / "libs").glob("*/pyproject.toml"))] + [
+        REPO / "services" / s for s in SERVICES]
     return {canonicalize_name(_pyproject(d)["project"]["name"]): d for d in dirs}
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 RUNTIME_SRC = REPO / "libs" / "runtime" / "src"
+MODEL_SRC = REPO / "libs" / "model" / "src"
 
 # Packages whose job is to compose the stages of other services.
 COMPOSERS = {
@@ -21,13 +22,8 @@ COMPOSERS = {
     "k4d_datagen": "the data engine: kinematics + projection over simulated and imported episodes",
 }
 # Edges that exist today and should not: (importer, imported) -> why, and what removes it.
-KNOWN_EXCEPTIONS = {
-    ("k4d_trainer", "k4d_generator"):
-        "the trainer fine-tunes the generator's torch model classes (transformer, conditioning, "
-        "LoRA, checkpoint layout), samples previews with its pipeline (backends) and publishes "
-        "into its registry; a shared torch package (libs/model) would have to take nearly the "
-        "whole generator, so it stays an exception (ADR 010)",
-}
+# None left: the trainer's last edge (to the generator) went with libs/model (ADR 010).
+KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 
 def service_packages() -> dict[str, Path]:
@@ -93,6 +89,14 @@ def test_the_runtime_imports_no_service_package():
     packages = service_packages()
     edges = import_edges(packages, {"k4d": RUNTIME_SRC / "k4d"})
     assert not edges, f"the runtime library must not import services: {edges}"
+
+
+def test_the_model_library_imports_no_service_package():
+    """libs/model (k4d_model) is shared by the generator and the trainer: it imports the
+    runtime and third-party code only."""
+    packages = service_packages()
+    edges = import_edges(packages, {"k4d_model": MODEL_SRC / "k4d_model"})
+    assert not edges, f"the model library must not import services: {edges}"
 
 
 def test_the_import_scan_sees_lazy_and_importlib_imports(tmp_path):

@@ -3,40 +3,22 @@ robot condition (a box moving across the image)."""
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import pytest
+from k4d_model.testing import tiny_model_factory
 
 
 @pytest.fixture(scope="session")
 def tiny_config():
-    from k4d_generator.model.configs import get_model_config
+    from k4d_model.model.configs import get_model_config
 
     return get_model_config("tiny")
 
 
 @pytest.fixture(scope="session")
-def _tiny_models():
-    from k4d_generator.checkpoints import build_components
-    from k4d_generator.model.configs import get_model_config
-
-    built = {}
-    for variant in ("act", "pmcond"):
-        built[variant] = build_components(get_model_config("tiny", variant), seed=0,
-                                          lora_fused=False)
-    return built
-
-
-@pytest.fixture
-def make_tiny(_tiny_models):
+def make_tiny():
     """make_tiny(variant) -> (components, lora) deep copies: tests may mutate them."""
-
-    def make(variant: str = "act"):
-        components, lora = _tiny_models[variant]
-        return copy.deepcopy(components), copy.deepcopy(lora)
-
-    return make
+    return tiny_model_factory()
 
 
 def synthetic_robot(num_frames: int = 5, height: int = 32, width: int = 48, seed: int = 0):

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 from k4d.errors import FailedPrecondition, InvalidArgument, NotFound
-from k4d_generator.checkpoints import (
+from k4d_model.checkpoints import (
     ADDED_WEIGHTS_FILE,
     load_k4d,
     load_model,
@@ -16,7 +16,7 @@ from k4d_generator.checkpoints import (
     save_k4d,
     save_official,
 )
-from k4d_generator.lora import LORA_FILE_NAME, fuse_lora, read_lora, write_lora
+from k4d_model.lora import LORA_FILE_NAME, fuse_lora, read_lora, write_lora
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
@@ -204,7 +204,7 @@ def test_gen_k4d_layout_refuses_other_clip_size(make_tiny, tmp_path):
 def test_gen_registry_publish_fetch_verify(make_tiny, tmp_path):
     from k4d.errors import IntegrityError
     from k4d.store import LocalStore
-    from k4d_generator import registry
+    from k4d_model import registry
 
     components, lora = make_tiny("act")
     save_k4d(components, tmp_path / "m", lora=lora)
@@ -282,7 +282,7 @@ def test_gen_registry_fetch_reuses_verified_cache_without_rehashing(make_tiny, t
     from pathlib import Path
 
     from k4d.store import LocalStore
-    from k4d_generator import registry
+    from k4d_model import registry
 
     components, _ = make_tiny("act")
     save_k4d(components, tmp_path / "m")
@@ -308,3 +308,23 @@ def test_gen_registry_fetch_reuses_verified_cache_without_rehashing(make_tiny, t
     registry.fetch(store, "tiny-demo", "1", tmp_path / "cache")
     assert weights in [Path(p) for p in hashed] and weights.read_bytes() == original
     assert load_model(local).info.version == "1"
+
+
+def test_gen_old_module_names_are_the_model_library_modules():
+    """`k4d_generator.{checkpoints, ..., model.configs}` moved to `k4d_model`; the old names are
+    the same module objects (the embedded runner, benchmarks and examples still use them), so
+    monkeypatching either name patches both."""
+    import importlib
+
+    import k4d_model.model.configs
+    import k4d_model.model.transformer
+
+    for name in ("checkpoints", "conditions", "lora", "memory", "registry", "results"):
+        assert importlib.import_module(f"k4d_generator.{name}") is importlib.import_module(
+            f"k4d_model.{name}")
+    assert importlib.import_module("k4d_generator.model.configs") is k4d_model.model.configs
+    assert importlib.import_module("k4d_generator.model.transformer") is k4d_model.model.transformer
+    from k4d_generator.pipeline import Kinema4DPipeline
+    from k4d_model.pipeline import Kinema4DPipeline as Core
+
+    assert issubclass(Kinema4DPipeline, Core)

@@ -12,8 +12,8 @@ from k4d.config import Config
 from k4d.grpc_server import create_server
 from k4d.store import LocalStore
 from k4d.tensor_io import from_tensor_data, to_tensor
-from k4d_generator import registry
 from k4d_generator.server import SERVICE_NAME, register_service
+from k4d_model import registry
 from kinema4d.v1 import common_pb2, generator_pb2, generator_pb2_grpc
 
 

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import torch
 from k4d.errors import Cancelled, InvalidArgument, ResourceExhausted
-from k4d_generator.conditions import (
+from k4d_generator.pipeline import Kinema4DPipeline, RobotCondition
+from k4d_model.conditions import (
     PointmapNormalization,
     downsample_robot_mask,
     first_frame_mask,
     uniform_pointmap,
 )
-from k4d_generator.pipeline import Kinema4DPipeline, RobotCondition
 
 
 @pytest.fixture
@@ -183,19 +183,19 @@ def test_gen_bad_shift_is_a_field_error_not_a_nan_rollout(pipe, robot_inputs, sh
 
 
 def test_gen_memory_estimate_refuses_what_cannot_fit(pipe, robot_inputs, monkeypatch):
-    from k4d_generator import memory
+    from k4d_model import memory
 
     image, robot = robot_inputs
     monkeypatch.setattr(memory, "available_bytes", lambda device: 1024)
     with pytest.raises(ResourceExhausted, match="GiB"):
         pipe(image, num_steps=2, **robot)
     monkeypatch.undo()
-    from k4d_generator.model import get_model_config
+    from k4d_model.model import get_model_config
 
     big = get_model_config("wan14b")
     from types import SimpleNamespace
 
-    from k4d_generator.model import Kinema4DTransformer3DModel
+    from k4d_model.model import Kinema4DTransformer3DModel
 
     with torch.device("meta"):
         cfg = Kinema4DTransformer3DModel(**big.transformer).config

@@ -24,8 +24,8 @@ from k4d.store import put_array
 from k4d.tensor_io import to_tensor
 from k4d.testing.bus import drain
 from k4d.testing.pytest_plugin import TEST_MAX_POLL_INTERVAL_MS, TEST_SESSION_TIMEOUT_MS
-from k4d_generator import registry
 from k4d_generator.server import SERVICE_NAME
+from k4d_model import registry
 from kinema4d.v1 import common_pb2, events_pb2, generator_pb2, generator_pb2_grpc, simulator_pb2
 
 pytestmark = pytest.mark.integration

@@ -13,9 +13,9 @@ from k4d.config import Config
 from k4d.store import LocalStore, TensorRef, get_array, put_array
 from k4d.tensor_io import to_tensor
 from k4d.testing.bus import drain
-from k4d_generator import registry
 from k4d_generator.service import ModelManager
 from k4d_generator.worker import SIM_PROGRESS, build_worker
+from k4d_model import registry
 from kinema4d.v1 import common_pb2, events_pb2, generator_pb2, simulator_pb2
 
 

@@ -18,8 +18,8 @@ def episodes_dir(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def tiny_official(tmp_path_factory) -> Path:
     """OUT/base (Wan2.1-I2V diffusers layout) + OUT/kinema4d (added weights), tiny, seeded."""
-    from k4d_generator.checkpoints import build_components, save_official
-    from k4d_generator.model.configs import get_model_config
+    from k4d_model.checkpoints import build_components, save_official
+    from k4d_model.model.configs import get_model_config
 
     out = tmp_path_factory.mktemp("tiny-official")
     components, _ = build_components(get_model_config("tiny"), seed=0)

@@ -27,8 +27,8 @@ from k4d.bus.topics import MODEL_PUBLISHED
 from k4d.model_events import read_model_published
 from k4d.store import LocalStore
 from k4d.testing.bus import drain
-from k4d_generator import checkpoints, registry
-from k4d_generator.lora import read_lora
+from k4d_model import checkpoints, registry
+from k4d_model.lora import read_lora
 from k4d_trainer.config import load_config_file
 from k4d_trainer.main import run_training
 from k4d_trainer.objective import noise_batch, training_schedule

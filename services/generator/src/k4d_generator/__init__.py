@@ -1,19 +1,17 @@
-"""Kinema4D generator: the DiT (official-checkpoint compatible), checkpoints, the
-sampling pipeline and its torch / ONNX Runtime / TensorRT backends.
+"""Kinema4D generator service: serving (gRPC, Kafka worker, CLI), the torch / ONNX Runtime /
+TensorRT denoiser backends, outputs and the static-world generator.
 
-Importing this package is cheap: torch and diffusers are imported by the
-submodules that need them (`k4d_generator.pipeline`, `k4d_generator.model`).
+The model domain code (DiT, conditions, checkpoints, LoRA, registry, pipeline core) lives in
+the shared `k4d_model` library; `k4d_generator.{checkpoints, conditions, lora, memory,
+model, registry, results}` are the same module objects, kept for existing callers.
+
+Importing this package is cheap: torch and diffusers are imported by the submodules that
+need them (`k4d_generator.pipeline`, `k4d_model.model`).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from k4d_model import cache_root
 
 __all__ = ["__version__", "cache_root"]
 __version__ = "0.1.0"
-
-
-def cache_root(cache_dir: str | Path | None = None) -> Path:
-    """Where exported graphs, engines and registry downloads are kept: `cache_dir`, or
-    ~/.cache/k4d/generator (one default for the backends and the registry)."""
-    return Path(cache_dir) if cache_dir else Path.home() / ".cache" / "k4d" / "generator"

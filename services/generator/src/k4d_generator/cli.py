@@ -182,8 +182,8 @@ def _sample(args, image, robot):
 
 
 def run_init_model(args) -> int:
-    from k4d_generator.checkpoints import build_components, save_k4d, save_official
-    from k4d_generator.model.configs import get_model_config
+    from k4d_model.checkpoints import build_components, save_k4d, save_official
+    from k4d_model.model.configs import get_model_config
 
     config = get_model_config(args.config, args.variant)
     _ensure_host_memory_for(config)
@@ -204,8 +204,7 @@ def _ensure_host_memory_for(config) -> None:
     (wan14b needs ~120 GiB: weights plus save buffers), instead of being killed by the OOM killer half-way."""
     import psutil
     from k4d.errors import ResourceExhausted
-
-    from k4d_generator.checkpoints import transformer_parameter_count
+    from k4d_model.checkpoints import transformer_parameter_count
 
     needed = 2 * 4 * transformer_parameter_count(config.transformer)  # weights + save buffers
     free = psutil.virtual_memory().available
@@ -225,8 +224,7 @@ def run_publish(args) -> int:
     (K4D_KAFKA_BOOTSTRAP): running generators serving NAME switch to the new version."""
     from k4d.bus import open_bus
     from k4d.config import load_config
-
-    from k4d_generator.registry import publish
+    from k4d_model.registry import publish
 
     config = load_config()
     store = _open_store(args.store)
@@ -240,7 +238,7 @@ def run_publish(args) -> int:
 
 
 def run_models(args) -> int:
-    from k4d_generator.registry import list_models
+    from k4d_model.registry import list_models
 
     print(json.dumps(list_models(_open_store(args.store)), indent=2))
     return 0

@@ -28,9 +28,9 @@ from k4d.errors import FailedPrecondition, InvalidArgument, NotFound
 from k4d.metrics import waiting
 from k4d.telemetry import get_logger
 from k4d.tensor_io import sha256_bytes
+from k4d_model.results import GenerationResult
 
 from k4d_generator.metrics import generator_metrics
-from k4d_generator.results import GenerationResult
 
 STATIC_WORLD = "static-world"
 log = get_logger(__name__)
@@ -111,7 +111,7 @@ class ModelManager:
         """Hot reload: a version of the served registry model published after the loaded
         one replaces it (same backend and precision). Announcements of older versions
         (a listener replaying the topic) change nothing."""
-        from k4d_generator import registry
+        from k4d_model import registry
 
         current = self._loaded
         if current is None or not registry.is_registry_ref(current.ref) \
@@ -161,8 +161,8 @@ class ModelManager:
         ref = model_ref_string(name, version, uri)
         if current is not None and current.matches(name, version, uri):
             return self._loaded_info(current)
-        from k4d_generator import registry
-        from k4d_generator.checkpoints import K4D_MODEL_FILE
+        from k4d_model import registry
+        from k4d_model.checkpoints import K4D_MODEL_FILE
 
         if uri:
             meta_path = Path(ref) / K4D_MODEL_FILE
@@ -188,7 +188,7 @@ class ModelManager:
         """Every published version (oldest first per name; the loaded one marked loaded),
         then the loaded model when it is not in the registry. Store reads: one listing,
         then two objects per version."""
-        from k4d_generator import registry
+        from k4d_model import registry
 
         current = self._loaded
         models, seen = [], set()
@@ -210,8 +210,8 @@ class ModelManager:
                 "precision": current.precision, "config": self.loaded_config()}
 
     def _registry_info(self, name: str, version: str, manifest_bytes: bytes) -> dict:
-        from k4d_generator import registry
-        from k4d_generator.checkpoints import K4D_MODEL_FILE
+        from k4d_model import registry
+        from k4d_model.checkpoints import K4D_MODEL_FILE
 
         prefix = f"{registry.PREFIX}/{name}/{version}"
         meta = json.loads(self.store.get_bytes(f"{prefix}/{K4D_MODEL_FILE}"))

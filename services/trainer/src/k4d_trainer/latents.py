@@ -26,14 +26,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from k4d_generator.checkpoints import ModelComponents
-from k4d_generator.conditions import (
+from k4d_model.checkpoints import ModelComponents
+from k4d_model.conditions import (
     POINTMAP_LATENT_MEAN,
     POINTMAP_LATENT_STD,
     PointmapNormalization,
 )
-from k4d_generator.pipeline import Kinema4DPipeline, _to_video, model_id_of
-from k4d_generator.results import RobotCondition
+from k4d_model.pipeline import Kinema4DPipeline, _to_video, model_id_of
+from k4d_model.results import RobotCondition
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 

@@ -1,5 +1,5 @@
 """Building the model a recipe trains, from the generator's own classes and checkpoint
-layouts (k4d_generator.checkpoints / model / registry), and choosing what is trainable.
+layouts (k4d_model.checkpoints / model / registry), and choosing what is trainable.
 
 - finetune-lora: a base (Wan2.1-I2V diffusers directory, official pair, k4d-layout model or
   registry reference) + optionally an official Kinema4D directory; peft LoRA on
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import torch
 from k4d.errors import InvalidArgument, NotFound
-from k4d_generator import checkpoints
-from k4d_generator.checkpoints import ModelComponents, ModelInfo
-from k4d_generator.model.configs import arm_grid_for, get_model_config
-from k4d_generator.model.transformer import Kinema4DTransformer3DModel
+from k4d_model import checkpoints
+from k4d_model.checkpoints import ModelComponents, ModelInfo
+from k4d_model.model.configs import arm_grid_for, get_model_config
+from k4d_model.model.transformer import Kinema4DTransformer3DModel
 
 from k4d_trainer.clips import ClipSpec
 from k4d_trainer.config import ModelSection
@@ -59,7 +59,7 @@ def _from_scratch(section: ModelSection, seed: int) -> ModelComponents:
 
 
 def _finetune_base(section: ModelSection) -> ModelComponents:
-    from k4d_generator.registry import is_registry_ref, resolve_registry_ref
+    from k4d_model.registry import is_registry_ref, resolve_registry_ref
 
     ref = section.base
     path = resolve_registry_ref(ref) if is_registry_ref(ref) else Path(ref)

@@ -1,6 +1,6 @@
 """Publishing a finished run through the generator's registry.
 
-The model directory is our layout (`k4d_generator.checkpoints.save_k4d`: transformer with
+The model directory is our layout (`k4d_model.checkpoints.save_k4d`: transformer with
 the trained Kinema4D parameters, VAE, CLIP, scheduler; the LoRA unfused under lora/ with
 scale alpha/r, which is exactly the trainer's peft scaling). LoRA recipes add the official
 layout under official/kinema4d/: `added_weights.safetensors` + `pytorch_lora_weights.
@@ -23,9 +23,9 @@ import tempfile
 from pathlib import Path
 
 import torch
-from k4d_generator import checkpoints, registry
-from k4d_generator.lora import LORA_FILE_NAME, OFFICIAL_LORA_SCALE, write_lora
-from k4d_generator.model.transformer import ADDED_PARAMETER_PREFIXES
+from k4d_model import checkpoints, registry
+from k4d_model.lora import LORA_FILE_NAME, OFFICIAL_LORA_SCALE, write_lora
+from k4d_model.model.transformer import ADDED_PARAMETER_PREFIXES
 from safetensors.torch import save_file
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 

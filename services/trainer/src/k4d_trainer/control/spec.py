@@ -26,7 +26,7 @@ MAX_IDEMPOTENCY_KEY_CHARS = MAX_NAME_CHARS
 MAX_STEPS = 10_000_000
 MAX_WORLD_SIZE = 1024
 MAX_LORA_RANK = 1024
-# Registry names and versions (k4d_generator.registry): 1-100 safe characters.
+# Registry names and versions (k4d_model.registry): 1-100 safe characters.
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 

@@ -23,8 +23,8 @@ from diffusers.configuration_utils import register_to_config
 from diffusers.models.modeling_outputs import Transformer2DModelOutput
 from torch import nn
 
-from k4d_generator.model.attention import Kinema4DCrossAttnProcessor
-from k4d_generator.model.conditioning import (
+from k4d_model.model.attention import Kinema4DCrossAttnProcessor
+from k4d_model.model.conditioning import (
     add_domain_embeddings,
     arm_tokens,
     inject_arm_latents,

@@ -9,8 +9,8 @@ import pytest
 import torch
 from diffusers.models.embeddings import get_1d_rotary_pos_embed
 from k4d.errors import InvalidArgument
-from k4d_generator.model import Kinema4DTransformer3DModel, get_model_config
-from k4d_generator.model.conditioning import inject_arm_latents, shared_rope
+from k4d_model.model import Kinema4DTransformer3DModel, get_model_config
+from k4d_model.model.conditioning import inject_arm_latents, shared_rope
 
 
 def _inputs(model, batch=1, seed=0):
@@ -23,7 +23,7 @@ def _inputs(model, batch=1, seed=0):
             torch.randn(batch, 20, f, h, arm_w, generator=g))
 
 
-def test_gen_official_added_weight_shapes_on_meta_device():
+def test_model_official_added_weight_shapes_on_meta_device():
     """wan14b is only ever built on the meta device: shapes must be REFERENCE's exactly."""
     config = get_model_config("wan14b")
     with torch.device("meta"):
@@ -45,7 +45,7 @@ def test_gen_official_added_weight_shapes_on_meta_device():
     assert 16.0e9 < params < 17.5e9  # Wan2.1-I2V-14B (with CLIP image path) + Kinema4D
 
 
-def test_gen_forward_shapes_both_variants(make_tiny):
+def test_model_forward_shapes_both_variants(make_tiny):
     for variant in ("act", "pmcond"):
         model = make_tiny(variant)[0].transformer
         x, t, img, arm = _inputs(model, batch=2)
@@ -55,14 +55,14 @@ def test_gen_forward_shapes_both_variants(make_tiny):
         assert torch.isfinite(out).all()
 
 
-def test_gen_arm_grid_mismatch_is_a_clear_error(make_tiny):
+def test_model_arm_grid_mismatch_is_a_clear_error(make_tiny):
     model = make_tiny("act")[0].transformer
     x, t, img, arm = _inputs(model)
     with pytest.raises(InvalidArgument, match="arm-token grid"):
         model(x[..., :8], t, img, arm[..., :8])
 
 
-def test_gen_shared_rope_duplicates_positions_across_halves(make_tiny):
+def test_model_shared_rope_duplicates_positions_across_halves(make_tiny):
     model = make_tiny("act")[0].transformer
     x = torch.zeros(1, 36, 2, 4, 12)
     cos, sin = shared_rope(model.rope, x, (1, 2, 2))
@@ -72,7 +72,7 @@ def test_gen_shared_rope_duplicates_positions_across_halves(make_tiny):
     assert torch.equal(sin.reshape(2, 2, 6, -1)[:, :, :3], sin.reshape(2, 2, 6, -1)[:, :, 3:])
 
 
-def test_gen_arm_latent_injection_act_and_pmcond():
+def test_model_arm_latent_injection_act_and_pmcond():
     proj = torch.nn.Linear(16, 16)
     x = torch.randn(1, 36, 3, 2, 4)
     arm = torch.randn(1, 20, 3, 2, 4)
@@ -197,7 +197,7 @@ def _official_forward(model, hidden_states, timestep, image_embeds, arm_cond_ori
 
 
 @pytest.mark.parametrize("variant", ["act", "pmcond"])
-def test_gen_forward_equals_official_rederivation(make_tiny, variant):
+def test_model_forward_equals_official_rederivation(make_tiny, variant):
     model = make_tiny(variant)[0].transformer
     x, t, img, arm = _inputs(model)
     with torch.no_grad():

@@ -1,0 +1,92 @@
+"""Building the model's conditioning tensors from pixels, as the official pipeline does.
+
+- `uniform_pointmap`: the synthetic first-frame pointmap put beside the first RGB frame.
+- `first_frame_mask`: the 4-channel latent mask of the first-frame condition
+  (1 on the RGB half, 0.5 on the pointmap half for latent frame 0, 0 after).
+- `downsample_robot_mask`: robot occupancy to the latent grid (frame 0 nearest,
+  later frames nearest then max over groups of 4).
+- `PointmapNormalization`: metric camera-space XYZ <-> the [-1, 1] range the
+  VAE saw in training (centre + one isotropic scale).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+# Pointmap latents are shifted/scaled after the VAE's own normalisation (REFERENCE section 2).
+POINTMAP_LATENT_MEAN = -0.17
+POINTMAP_LATENT_STD = 1.36
+
+
+def uniform_pointmap(height: int, width: int) -> np.ndarray:
+    """(H, W, 3) float64 in [0, 1]: x and y linspaces, z = 1 - row / (H - 1)."""
+    x = np.linspace(0.0, 1.0, width)
+    y = np.linspace(0.0, 1.0, height)
+    xv, yv = np.meshgrid(x, y)
+    z = np.repeat((1.0 - np.linspace(0.0, 1.0, height))[:, None], width, axis=1)
+    z = (z - z.min()) / (np.ptp(z) + 1e-8)
+    return np.stack([xv, yv, z], axis=-1)
+
+
+def first_frame_mask(batch: int, num_frames: int, latent_height: int, latent_width: int,
+                     temporal_stride: int) -> torch.Tensor:
+    """(B, stride, F_lat, h, 2w) for a clip of `num_frames` PIXEL frames: latent frame 0 is 1
+    on the RGB half and 0.5 on the pointmap half (in all `stride` channels), later frames 0."""
+    mask = torch.zeros(batch, 1, num_frames, latent_height, latent_width)
+    mask[:, :, 0, :, : latent_width // 2] = 1.0
+    mask[:, :, 0, :, latent_width // 2:] = 0.5
+    first = mask[:, :, :1].repeat_interleave(temporal_stride, dim=2)
+    mask = torch.cat([first, mask[:, :, 1:]], dim=2)
+    return mask.view(batch, -1, temporal_stride, latent_height, latent_width).transpose(1, 2)
+
+
+def downsample_robot_mask(mask: torch.Tensor, latent_height: int, latent_width: int,
+                          temporal_stride: int) -> torch.Tensor:
+    """mask: (B, 1, T, H, W) float in {0, 1}, T = 1 + stride * k -> (B, 1, 1 + k, h, w)."""
+    b, c, t, h, w = mask.shape
+    spatial = F.interpolate(mask.reshape(-1, 1, h, w), size=(latent_height, latent_width),
+                            mode="nearest").reshape(b, c, t, latent_height, latent_width)
+    later = spatial[:, :, 1:].reshape(b, c, -1, temporal_stride, latent_height, latent_width)
+    return torch.cat([spatial[:, :, :1], later.max(dim=3).values], dim=2)
+
+
+@dataclass(frozen=True)
+class PointmapNormalization:
+    """p_normalised = (p_metric - centre) / scale, clipped to [-1, 1].
+
+    centre: (3,) metres in the camera frame; scale: metres per unit.
+    source: where it came from ("given", "robot-percentiles").
+    """
+
+    centre: tuple[float, float, float]
+    scale: float
+    source: str = "given"
+
+    def normalise(self, points: np.ndarray) -> np.ndarray:
+        out = (points - np.asarray(self.centre, dtype=np.float32)) / np.float32(self.scale)
+        return np.clip(out, -1.0, 1.0).astype(np.float32)
+
+    def denormalise(self, points: np.ndarray) -> np.ndarray:
+        return (points * np.float32(self.scale) + np.asarray(self.centre, np.float32)).astype(
+            np.float32)
+
+    @classmethod
+    def from_points(cls, points: np.ndarray, mask: np.ndarray, margin: float = 2.0
+                    ) -> PointmapNormalization:
+        """A clip-wide normalisation from the robot's own points when the scene's is unknown:
+        2/98 percentile box centre, half the largest extent x `margin` as scale (the scene
+        around the robot is larger than the robot, hence the margin)."""
+        valid = points[mask.astype(bool)]
+        if valid.shape[0] < 2:
+            return cls((0.0, 0.0, 1.0), 1.0, "default")
+        lo, hi = np.percentile(valid, 2, axis=0), np.percentile(valid, 98, axis=0)
+        centre = (lo + hi) / 2.0
+        scale = float(max((hi - lo).max() / 2.0 * margin, 1e-3))
+        return cls(tuple(float(c) for c in centre), scale, "robot-percentiles")
+
+    def to_dict(self) -> dict:
+        return {"centre": list(self.centre), "scale": self.scale, "source": self.source}

@@ -1,0 +1,298 @@
+"""`Kinema4DPipeline`: initial image + robot condition -> RGB + pointmap rollout.
+
+Reads as the official pipeline does, step by step:
+ 1. check inputs
+ 2. encode the first frame with CLIP (penultimate hidden states)
+ 3. VAE-encode [first RGB frame | uniform pointmap] + zero frames -> condition latents,
+    with the first-frame mask (1 | 0.5)
+ 4. VAE-encode the robot RGB / pointmap sequences (pointmap latents (z + 0.17) / 1.36),
+    downsample the robot occupancy mask -> arm_cond
+ 5. seeded Gaussian noise
+ 6. flow-matching denoising (UniPC or Euler), guidance, progress and cancellation per step
+ 7. decode; split RGB | pointmap; de-normalise the pointmap to metres
+
+Guidance: the official setting has identical conditional and unconditional inputs,
+so one pass per step gives the same result as the official two (`guidance_mode="auto"`).
+With a real negative condition both passes run batched in one forward.
+`guidance_mode="official"` reproduces the released code bit for bit in spirit: its
+second pass sees the arm latent projection added twice (see `inject_arm_latents`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from k4d.errors import Cancelled, InvalidArgument
+
+from k4d_model.checkpoints import ModelComponents
+from k4d_model.conditions import (
+    POINTMAP_LATENT_MEAN,
+    POINTMAP_LATENT_STD,
+    PointmapNormalization,
+    downsample_robot_mask,
+    first_frame_mask,
+    uniform_pointmap,
+)
+from k4d_model.memory import ensure_fits, estimate
+from k4d_model.results import GenerationResult, RobotCondition, check_robot
+
+ProgressCallback = Callable[[int, int], None]  # (steps done, total steps)
+CancelCheck = Callable[[], bool]
+GUIDANCE_MODES = ("auto", "two-pass", "official")
+SCHEDULERS = ("unipc", "euler")
+
+
+def model_id_of(components: ModelComponents) -> str:
+    """A short content hash of the fused transformer weights: the key of exported graphs and
+    engines (a different LoRA or fine-tune gets a different id). Hashes names, shapes and a
+    strided sample of at most 4096 values per tensor, taken on the tensor's own device, so
+    it costs little even for a 14B model on a GPU."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(components.transformer.state_dict().items()):
+        flat = tensor.detach().reshape(-1)
+        sample = flat[:: max(1, flat.numel() // 4096)].float().cpu().numpy()
+        digest.update(name.encode())
+        digest.update(str(tuple(tensor.shape)).encode())
+        digest.update(sample.tobytes())
+    return digest.hexdigest()[:16]
+
+
+class Kinema4DPipeline:
+    """Holds the model components and a denoiser backend; `__call__` samples one rollout.
+
+    `backend` is any callable denoiser (the transformer's forward: latents, timestep, image
+    embeddings, arm condition); `None` is enough for the encoders (the trainer builds its
+    samples with `encode_video`, `prepare_condition`, `encode_image`, `prepare_arm_cond`).
+    Loading a model behind a torch / ONNX Runtime / TensorRT backend is the generator
+    service's `k4d_generator.pipeline.Kinema4DPipeline.from_pretrained`."""
+
+    def __init__(self, components: ModelComponents, backend, device: str = "cpu",
+                 model_id: str | None = None):
+        self.components = components
+        self.info = components.info
+        self.vae = components.vae.to(device)
+        self.image_encoder = components.image_encoder.to(device)
+        self.image_processor = components.image_processor
+        self.scheduler = components.scheduler
+        self.backend = backend
+        self.device = torch.device(device)
+        self.model_id = model_id or model_id_of(components)
+        self.temporal_stride = 2 ** sum(self.vae.config.temperal_downsample)
+
+    # ------------------------------------------------------------ 1. inputs
+
+    def check_inputs(self, image, robot: RobotCondition, num_steps: int, guidance: float,
+                     guidance_mode: str, scheduler: str | None,
+                     negative: RobotCondition | None, shift: float | None = None) -> None:
+        info = self.info
+        size = (info.num_frames, info.height, info.width)
+        if not (isinstance(image, np.ndarray) and image.dtype == np.uint8 and image.ndim == 3
+                and image.shape[2] == 3):
+            raise InvalidArgument.for_field("image", "must be an (H, W, 3) uint8 array")
+        if image.shape[:2] != size[1:]:
+            raise InvalidArgument.for_field("image", f"is {image.shape[1]}x{image.shape[0]}; the "
+                                                     f"model needs {info.width}x{info.height}")
+        for prefix, cond in (("robot", robot), ("negative", negative)):
+            if cond is not None:
+                check_robot(prefix, cond, size)
+        if num_steps < 1 or num_steps > 1000:
+            raise InvalidArgument.for_field("num_steps", "must be in [1, 1000]")
+        if not np.isfinite(guidance) or guidance < 0:
+            raise InvalidArgument.for_field("guidance", "must be a finite number >= 0")
+        if guidance_mode not in GUIDANCE_MODES:
+            raise InvalidArgument.for_field("guidance_mode", f"must be one of {GUIDANCE_MODES}")
+        if scheduler is not None and scheduler not in SCHEDULERS:
+            raise InvalidArgument.for_field("scheduler", f"must be one of {SCHEDULERS}")
+        # A flow shift <= 0 (or NaN) turns every sigma into NaN: refuse it here rather than
+        # sample a NaN rollout that fails much later, far from the bad argument.
+        if shift is not None and not (np.isfinite(shift) and shift > 0):
+            raise InvalidArgument.for_field("shift", "must be a finite number > 0")
+
+    # ------------------------------------------------------------ 2.-4. conditioning
+
+    @torch.no_grad()
+    def encode_image(self, image: np.ndarray) -> torch.Tensor:
+        """(H, W, 3) uint8 -> (1, N_img, D) CLIP penultimate hidden states."""
+        from PIL import Image
+
+        pixels = self.image_processor(images=Image.fromarray(image), return_tensors="pt")
+        out = self.image_encoder(pixel_values=pixels["pixel_values"].to(self.device),
+                                 output_hidden_states=True)
+        return out.hidden_states[-2].float()
+
+    @torch.no_grad()
+    def encode_video(self, video: torch.Tensor) -> torch.Tensor:
+        """(1, 3, T, H, W) in [-1, 1] -> VAE-normalised latent mode (1, 16, F, h, w)."""
+        latent = self.vae.encode(video.to(self.device, self.vae.dtype)).latent_dist.mode()
+        return (latent.float() - self._vae_mean()) / self._vae_std()
+
+    def _vae_mean(self) -> torch.Tensor:
+        return torch.tensor(self.vae.config.latents_mean, device=self.device).view(1, -1, 1, 1, 1)
+
+    def _vae_std(self) -> torch.Tensor:
+        return torch.tensor(self.vae.config.latents_std, device=self.device).view(1, -1, 1, 1, 1)
+
+    def prepare_condition(self, image: np.ndarray) -> torch.Tensor:
+        """(1, 4 + 16, F, h, 2w): first-frame mask + latents of [image | uniform pointmap]
+        followed by zero frames."""
+        t, h, w = self.info.num_frames, self.info.height, self.info.width
+        rgb = torch.from_numpy(np.array(image)).float().div(255.0).mul(2.0).sub(1.0)
+        pm = torch.from_numpy(uniform_pointmap(h, w)).float().mul(2.0).sub(1.0)
+        first = torch.cat([rgb, pm], dim=1).permute(2, 0, 1)[None, :, None]
+        video = torch.cat([first, first.new_zeros(1, 3, t - 1, h, 2 * w)], dim=2)
+        latents = self.encode_video(video)
+        mask = first_frame_mask(1, t, latents.shape[3], latents.shape[4], self.temporal_stride)
+        return torch.cat([mask.to(latents), latents], dim=1)
+
+    def prepare_arm_cond(self, robot: RobotCondition, norm: PointmapNormalization
+                         ) -> torch.Tensor:
+        """(1, 20, F, h, 2w) for `act`, (1, 20, F, h, w) for `pmcond`."""
+        act = self.components.transformer.config.variant == "act"
+        pm = norm.normalise(robot.pointmap)
+        pm[~robot.mask] = -1.0  # black background of the official 8-bit robot pointmap video
+        pm_latent = self.encode_video(_to_video(pm))
+        pm_latent = (pm_latent - POINTMAP_LATENT_MEAN) / POINTMAP_LATENT_STD
+        latents = pm_latent
+        if act:
+            rgb = robot.rgb.astype(np.float32) / 255.0 * 2.0 - 1.0
+            latents = torch.cat([self.encode_video(_to_video(rgb)), pm_latent], dim=-1)
+        occupancy = torch.from_numpy(robot.mask.astype(np.float32))[None, None]
+        mask = downsample_robot_mask(occupancy, pm_latent.shape[3], pm_latent.shape[4],
+                                     self.temporal_stride).to(self.device)
+        mask = mask.repeat_interleave(self.temporal_stride, dim=1)
+        if act:
+            mask = mask.repeat(1, 1, 1, 1, 2)
+        return torch.cat([mask, latents], dim=1)
+
+    # ------------------------------------------------------------ 6. sampling
+
+    def make_scheduler(self, name: str | None, shift: float | None):
+        from diffusers import FlowMatchEulerDiscreteScheduler, UniPCMultistepScheduler
+
+        base = self.scheduler
+        shift = shift if shift is not None else base.config.get(
+            "flow_shift", base.config.get("shift", self.info.flow_shift))
+        if name is None:
+            overrides = {"flow_shift": shift} if "flow_shift" in base.config else {"shift": shift}
+            return type(base).from_config(base.config, **overrides)
+        if name == "unipc":
+            return UniPCMultistepScheduler(prediction_type="flow_prediction",
+                                           use_flow_sigmas=True, num_train_timesteps=1000,
+                                           flow_shift=shift)
+        return FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=shift)
+
+    def _denoise_step(self, latents, condition, t, image_embeds, arm_cond, plan) -> torch.Tensor:
+        model_input = torch.cat([latents, condition], dim=1)
+        if plan["passes"] == 1:
+            return self.backend(model_input, t.expand(1).float(), image_embeds, arm_cond,
+                                torch.ones(1))
+        velocity = self.backend(model_input.repeat(2, 1, 1, 1, 1), t.expand(2).float(),
+                                image_embeds.repeat(2, 1, 1), plan["arm_cond_pair"],
+                                plan["gain_pair"])
+        cond, uncond = velocity[:1], velocity[1:]
+        return uncond + plan["guidance"] * (cond - uncond)
+
+    def _guidance_plan(self, guidance: float, mode: str, arm_cond: torch.Tensor,
+                       negative_arm_cond: torch.Tensor | None) -> dict:
+        if guidance <= 1.0 or (mode == "auto" and negative_arm_cond is None):
+            reason = "guidance <= 1" if guidance <= 1.0 else "identical conditions"
+            return {"passes": 1, "mode": mode, "reason": reason, "guidance": guidance}
+        uncond = negative_arm_cond if negative_arm_cond is not None else arm_cond
+        gain = torch.tensor([1.0, 2.0 if mode == "official" else 1.0])
+        return {"passes": 2, "mode": mode, "guidance": guidance,
+                "arm_cond_pair": torch.cat([arm_cond, uncond.to(arm_cond)], dim=0),
+                "gain_pair": gain,
+                "reason": "negative condition" if negative_arm_cond is not None else mode}
+
+    # ------------------------------------------------------------ 7. decoding
+
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        """(1, 16, F, h, 2w) -> rgb (T, H, W, 3) uint8, pointmap (T, H, W, 3) in [-1, 1]."""
+        half = latents.shape[-1] // 2
+        latents = torch.cat([latents[..., :half],
+                             latents[..., half:] * POINTMAP_LATENT_STD + POINTMAP_LATENT_MEAN],
+                            dim=-1)
+        latents = latents * self._vae_std() + self._vae_mean()
+        video = self.vae.decode(latents.to(self.vae.dtype)).sample.float()[0]  # 3, T, H, 2W
+        video = video.clamp(-1.0, 1.0).permute(1, 2, 3, 0).cpu().numpy()
+        width = video.shape[2] // 2
+        rgb = np.round((video[:, :, :width] / 2.0 + 0.5) * 255.0).astype(np.uint8)
+        return rgb, video[:, :, width:].astype(np.float32)
+
+    # ------------------------------------------------------------ the call
+
+    def __call__(self, image: np.ndarray, robot_rgb: np.ndarray, robot_pointmap: np.ndarray,
+                 robot_mask: np.ndarray, num_steps: int | None = None, seed: int = 42,
+                 guidance: float | None = None, guidance_mode: str = "auto",
+                 negative: RobotCondition | None = None, scheduler: str | None = None,
+                 shift: float | None = None,
+                 pointmap_normalization: PointmapNormalization | None = None,
+                 callback: ProgressCallback | None = None,
+                 should_cancel: CancelCheck | None = None) -> GenerationResult:
+        """Sample one rollout. See the module docstring for the steps and guidance modes."""
+        started = time.perf_counter()
+        robot = RobotCondition(robot_rgb, robot_pointmap, robot_mask)
+        num_steps = self.info.num_inference_steps if num_steps is None else int(num_steps)
+        guidance = self.info.guidance_scale if guidance is None else float(guidance)
+        # 1. check inputs
+        self.check_inputs(image, robot, num_steps, guidance, guidance_mode, scheduler, negative,
+                          shift)
+        norm = pointmap_normalization or PointmapNormalization.from_points(robot_pointmap,
+                                                                           robot_mask)
+        # 2.-4. conditioning
+        image_embeds = self.encode_image(image)
+        condition = self.prepare_condition(image)
+        arm_cond = self.prepare_arm_cond(robot, norm)
+        negative_arm = self.prepare_arm_cond(negative, norm) if negative is not None else None
+        plan = self._guidance_plan(guidance, guidance_mode, arm_cond, negative_arm)
+        self._check_memory(plan["passes"])
+        # 5. noise (CPU generator, as the official pipeline, so seeds give the same noise)
+        shape = (1, condition.shape[1] - self.temporal_stride, *condition.shape[2:])
+        generator = torch.Generator("cpu").manual_seed(int(seed))
+        latents = torch.randn(shape, generator=generator, dtype=torch.float32).to(self.device)
+        conditioned = time.perf_counter()
+        # 6. denoise
+        sampler = self.make_scheduler(scheduler, shift)
+        sampler.set_timesteps(num_steps, device=self.device)
+        for step, t in enumerate(sampler.timesteps):
+            if should_cancel is not None and should_cancel():
+                raise Cancelled(f"generation cancelled after {step} of {num_steps} steps")
+            velocity = self._denoise_step(latents, condition, t, image_embeds, arm_cond, plan)
+            latents = sampler.step(velocity.to(latents.device), t, latents,
+                                   return_dict=False)[0]
+            if callback is not None:
+                callback(step + 1, num_steps)
+        denoised = time.perf_counter()
+        # 7. decode and de-normalise
+        rgb, pointmap_normalised = self.decode(latents)
+        pointmap = norm.denormalise(pointmap_normalised)
+        metadata = {
+            "generator": "kinema4d", "model": self.info.to_dict(), "model_id": self.model_id,
+            "backend": self.backend.describe(), "seed": int(seed), "num_steps": num_steps,
+            "scheduler": type(sampler).__name__, "shift": float(sampler.config.get(
+                "flow_shift", sampler.config.get("shift", 0.0))),
+            "guidance": {k: v for k, v in plan.items() if not isinstance(v, torch.Tensor)},
+            "pointmap_units": "metres", "pointmap_normalization": norm.to_dict(),
+            "fps": self.info.fps,
+            "timings_s": {"conditioning": conditioned - started,
+                          "denoising": denoised - conditioned,
+                          "decoding": time.perf_counter() - denoised},
+        }
+        return GenerationResult(rgb, pointmap, metadata)
+
+    def _check_memory(self, batch: int) -> None:
+        dtype = getattr(self.backend, "dtype", torch.float32)
+        size = torch.empty((), dtype=dtype).element_size() if isinstance(dtype, torch.dtype) else 4
+        est = estimate(self.components.transformer.config, self.vae.config, self.info.num_frames,
+                       self.info.height, self.info.width, batch, size, str(self.device))
+        ensure_fits(est)
+
+
+def _to_video(frames: np.ndarray) -> torch.Tensor:
+    """(T, H, W, 3) float in [-1, 1] -> (1, 3, T, H, W)."""
+    return torch.from_numpy(np.ascontiguousarray(frames)).float().permute(3, 0, 1, 2)[None]
