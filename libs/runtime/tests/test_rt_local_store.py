@@ -41,6 +41,23 @@ def test_corruption_is_detected(local_store):
     assert not (local_store.root.parent / "out.bin").exists()
 
 
+def test_reader_between_the_two_renames_of_a_rewrite_gets_the_new_bytes(local_store):
+    """A mutable record's rewrite lands its hash before its bytes; a reader in between
+    must not call the object corrupt (flaked as DATA_LOSS on trainer job records)."""
+    import threading
+
+    local_store.put_bytes("jobs/r.json", b"old record")
+    new = b"new record, longer"
+    # The writer's first rename (the hash) has happened, its second (the bytes) not yet.
+    local_store._meta_path("jobs/r.json").write_text(sha256_bytes(new))
+    writer = threading.Timer(0.01, lambda: local_store._path("jobs/r.json").write_bytes(new))
+    writer.start()
+    try:
+        assert local_store.get_bytes("jobs/r.json") == new
+    finally:
+        writer.join()
+
+
 def test_expected_sha_and_foreign_objects(local_store):
     local_store.put_bytes("k/obj", b"abc")
     with pytest.raises(IntegrityError, match="expected"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -17,6 +18,10 @@ from k4d.store.base import ObjectInfo, ObjectStore, validate_key, verify_sha256
 from k4d.tensor_io import sha256_bytes, sha256_file
 
 META_DIR = ".k4d-meta"
+# A rewrite of a mutable key (a job record) lands its new hash before its new bytes, so a
+# reader in between sees a mismatch that resolves in milliseconds: read again this many
+# times before calling the object corrupt.
+REWRITE_RACE_READS = 8
 
 
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -93,11 +98,16 @@ class LocalStore(ObjectStore):
 
     def get_bytes(self, key, expected_sha256=None):
         path = self._path(key)
-        try:
-            data = path.read_bytes()
-        except (FileNotFoundError, IsADirectoryError):
-            raise NotFound(f"object {key!r} not found in {self.root}") from None
-        verify_sha256(key, sha256_bytes(data), self._recorded(key), expected_sha256)
+        for attempt in range(REWRITE_RACE_READS):
+            try:
+                data = path.read_bytes()
+            except (FileNotFoundError, IsADirectoryError):
+                raise NotFound(f"object {key!r} not found in {self.root}") from None
+            digest, recorded = sha256_bytes(data), self._recorded(key)
+            if recorded is None or recorded == digest:
+                break
+            time.sleep(0.005 * (attempt + 1))  # a concurrent rewrite is between its two renames
+        verify_sha256(key, digest, recorded, expected_sha256)
         return data
 
     def put_file(self, key, path):
