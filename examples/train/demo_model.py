@@ -106,33 +106,48 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
     return manifest
 
 
+ARCHIVE = "checkpoint.tar.xz"
+
+
 def resume_pack(run: Path, dest: Path) -> dict:
+    """DEST: vae/ (the committed VAE), checkpoint.tar.xz (the newest committed checkpoint
+    folder and checkpoints/latest.json; xz: stdlib, ~9 % smaller than the raw fp32
+    parameters and AdamW moments), metrics.jsonl."""
+    import tarfile
+
     step, folder = _newest_checkpoint(run)
     if not (run / "vae" / "COMMITTED").exists():
         sys.exit(f"demo_model: error: {run} has no committed VAE")
     if dest.exists():
         shutil.rmtree(dest)
-    (dest / "checkpoints").mkdir(parents=True)
+    dest.mkdir(parents=True)
     shutil.copytree(run / "vae", dest / "vae")
-    shutil.copytree(folder, dest / "checkpoints" / folder.name)
-    shutil.copy2(run / "checkpoints" / "latest.json", dest / "checkpoints" / "latest.json")
+    with tarfile.open(dest / ARCHIVE, "w:xz", preset=6) as tar:
+        tar.add(folder, arcname=f"checkpoints/{folder.name}")
+        tar.add(run / "checkpoints" / "latest.json", arcname="checkpoints/latest.json")
     if (run / "metrics.jsonl").exists():
         shutil.copy2(run / "metrics.jsonl", dest / "metrics.jsonl")
+    (dest / "step.json").write_text(json.dumps({"step": step}) + "\n")
     size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
     return {"step": step, "dest": str(dest), "bytes": size}
 
 
 def resume_unpack(src: Path, run: Path) -> dict:
-    step, _ = _newest_checkpoint(src)
+    """Put a resume-pack back into a run directory, unless the run is already further."""
+    import tarfile
+
+    step = int(json.loads((src / "step.json").read_text())["step"])
     if (run / "checkpoints" / "latest.json").exists():
         have, _ = _newest_checkpoint(run)
         if have >= step:
             return {"step": have, "run": str(run), "unpacked": False}
     run.mkdir(parents=True, exist_ok=True)
-    for name in ("vae", "checkpoints"):
-        shutil.copytree(src / name, run / name, dirs_exist_ok=True)
+    shutil.copytree(src / "vae", run / "vae", dirs_exist_ok=True)
+    with tarfile.open(src / ARCHIVE, "r:xz") as tar:
+        tar.extractall(run, filter="data")
     if (src / "metrics.jsonl").exists():
         shutil.copy2(src / "metrics.jsonl", run / "metrics.jsonl")
+    _newest_checkpoint(run)  # the pointer and the COMMITTED marker came back
     return {"step": step, "run": str(run), "unpacked": True}
 
 

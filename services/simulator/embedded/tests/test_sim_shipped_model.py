@@ -130,7 +130,8 @@ def test_shipped_demo_model_golden_slice(tmp_path, capsys):
     the terminal, summary.json and viewer.html say which model made it and what it is."""
     golden = json.loads((SHIPPED_DEFAULT / GOLDEN).read_text())
     out = tmp_path / "run"
-    assert main(["simulate", *golden["args"], "--model", str(SHIPPED_DEFAULT),
+    args = [str(ROOT / a) if a.startswith("examples/") else a for a in golden["args"]]
+    assert main(["simulate", *args, "--model", str(SHIPPED_DEFAULT),
                  "--out", str(out), "--no-progress", "--no-recording"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["generator"] == "kinema4d" and not summary["static_world"]
