@@ -10,11 +10,11 @@ episode, OUT/comparison/<episode_id>.rrd. `k4d view OUT` opens them all.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 from k4d.errors import FailedPrecondition, InvalidArgument
+from k4d.recording import check_camera
 
 from k4d_eval.clip import Clip
 from k4d_eval.evaluate import EpisodeResult, metric_values
@@ -44,20 +44,7 @@ def load_camera(path: Path, frames: int, height: int, width: int) -> dict | list
         raise InvalidArgument.for_field("camera", f"cannot read {path}: {exc.strerror}") from None
     except ValueError as exc:
         raise InvalidArgument.for_field("camera", f"{path} is not JSON: {exc}") from None
-    cameras = camera if isinstance(camera, list) else [camera]
-    if isinstance(camera, list) and len(camera) != frames:
-        raise InvalidArgument.for_field("camera", f"a per-frame camera list needs {frames} "
-                                                  f"entries, got {len(camera)}")
-    for cam in cameras:
-        if not isinstance(cam, Mapping):
-            raise InvalidArgument.for_field("camera", "must be a camera object (DESIGN.md form)")
-        missing = [k for k in ("fx", "fy", "cx", "cy", "T_cam_from_world") if k not in cam]
-        if missing:
-            raise InvalidArgument.for_field("camera", f"{path} lacks {missing}")
-        if (int(cam.get("width", width)), int(cam.get("height", height))) != (width, height):
-            raise InvalidArgument.for_field(
-                "camera", f"{path} is {cam.get('width')}x{cam.get('height')}, the frames "
-                          f"{width}x{height}")
+    check_camera(camera, frames, height, width)
     return camera
 
 

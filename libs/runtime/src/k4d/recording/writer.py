@@ -149,7 +149,9 @@ def _camera_at(camera, t: int) -> dict:
     return camera[t] if isinstance(camera, list) else camera
 
 
-def _check_camera(camera, frames: int, height: int, width: int) -> None:
+def check_camera(camera, frames: int, height: int, width: int) -> None:
+    """Raise InvalidArgument unless `camera` (DESIGN.md form, or one per frame) fits the clips.
+    No rerun needed: callers check a user's camera before any work."""
     cameras = camera if isinstance(camera, list) else [camera]
     if isinstance(camera, list) and len(camera) != frames:
         raise InvalidArgument.for_field("camera", f"a per-frame camera list needs {frames} "
@@ -178,7 +180,7 @@ def _write(path, clips: dict[str, dict[str, np.ndarray]], *, camera, joints, joi
     T, H, W = first.shape[:3]
     if not (np.isfinite(fps) and fps > 0):
         raise InvalidArgument.for_field("fps", f"must be a finite number > 0, got {fps}")
-    _check_camera(camera, T, H, W)
+    check_camera(camera, T, H, W)
     series = {}
     if joints is not None:
         series["joints"] = (_check_series("joints", joints, T, joint_names,
