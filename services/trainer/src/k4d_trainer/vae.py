@@ -9,17 +9,22 @@ loads it instead of training it again.
 
 from __future__ import annotations
 
+import io
+import json
+import math
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
+from k4d.errors import K4DError
 
 from k4d_trainer.clips import ClipSpec, read_clip
 from k4d_trainer.config import VaeSection
 from k4d_trainer.latents import clip_normalisation, normalised_scene
 from k4d_trainer.parallel import DistInfo, all_reduce_mean, barrier
 from k4d_trainer.runs import RunDir
+from k4d_trainer.schedule import lr_lambda
 
 FOLDER = "vae"
 COMMITTED = "COMMITTED"
@@ -48,31 +53,123 @@ def _average_gradients(model: torch.nn.Module, info: DistInfo) -> None:
             param.grad /= info.world_size
 
 
+def random_crops(videos: list[torch.Tensor], picks: torch.Tensor, crop: int,
+                 generator: torch.Generator, frames: int = 0) -> torch.Tensor:
+    """The picked videos as a batch, each cut to a random `crop` x `crop` window of
+    `frames` consecutive frames (whole frames / the whole clip when 0 or larger)."""
+    out = []
+    for i in picks:
+        video = videos[int(i)]
+        length, height, width = video.shape[-3:]
+        ch, cw = (min(crop, height), min(crop, width)) if crop else (height, width)
+        ct = min(frames, length) if frames else length
+        first = int(torch.randint(0, length - ct + 1, (1,), generator=generator))
+        top = int(torch.randint(0, height - ch + 1, (1,), generator=generator))
+        left = int(torch.randint(0, width - cw + 1, (1,), generator=generator))
+        out.append(video[..., first:first + ct, top:top + ch, left:left + cw])
+    return torch.stack(out)
+
+
+def psnr_of_mse(mse: float) -> float:
+    """PSNR (dB) of a mean squared error on [-1, 1] data: the same as on 0-255 pixels."""
+    return 10.0 * math.log10(4.0 / max(mse, 1e-12))
+
+
 def train_vae(vae, dataset, episode_ids: list[str], clip: ClipSpec, section: VaeSection,
-              info: DistInfo, seed: int, log=print) -> list[float]:
-    """Train `vae` in place (data-parallel over ranks); returns the loss per step."""
+              info: DistInfo, seed: int, run: RunDir | None = None, log=print) -> list[float]:
+    """Train `vae` in place (data-parallel over ranks); returns the loss per step. With a
+    run and `section.checkpoint_every`, the stage saves its state every so many steps and
+    continues from the newest one when started again."""
     videos = [v for eid in episode_ids[info.rank::info.world_size]
               for v in clip_videos(read_clip(dataset.open(eid), clip))]
     model = vae.to(info.device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=section.lr)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lr_lambda(section.warmup_steps, section.steps, section.lr_schedule))
     generator = torch.Generator().manual_seed(seed * 31 + info.rank)
-    losses = []
-    for step in range(section.steps):
+    losses: list[float] = []
+    start = 0
+    if run is not None and section.checkpoint_every:
+        start, losses = _load_stage_state(run, model, optimizer, scheduler, generator, info, log)
+    log_every = section.log_every or max(1, section.steps // 5)
+    recent = []
+    for step in range(start, section.steps):
         picks = torch.randint(0, len(videos), (section.batch_size,), generator=generator)
-        batch = torch.stack([videos[int(i)] for i in picks]).to(info.device)
+        batch = random_crops(videos, picks, section.crop, generator,
+                             section.crop_frames).to(info.device)
         posterior = model.encode(batch).latent_dist
         recon = model.decode(posterior.sample(generator=generator)).sample
-        loss = torch.nn.functional.mse_loss(recon, batch) + section.kl_weight * _kl(posterior)
+        mse = torch.nn.functional.mse_loss(recon, batch)
+        loss = mse + section.kl_weight * _kl(posterior)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         _average_gradients(model, info)
         optimizer.step()
+        scheduler.step()
         losses.append(all_reduce_mean(float(loss.detach()), info))
-        if (step + 1) % max(1, section.steps // 5) == 0:
-            log(f"vae step {step + 1}/{section.steps} loss {losses[-1]:.4f}")
+        recent.append(float(mse.detach()))
+        if (step + 1) % log_every == 0 or step + 1 == section.steps:
+            mean_mse = sum(recent) / len(recent)
+            log(f"vae step {step + 1}/{section.steps} loss {losses[-1]:.4f} "
+                f"reconstruction PSNR {psnr_of_mse(mean_mse):.2f} dB (last {len(recent)} steps)"
+                f" lr {scheduler.get_last_lr()[0]:.2e}")
+            recent = []
+        done = step + 1
+        if (run is not None and section.checkpoint_every and done < section.steps
+                and done % section.checkpoint_every == 0):
+            _save_stage_state(run, done, losses, model, optimizer, scheduler, generator, info)
     model.eval()
     _set_latent_statistics(model, videos, info)
     return losses
+
+
+# -- resumable stage state -------------------------------------------------------------
+# RUN/vae_stage/: state.pt (model, optimizer, scheduler, losses; rank 0), rng-<rank>.pt (each
+# rank's sampling generator) and latest.json ({"step": N}) written last, so a crash while
+# saving leaves the previous state in force.
+
+STAGE_FOLDER = "vae_stage"
+
+
+def _save_stage_state(run: RunDir, step: int, losses, model, optimizer, scheduler,
+                      generator: torch.Generator, info: DistInfo) -> None:
+    rng = io.BytesIO()
+    torch.save({"step": step, "generator": generator.get_state()}, rng)
+    run.write_bytes(f"{STAGE_FOLDER}/rng-{info.rank}.pt", rng.getvalue())
+    barrier(info)
+    if info.is_main:
+        state = io.BytesIO()
+        torch.save({"step": step, "losses": losses, "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
+                   state)
+        run.write_bytes(f"{STAGE_FOLDER}/state.pt", state.getvalue())
+        run.write_bytes(f"{STAGE_FOLDER}/latest.json", json.dumps({"step": step}).encode())
+    barrier(info)
+
+
+def _load_stage_state(run: RunDir, model, optimizer, scheduler, generator: torch.Generator,
+                      info: DistInfo, log) -> tuple[int, list[float]]:
+    """-> (steps already taken, their losses); (0, []) when the stage has no saved state."""
+    if not run.exists(f"{STAGE_FOLDER}/latest.json"):
+        return 0, []
+    step = int(json.loads(run.read_bytes(f"{STAGE_FOLDER}/latest.json"))["step"])
+    state = torch.load(io.BytesIO(run.read_bytes(f"{STAGE_FOLDER}/state.pt")),
+                       map_location=info.device, weights_only=False)
+    if int(state["step"]) != step:
+        raise K4DError(f"{run.child(STAGE_FOLDER)}: state.pt holds step {state['step']} but "
+                       f"latest.json says {step}; remove the folder to restart the VAE stage")
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    rng_name = f"{STAGE_FOLDER}/rng-{info.rank}.pt"
+    rng = (torch.load(io.BytesIO(run.read_bytes(rng_name)), weights_only=False)
+           if run.exists(rng_name) else None)
+    if rng is not None and int(rng["step"]) == step:
+        generator.set_state(rng["generator"])
+    else:  # another world size than the saving run's: a fresh, still deterministic stream
+        generator.manual_seed(generator.initial_seed() * 1_000_003 + step)
+    log(f"vae: resumed the VAE stage at step {step}")
+    return step, list(state["losses"])
 
 
 @torch.no_grad()
@@ -122,9 +219,11 @@ def vae_stage(components, dataset, episode_ids, clip, section: VaeSection, info:
         log("vae: loaded the committed VAE of this run")
         return []
     torch.manual_seed(seed)
-    losses = train_vae(components.vae, dataset, episode_ids, clip, section, info, seed, log)
+    losses = train_vae(components.vae, dataset, episode_ids, clip, section, info, seed, run,
+                       log)
     if info.is_main:
         save_vae(components.vae, run)
+        run.remove(STAGE_FOLDER)  # the committed VAE supersedes the partial state
     barrier(info)
     components.vae = components.vae.cpu().eval()
     for p in components.vae.parameters():

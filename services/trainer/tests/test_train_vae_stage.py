@@ -1,0 +1,87 @@
+"""The from-scratch VAE stage: random crops, its learning-rate schedule and its resumable
+state (a stage stopped partway continues from its newest checkpoint to the same weights)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from k4d.episodes import open_dataset
+from k4d_model.checkpoints import build_components
+from k4d_model.model.configs import get_model_config
+from k4d_trainer.clips import ClipSpec
+from k4d_trainer.config import VaeSection
+from k4d_trainer.parallel import DistInfo
+from k4d_trainer.runs import RunDir
+from k4d_trainer.vae import STAGE_FOLDER, random_crops, train_vae
+
+CLIP = ClipSpec(num_frames=5, height=32, width=48)
+
+
+class Stop(Exception):
+    pass
+
+
+def _vae():
+    components, _ = build_components(get_model_config("tiny"), seed=0)
+    return components.vae
+
+
+def _train(dataset, section, run=None, stop_at=None):
+    def log(line: str) -> None:
+        if stop_at is not None and line.startswith(f"vae step {stop_at}/"):
+            raise Stop(line)
+
+    torch.manual_seed(0)
+    vae = _vae()
+    ids = sorted(dataset.episode_ids)
+    losses = train_vae(vae, dataset, ids, CLIP, section, DistInfo(), seed=5, run=run, log=log)
+    return vae, losses
+
+
+def test_random_crops_cut_windows_of_the_videos():
+    video = torch.arange(3 * 5 * 32 * 48, dtype=torch.float32).reshape(3, 5, 32, 48)
+    g = torch.Generator().manual_seed(0)
+    batch = random_crops([video], torch.tensor([0, 0, 0]), 16, g)
+    assert batch.shape == (3, 3, 5, 16, 16)
+    for crop in batch:  # each window is a contiguous piece of the video
+        top, left = divmod(int(crop[0, 0, 0, 0]), 48)
+        assert torch.equal(crop, video[..., top:top + 16, left:left + 16])
+    whole = random_crops([video], torch.tensor([0]), 0, g)
+    assert torch.equal(whole[0], video)
+    bigger = random_crops([video], torch.tensor([0]), 64, g)  # larger than the frame
+    assert torch.equal(bigger[0], video)
+    short = random_crops([video], torch.tensor([0] * 4), 16, g, frames=1)
+    assert short.shape == (4, 3, 1, 16, 16)
+    for crop in short:
+        first, rest = divmod(int(crop[0, 0, 0, 0]), 32 * 48)
+        top, left = divmod(rest, 48)
+        assert torch.equal(crop, video[:, first:first + 1, top:top + 16, left:left + 16])
+
+
+def test_vae_stage_resumes_to_the_same_weights(tmp_path, make_dataset):
+    dataset = open_dataset(make_dataset(tmp_path / "ds", count=2, frames=5, height=32, width=48))
+    section = VaeSection(steps=6, lr=1e-3, batch_size=2, crop=16, crop_frames=1, warmup_steps=2,
+                         lr_schedule="cosine", checkpoint_every=2, log_every=1)
+    straight, straight_losses = _train(dataset, section)
+
+    run = RunDir(str(tmp_path / "run"))
+    with pytest.raises(Stop):
+        _train(dataset, section, run=run, stop_at=5)  # saved at step 4, stopped in step 5
+    assert run.exists(f"{STAGE_FOLDER}/latest.json")
+    resumed, resumed_losses = _train(dataset, section, run=run)
+
+    assert resumed_losses == straight_losses
+    for (name, a), (_, b) in zip(straight.state_dict().items(), resumed.state_dict().items(),
+                                     strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_vae_section_rejects_a_crop_off_the_latent_grid():
+    from k4d.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="vae.crop"):
+        VaeSection(crop=20).validate()
+    with pytest.raises(InvalidArgument, match="vae.lr_schedule"):
+        VaeSection(lr_schedule="step").validate()
+    with pytest.raises(InvalidArgument, match="vae.crop_frames"):
+        VaeSection(crop_frames=4).validate()
