@@ -111,3 +111,67 @@ def test_region_chamfer_reusing_the_whole_frame_search_equals_brute_force(rng):
                           gt_pm[t][gt_valid[t] & mask[t]].astype(float), 0.05)
             for key in ("chamfer_l1", "chamfer_l2", "fscore"):
                 assert values[key][t] == pytest.approx(want[key], rel=1e-9), (region, t, key)
+
+
+def _small_pair(rng, T=4, H=12, W=16):
+    from k4d_eval.clip import Clip
+
+    gt_pm = rng.normal(0, 0.2, (T, H, W, 3)).astype(np.float32) + np.float32([0, 0, 1.5])
+    gt_pm += np.linspace(0, 0.1, T, dtype=np.float32)[:, None, None, None]  # the scene drifts
+    pred_pm = (gt_pm + rng.normal(0, 0.03, gt_pm.shape)).astype(np.float32)
+    gt_valid, pred_valid = rng.random((T, H, W)) < 0.9, rng.random((T, H, W)) < 0.9
+    robot = np.zeros((T, H, W), bool)
+    robot[:, 2:7, 3:11] = True
+    rgb = rng.integers(0, 256, (T, H, W, 3), dtype=np.uint8)
+    gt = Clip(rgb=rgb, pointmap=gt_pm, valid=gt_valid, depth=gt_pm[..., 2].copy(), robot_mask=robot)
+    pred = Clip(rgb=rgb, pointmap=pred_pm, valid=pred_valid, depth=pred_pm[..., 2].copy())
+    return pred, gt
+
+
+def test_temporal_variants_match_brute_force_in_both_spaces(rng):
+    """Temporal Chamfer/F-score (frame t against t-1 of the same clip, whole frame), in
+    metres and in the Kinema4D normalisation (each frame normalised over its own points),
+    equal a brute-force Chamfer of the two frames' clouds. The evaluator reuses each
+    frame's trees for both of its pairs, so this also checks that reuse."""
+    from k4d_eval.evaluate import Settings, evaluate_clips, metric_values
+
+    pred, gt = _small_pair(rng, T=5)
+    tau = 0.05
+    values = metric_values(evaluate_clips(pred, gt, Settings(geometry_pixels=0, tau=tau,
+                                                             threads=1)).stats["whole"])
+    for clip, tail in ((pred, ""), (gt, "_gt")):
+        assert np.isnan(values[f"temporal_chamfer_l1{tail}"][0])
+        for t in range(1, clip.frames):
+            now = clip.pointmap[t][clip.valid[t]].astype(float)
+            before = clip.pointmap[t - 1][clip.valid[t - 1]].astype(float)
+            spaces = {"": (now, before),
+                      "_k4d": (geometry.normalise(now, geometry.normalisation(now)),
+                               geometry.normalise(before, geometry.normalisation(before)))}
+            for suffix, (a, b) in spaces.items():
+                want = _brute(a, b, tau)
+                for key in ("chamfer_l1", "chamfer_l2", "fscore"):
+                    got = values[f"temporal_{key}{tail}{suffix}"][t]
+                    assert got == pytest.approx(want[key], rel=1e-9), (tail, suffix, t, key)
+
+
+@pytest.mark.parametrize("pixels", [0, 60])
+def test_result_does_not_depend_on_threads(rng, pixels):
+    """Frames run in consecutive runs per thread, each carrying its trees to the next
+    frame: 1, 2 and 3 threads (different run boundaries) give the same statistics."""
+    from k4d_eval.evaluate import Settings, evaluate_clips
+
+    pred, gt = _small_pair(rng, T=7)
+    results = [evaluate_clips(pred, gt, Settings(geometry_pixels=pixels, threads=n),
+                              synthetic=True).to_json()["stats"] for n in (1, 2, 3)]
+    assert results[0] == results[1] == results[2]
+    assert "temporal_k4d" in results[0]["whole"]
+
+
+def test_frame_normalisation_equals_normalisation_of_the_valid_points(rng):
+    pointmap = rng.normal(0, 0.4, (20, 30, 3)).astype(np.float32)
+    valid = rng.random((20, 30)) < 0.7
+    got = geometry.frame_normalisation(pointmap, valid)
+    want = geometry.normalisation(pointmap[valid])
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert geometry.frame_normalisation(pointmap, np.zeros_like(valid))[3] == 1.0

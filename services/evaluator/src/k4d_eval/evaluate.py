@@ -116,7 +116,6 @@ def evaluate_clips(pred: Clip, gt: Clip, settings: Settings = Settings(), *,
             "robot.mask", f"expected {gt.rgb.shape[:3]}, got {condition_robot_mask.shape}")
     regions = build_regions(gt, condition_robot_mask, synthetic)
     geometry_on = pred.has_geometry and gt.has_geometry
-    norms = _normalisations(pred, gt, settings) if geometry_on else None
     T = gt.frames
     groups = ["psnr", "ssim"]
     if geometry_on:
@@ -129,14 +128,24 @@ def evaluate_clips(pred: Clip, gt: Clip, settings: Settings = Settings(), *,
             for kind in ("temporal", "temporal_gt"):
                 result.stats["whole"][f"{kind}_{s}"] = FrameStats.zeros(T, geometry.CHAMFER_STATS)
 
-    def frame(t: int):
-        return t, _frame_stats(t, pred, gt, regions, settings, norms)
+    def run(frames: range) -> list:
+        # Frame t's clouds and trees serve its temporal pair (t, t+1): carried to the next
+        # frame of the run instead of being built again.
+        out, clouds, prev = [], None, None
+        for t in frames:
+            if geometry_on:
+                if clouds is None and t > 0:
+                    clouds = _frame_clouds(t - 1, pred, gt, settings)
+                prev, clouds = clouds, _frame_clouds(t, pred, gt, settings)
+            out.append((t, _frame_stats(t, pred, gt, regions, settings, clouds, prev)))
+        return out
 
     with ThreadPoolExecutor(max_workers=max(1, settings.threads)) as pool:
-        for t, stats in pool.map(frame, range(T)):
-            for name, by_group in stats.items():
-                for group, values in by_group.items():
-                    result.stats[name][group].add(t, values)
+        for frames in pool.map(run, _runs(T, settings.threads)):
+            for t, stats in frames:
+                for name, by_group in stats.items():
+                    for group, values in by_group.items():
+                        result.stats[name][group].add(t, values)
     result.info = {"regions": {name: int(mask.sum()) for name, mask in regions.items()},
                    "robot_region": "condition" if condition_robot_mask is not None
                    else ("ground truth robot_mask" if gt.robot_mask is not None else "none")}
@@ -148,15 +157,23 @@ _GROUP_STATS = {"psnr": video.PSNR_STATS, "ssim": video.SSIM_STATS,
                 "depth": geometry.DEPTH_STATS}
 
 
-def _normalisations(pred: Clip, gt: Clip, settings: Settings) -> dict[str, list[tuple]]:
-    """Per clip and frame, the Kinema4D normalisation of ALL the frame's valid points."""
-    def one(args):
-        clip, t = args
-        return geometry.normalisation(clip.pointmap[t][clip.valid[t]], settings.clip_percentiles)
+def _runs(frames: int, threads: int) -> list[range]:
+    """Consecutive frame runs for the threads: two per thread, so a thread slowed by other
+    work hands the rest to the other (each run rebuilds one frame's clouds, ~1 %)."""
+    count = 1 if threads <= 1 else min(frames, 2 * threads)
+    bounds = np.linspace(0, frames, count + 1).round().astype(int)
+    return [range(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
 
-    with ThreadPoolExecutor(max_workers=max(1, settings.threads)) as pool:
-        return {side: list(pool.map(one, [(clip, t) for t in range(clip.frames)]))
-                for side, clip in (("pred", pred), ("gt", gt))}
+
+@dataclass
+class _Cloud:
+    """One clip's sampled points of one frame: flat pixel indices (N,), the frame's
+    Kinema4D normalisation, and per space the (N, 3) float64 points and their KD-tree."""
+
+    idx: np.ndarray
+    norm: tuple
+    points: dict[str, np.ndarray]
+    trees: dict[str, object]
 
 
 def _sample_pixels(settings: Settings, t: int, pixels: int) -> np.ndarray | None:
@@ -169,67 +186,77 @@ def _sample_pixels(settings: Settings, t: int, pixels: int) -> np.ndarray | None
     return np.sort(rng.choice(pixels, size=count, replace=False))
 
 
-def _cloud(clip: Clip, t: int, sample, norm: tuple) -> tuple[np.ndarray, dict]:
-    """-> (flat pixel indices, {space: (N, 3) float64 points}) of frame t's sampled points."""
-    valid = clip.valid[t].reshape(-1)
-    idx = np.flatnonzero(valid) if sample is None else sample[valid[sample]]
-    points = clip.pointmap[t].reshape(-1, 3)[idx].astype(np.float64)
-    return idx, {"m": points, "k4d": geometry.normalise(points, norm)}
+def _frame_clouds(t: int, pred: Clip, gt: Clip, settings: Settings) -> dict[str, _Cloud]:
+    """side ("pred", "gt") -> frame t's sampled cloud, normalised over ALL the frame's valid
+    points, with one KD-tree per space (shared by the pair, region and temporal searches)."""
+    H, W = gt.size
+    sample = _sample_pixels(settings, t, H * W)
+    out = {}
+    for side, clip in (("pred", pred), ("gt", gt)):
+        norm = geometry.frame_normalisation(clip.pointmap[t], clip.valid[t],
+                                            settings.clip_percentiles)
+        valid = clip.valid[t].reshape(-1)
+        idx = np.flatnonzero(valid) if sample is None else sample[valid[sample]]
+        metres = clip.pointmap[t].reshape(-1, 3)[idx].astype(np.float64)
+        points = {"m": metres, "k4d": geometry.normalise(metres, norm)}
+        out[side] = _Cloud(idx, norm, points, {s: geometry.tree(p, queries=3) for s, p in points.items()})
+    return out
 
 
 def _frame_stats(t: int, pred: Clip, gt: Clip, regions: Mapping[str, np.ndarray],
-                 settings: Settings, norms) -> dict[str, dict[str, dict[str, float]]]:
-    """region -> group -> additive stats of frame t."""
+                 settings: Settings, clouds: dict[str, _Cloud] | None,
+                 prev: dict[str, _Cloud] | None) -> dict[str, dict[str, dict[str, float]]]:
+    """region -> group -> additive stats of frame t (`clouds`: frame t's, `prev`: frame
+    t-1's, None without geometry or at t = 0)."""
     masks = {name: mask[t] for name, mask in regions.items()}
     psnr = video.psnr_frame_stats(pred.rgb[t], gt.rgb[t], masks)
     ssim = video.ssim_frame_stats(pred.rgb[t], gt.rgb[t], masks)
     out = {name: {"psnr": psnr[name], "ssim": ssim[name]} for name in regions}
-    if norms is None:
+    if clouds is None:
         return out
-    H, W = gt.size
-    sample = _sample_pixels(settings, t, H * W)
-    clouds = {side: _cloud(clip, t, sample, norms[side][t])
-              for side, clip in (("pred", pred), ("gt", gt))}
-    depth_terms = _depth_frame(t, pred, gt, norms)
+    depth_terms = _depth_frame(t, pred, gt, clouds["pred"].norm, clouds["gt"].norm)
     for name, mask in masks.items():
         _depth_stats(out[name], mask, depth_terms)
-    (idx_p, pred_spaces), (idx_g, gt_spaces) = clouds["pred"], clouds["gt"]
-    inside = {name: (mask.reshape(-1)[idx_p], mask.reshape(-1)[idx_g])
+    _chamfer_regions(out, masks, clouds, settings)
+    if prev is not None:
+        # Temporal consistency (whole frame): frame t against frame t-1 of the same clip.
+        for side, kind in (("pred", "temporal"), ("gt", "temporal_gt")):
+            now, before = clouds[side], prev[side]
+            for s in SPACES:
+                out["whole"][f"{kind}_{s}"] = geometry.chamfer_stats(
+                    now.points[s], now.trees[s], before.points[s], before.trees[s],
+                    settings.tau, settings.query_workers)
+    return out
+
+
+def _chamfer_regions(out: dict, masks: Mapping[str, np.ndarray], clouds: dict[str, _Cloud],
+                     settings: Settings) -> None:
+    """Chamfer/F-score stats of every region and space into out[region]["chamfer_<space>"]:
+    one search over the whole frame; regions reuse it (exact, see region_distances)."""
+    pred, gt = clouds["pred"], clouds["gt"]
+    inside = {name: (mask.reshape(-1)[pred.idx], mask.reshape(-1)[gt.idx])
               for name, mask in masks.items()}
-    whole_trees = {}
+    workers = settings.query_workers
     for s in SPACES:
-        P, G = pred_spaces[s], gt_spaces[s]
-        p_tree, g_tree = geometry.tree(P), geometry.tree(G)
-        whole_trees[s] = {"pred": (P, p_tree), "gt": (G, g_tree)}
+        P, G, p_tree, g_tree = pred.points[s], gt.points[s], pred.trees[s], gt.trees[s]
         if p_tree is None or g_tree is None:
             for name in masks:
                 out[name][f"chamfer_{s}"] = dict.fromkeys(geometry.CHAMFER_STATS, 0.0)
             continue
-        # One search over the whole frame; regions reuse it (exact, see region_distances).
-        d_pg, i_pg = g_tree.query(P, k=1, workers=settings.query_workers)
-        d_gp, i_gp = p_tree.query(G, k=1, workers=settings.query_workers)
+        d_pg, i_pg = g_tree.query(P, k=1, workers=workers)
+        d_gp, i_gp = p_tree.query(G, k=1, workers=workers)
         for name, (p_in, g_in) in inside.items():
             if not p_in.any() or not g_in.any():
                 out[name][f"chamfer_{s}"] = dict.fromkeys(geometry.CHAMFER_STATS, 0.0)
                 continue
             out[name][f"chamfer_{s}"] = geometry.stats_from_distances(
-                geometry.region_distances(d_pg, i_pg, P, p_in, G, g_in, settings.query_workers),
-                geometry.region_distances(d_gp, i_gp, G, g_in, P, p_in, settings.query_workers),
+                geometry.region_distances(d_pg, i_pg, P, p_in, G, g_in, workers),
+                geometry.region_distances(d_gp, i_gp, G, g_in, P, p_in, workers),
                 settings.tau)
-    if t > 0:
-        # Temporal consistency (whole frame): frame t against frame t-1 of the same clip.
-        sample_prev = _sample_pixels(settings, t - 1, H * W)
-        for side, clip, kind in (("pred", pred, "temporal"), ("gt", gt, "temporal_gt")):
-            _, prev = _cloud(clip, t - 1, sample_prev, norms[side][t - 1])
-            for s in SPACES:
-                p, p_tree = whole_trees[s][side]
-                q = prev[s]
-                out["whole"][f"{kind}_{s}"] = geometry.chamfer_stats(
-                    p, p_tree, q, geometry.tree(q), settings.tau, settings.query_workers)
-    return out
 
 
-def _depth_frame(t: int, pred: Clip, gt: Clip, norms) -> dict[str, tuple]:
+def _depth_frame(t: int, pred: Clip, gt: Clip, pred_norm: tuple, gt_norm: tuple
+                 ) -> dict[str, tuple]:
     """Per-pixel depth terms of frame t, once for every region: space -> (pixels valid in
     both (H, W), |ratio - 1| (N,), delta1 hit (N,)). k4d space: each depth divided by its
     own clip's normalisation scale for the frame."""
@@ -237,7 +264,7 @@ def _depth_frame(t: int, pred: Clip, gt: Clip, norms) -> dict[str, tuple]:
     both = pred.valid[t] & gt.valid[t] & (z_pred > 0) & (z_gt > 0)
     ratio = z_pred[both].astype(np.float64) / z_gt[both].astype(np.float64)
     out = {}
-    for s, factor in (("m", 1.0), ("k4d", norms["gt"][t][3] / norms["pred"][t][3])):
+    for s, factor in (("m", 1.0), ("k4d", gt_norm[3] / pred_norm[3])):
         r = ratio * factor
         out[s] = (both, np.abs(r - 1.0), np.maximum(r, 1.0 / r) < geometry.DELTA1)
     return out

@@ -38,10 +38,24 @@ def normalisation(points: np.ndarray,
     the Kinema4D normalisation, exactly as k4d.pointmap_codec.normalise computes them
     (tested against it); here on points, so a sampled subset is normalised without
     materialising whole float64 frames."""
-    if len(points) == 0:
+    return _normalisation([points[:, k] for k in range(3)], percentiles)
+
+
+def frame_normalisation(pointmap: np.ndarray, valid: np.ndarray,
+                        percentiles: tuple[float, float] = CLIP_PERCENTILES) -> tuple:
+    """`normalisation(pointmap[valid])` of one (H, W, 3) frame and its (H, W) mask, without
+    the (N, 3) copy: each axis's valid values are gathered once, contiguous (about half the
+    time of the percentile along axis 0 of an (N, 3) array, with the same values)."""
+    flat, keep = pointmap.reshape(-1, 3), valid.reshape(-1)
+    return _normalisation([flat[:, k][keep] for k in range(3)], percentiles)
+
+
+def _normalisation(axes: list[np.ndarray], percentiles: tuple[float, float]) -> tuple:
+    """Three (N,) per-axis value arrays -> (lo, hi, centre, scale), see `normalisation`."""
+    if len(axes[0]) == 0:
         zero = np.zeros(3)
         return zero, zero, zero, 1.0
-    lo, hi = np.percentile(points, percentiles, axis=0)
+    lo, hi = np.stack([np.percentile(a, percentiles) for a in axes], axis=1)
     centre = (lo + hi) / 2.0
     return lo, hi, centre, max(float((hi - lo).max()) / 2.0, MIN_SCALE)
 
@@ -52,11 +66,16 @@ def normalise(points: np.ndarray, frame_norm: tuple) -> np.ndarray:
     return (np.clip(points, lo, hi) - centre) / scale
 
 
-def tree(points: np.ndarray) -> cKDTree | None:
-    """KD-tree of (N, 3) points; None for an empty cloud."""
+def tree(points: np.ndarray, queries: int = 1) -> cKDTree | None:
+    """KD-tree of (N, 3) points, built for `queries` searches; None for an empty cloud."""
     if len(points) == 0:
         return None
-    # Unbalanced, uncompacted trees build ~2x faster and query as fast on surface clouds.
+    # Unbalanced trees build ~2x faster and query as fast on surface clouds. A tree
+    # searched several times (a frame's: by the other clip and by both neighbouring
+    # frames) pays for compact nodes and 32-point leaves: build + 3 queries of 20k points
+    # ~15 % faster than the one-search setting (benchmarks/evaluation).
+    if queries > 1:
+        return cKDTree(points, leafsize=32, balanced_tree=False, compact_nodes=True)
     return cKDTree(points, balanced_tree=False, compact_nodes=False)
 
 
@@ -78,9 +97,11 @@ def chamfer_stats(pred: np.ndarray, pred_tree: cKDTree | None, gt: np.ndarray,
 
 def stats_from_distances(d_pg: np.ndarray, d_gp: np.ndarray, tau: float) -> dict[str, float]:
     """Chamfer/F-score statistics from both directions' nearest-neighbour distances."""
-    return {"pg_l1": float(d_pg.sum()), "pg_l2": float(np.dot(d_pg, d_pg)),
+    # einsum, not np.dot: a BLAS dot of a 20k vector costs ~1 ms here (OpenBLAS wakes its
+    # thread pool, which spins on the second core) against ~10 us for einsum's own loop.
+    return {"pg_l1": float(d_pg.sum()), "pg_l2": float(np.einsum("i,i->", d_pg, d_pg)),
             "n_pred": float(len(d_pg)), "gp_l1": float(d_gp.sum()),
-            "gp_l2": float(np.dot(d_gp, d_gp)), "n_gt": float(len(d_gp)),
+            "gp_l2": float(np.einsum("i,i->", d_gp, d_gp)), "n_gt": float(len(d_gp)),
             "pred_in": float(np.count_nonzero(d_pg < tau)),
             "gt_in": float(np.count_nonzero(d_gp < tau))}
 
