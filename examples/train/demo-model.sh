@@ -8,7 +8,8 @@
 #      loss.png, golden.json) and evaluated with `k4d eval run` against static-world
 #   bash examples/train/demo-model.sh [path/to/k4d]
 # Settings (environment): DEMO_STEPS (total optimizer steps, default the recipe's),
-# DEMO_LABEL (early | trained, default early), DEMO_DEFAULT=1 (make it the model
+# DEMO_NPROC (training processes, default 2), DEMO_LABEL (early | trained, default early),
+# DEMO_DEFAULT=1 (make it the model
 # `k4d simulate` uses without --model), DEMO_SKIP_TRAIN=1 (export/evaluate only).
 set -euo pipefail
 
@@ -21,11 +22,12 @@ RUN="$WORK/run"
 MODEL=models/demo-small
 CONFIG=examples/train/demo-model.yaml
 export MUJOCO_GL="${MUJOCO_GL:-osmesa}"
-# One thread: on this shared 2-core VM a 2-thread torch step was 2x (VAE) to 11x (transformer)
-# slower than a 1-thread one (benchmarks/demo_model/bench_recipe.py, models/demo-small/README.md).
+# One thread per process, DEMO_NPROC processes (default 2, data parallel): on this shared
+# 2-core VM a 2-thread torch step was 2x (VAE) to 11x (transformer) slower than a 1-thread
+# one under load (benchmarks/demo_model/bench_recipe.py, models/demo-small/README.md).
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 
-"$K4D" datagen synthetic --episodes 64 --seed 1013 --task mix --failures 0.1 \
+"$K4D" datagen synthetic --episodes 512 --seed 1013 --task mix --failures 0.1 \
   --frames 17 --height 128 --width 192 --workers 2 --out "$WORK/data/train"
 "$K4D" datagen synthetic --episodes 8 --seed 9013 --task mix --failures 0.25 \
   --frames 13 --height 96 --width 144 --workers 2 --out "$WORK/data/heldout"
@@ -37,7 +39,7 @@ if [[ "${DEMO_SKIP_TRAIN:-0}" != 1 ]]; then
   steps=()
   [[ -n "${DEMO_STEPS:-}" ]] && steps=(--steps "$DEMO_STEPS")
   # --resume: continues the newest committed checkpoint (and the committed VAE), or starts
-  "$K4D" train --config "$CONFIG" --out "$RUN" --resume "${steps[@]}"
+  "$K4D" train --config "$CONFIG" --out "$RUN" --resume --nproc "${DEMO_NPROC:-2}" "${steps[@]}"
 fi
 
 default=()
