@@ -9,8 +9,8 @@
 #   bash examples/train/demo-model.sh [path/to/k4d]
 # Settings (environment): DEMO_STEPS (total optimizer steps, default the recipe's),
 # DEMO_NPROC (training processes, default 2), DEMO_LABEL (early | trained, default early),
-# DEMO_DEFAULT=1 (make it the model
-# `k4d simulate` uses without --model), DEMO_SKIP_TRAIN=1 (export/evaluate only).
+# DEMO_DEFAULT=1 (make it the model `k4d simulate` uses without --model), DEMO_SKIP_TRAIN=1
+# (export/evaluate only).
 set -euo pipefail
 
 K4D="${1:-k4d}"
