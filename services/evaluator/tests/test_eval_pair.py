@@ -140,3 +140,28 @@ def test_depth_metrics_per_frame_match_the_functional_form(rng):
         want = geometry.depth_stats(z[t][robot[t]].astype(float), gt.depth[t][robot[t]].astype(float))
         assert values["depth_absrel"][t] == pytest.approx(want["absrel_sum"] / want["n"])
         assert values["depth_delta1"][t] == pytest.approx(want["delta1_count"] / want["n"])
+
+
+def test_a_file_that_is_not_an_npz_is_one_line_naming_it(pair, tmp_path, capsys):
+    """A directory, an image, a truncated NPZ, a lone .npy: one line naming the file and
+    what was expected, exit code 2, on either side of the pair."""
+    from PIL import Image
+
+    gt = pair / "gt.npz"
+    (tmp_path / "a_dir").mkdir()
+    Image.new("RGB", (4, 4)).save(tmp_path / "frame.png")
+    data = gt.read_bytes()
+    (tmp_path / "cut.npz").write_bytes(data[: len(data) // 2])
+    (tmp_path / "tail_cut.npz").write_bytes(data[:-40])
+    np.save(tmp_path / "one.npy", np.zeros(3))
+    cases = {"a_dir": "is a directory", "frame.png": "is a PNG image",
+             "cut.npz": "truncated or damaged", "tail_cut.npz": "truncated or damaged",
+             "one.npy": "single .npy array"}
+    for name, needle in cases.items():
+        bad = str(tmp_path / name)
+        for args in ([bad, str(gt)], [str(gt), bad]):
+            code = main(["eval", "pair", *args, "--out", str(tmp_path / "o")])
+            err = capsys.readouterr().err.strip().splitlines()
+            assert code == 2 and len(err) == 1, (name, err)
+            assert bad in err[0] and needle in err[0] and "expected an NPZ file" in err[0], err
+    assert not (tmp_path / "o" / "report.json").exists()

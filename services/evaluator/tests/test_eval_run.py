@@ -116,3 +116,21 @@ def test_eval_run_with_a_missing_model_is_one_line(dataset, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "`k4d simulate` failed for ep0" in err[0], err
     assert not (tmp_path / "o" / "report.json").exists()
+
+
+def test_eval_run_with_data_of_another_clip_size_fails_before_generation(dataset, tmp_path, capsys):
+    # A model directory whose clip (9 frames at 64x40) is not the data's (5 at 48x32): the
+    # size is read from k4d_model.json, the model itself is never loaded.
+    model = tmp_path / "other-size"
+    model.mkdir()
+    meta = json.loads((dataset / "tiny" / "k4d_model.json").read_text())
+    meta.update(num_frames=9, height=40, width=64)
+    (model / "k4d_model.json").write_text(json.dumps(meta))
+    code = main(["eval", "run", "--model", str(model), "--data", str(dataset / "data"),
+                 "--out", str(tmp_path / "o"), "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert f"{FRAMES} frames at 48x32" in err[0] and "9 frames at 64x40" in err[0], err
+    assert "--frames 9 --height 40 --width 64" in err[0]
+    assert not (tmp_path / "o" / "predictions").exists()
+    assert not (tmp_path / "o" / "static-world").exists()

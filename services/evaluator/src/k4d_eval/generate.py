@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from k4d.errors import FailedPrecondition
+from k4d.errors import FailedPrecondition, InvalidArgument
 
 from k4d_eval.inputs import SIM_SUMMARY_JSON
 from k4d_eval.pipeline import BASELINE, MODEL, eval_dataset, resolve_episodes
@@ -24,6 +24,7 @@ PREDICTIONS_DIR = "predictions"
 BASELINE_DIR = "static-world"
 INPUTS_DIR = "inputs"
 STATIC_WORLD_ID = "static-world"  # summary.json model id of the static-world backend
+MODEL_FILE = "k4d_model.json"  # a k4d model directory's description (docs/generator.md)
 
 
 def write_episode_inputs(dataset, episode_id: str, where: Path) -> dict[str, str]:
@@ -81,6 +82,39 @@ def _model_id(out: Path) -> str:
         return ""
 
 
+def model_clip_size(model: str) -> tuple[int, int, int] | None:
+    """(frames, height, width) the model samples, read from a local k4d model directory's
+    k4d_model.json (no model code is imported); None when the model is not a local
+    directory (registry names, official checkpoints): `k4d simulate` checks those itself,
+    at the first episode."""
+    path = Path(model[len("file://"):] if model.startswith("file://") else model)
+    try:
+        meta = json.loads((path / MODEL_FILE).read_text())
+        return int(meta["num_frames"]), int(meta["height"]), int(meta["width"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def check_clip_sizes(model: str, dataset, episode_ids: Sequence[str]) -> None:
+    """Fail before any generation when an episode's clip is not the model's: the model
+    samples one clip size, and the evaluator does not resample clips (the trainer's clip
+    adaptation lives in the trainer package, which a service may not import)."""
+    size = model_clip_size(model)
+    if size is None:
+        return
+    frames, height, width = size
+    for episode_id in episode_ids:
+        meta = dataset.meta(episode_id)
+        if (meta.frames, meta.height, meta.width) != size:
+            raise InvalidArgument.for_field(
+                "data", f"episode {episode_id} is {meta.frames} frames at {meta.width}x"
+                        f"{meta.height}, but model {model} samples {frames} frames at "
+                        f"{width}x{height}: evaluate data of the model's size (e.g. `k4d "
+                        f"datagen synthetic --frames {frames} --height {height} --width "
+                        f"{width}`) or a model trained for {meta.frames} frames at "
+                        f"{meta.width}x{meta.height}")
+
+
 def generate(dataset, episode_ids: Sequence[str], out: Path, method_dir: str, *,
              model: str = "", backend: str = "", steps: int = 0, workers: int = 1,
              progress: bool = True) -> Path:
@@ -123,6 +157,7 @@ def run_and_evaluate(model: str, data_uri: str, out: Path, settings, *,
     out = Path(out)
     dataset = open_dataset(data_uri)
     ids = resolve_episodes(dataset, episodes)
+    check_clip_sizes(model, dataset, ids)
     pred = generate(dataset, ids, out, PREDICTIONS_DIR, model=model, backend=backend,
                     steps=steps, workers=workers, progress=progress)
     base = generate(dataset, ids, out, BASELINE_DIR, backend="static-world", workers=workers,

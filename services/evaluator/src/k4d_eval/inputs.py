@@ -95,8 +95,43 @@ def clip_from_arrays(arrays: Mapping[str, np.ndarray], source: str) -> Clip:
     return clip
 
 
+NPZ_EXPECTED = "an NPZ file (numpy.savez) with arrays rgb and optionally pointmap, mask"
+# The first bytes of files people hand us by mistake, to say what the file is instead.
+_MAGIC = {b"PK\x03\x04": "npz", b"PK\x05\x06": "npz", b"\x93NUMPY": "a single .npy array",
+          b"\x89PNG": "a PNG image", b"\xff\xd8\xff": "a JPEG image", b"GIF8": "a GIF image"}
+
+
+def check_npz_file(path: str | Path) -> Path:
+    """A path that should hold an NPZ file: absent, a directory, or another kind of file is
+    one InvalidArgument naming the file and what was expected."""
+    path = Path(path)
+    if path.is_dir():
+        hint = (" (a `k4d simulate` output directory: use `k4d eval --pred DIR --gt DATASET`)"
+                if is_sim_dir(path) else "")
+        raise InvalidArgument.for_field(str(path), f"is a directory; expected {NPZ_EXPECTED}{hint}")
+    if not path.is_file():
+        raise InvalidArgument.for_field(str(path), f"no such file; expected {NPZ_EXPECTED}")
+    with path.open("rb") as f:
+        head = f.read(8)
+    kind = next((k for magic, k in _MAGIC.items() if head.startswith(magic)), None)
+    if kind != "npz":
+        what = kind or ("an empty file" if not head else "not a zip archive")
+        raise InvalidArgument.for_field(str(path), f"is {what}; expected {NPZ_EXPECTED}")
+    return path
+
+
 def load_npz_clip(path: str | Path) -> Clip:
-    return clip_from_arrays(load_npz(path, required=("rgb",)), str(path))
+    import zipfile
+    import zlib
+
+    path = check_npz_file(path)
+    try:
+        arrays = load_npz(path, required=("rgb",))
+    except (zipfile.BadZipFile, zlib.error, EOFError, KeyError) as exc:
+        # A truncated or damaged archive: its zip directory or an array cannot be read.
+        raise InvalidArgument.for_field(str(path), f"truncated or damaged NPZ file ({exc}); "
+                                                   f"expected {NPZ_EXPECTED}") from None
+    return clip_from_arrays(arrays, str(path))
 
 
 # ---- cameras --------------------------------------------------------------------------
