@@ -175,3 +175,10 @@ def test_dataset_report_carries_learned_metrics(weights, tmp_path, rng):
     report = json.loads((tmp_path / "o" / "report.json").read_text())
     assert report["metrics"]["lpips"] > 0 and report["metrics"]["fid"] > 0
     assert report["metrics"]["fvd"] >= 0 and report["metrics"]["chamfer_l1"] is None
+    # Which weights made those numbers: file, sha256 and architecture, in the settings.
+    sources = report["settings"]["learned_metrics"]
+    assert set(sources) == {"lpips", "fid", "fvd"}
+    for metric, name in learned.WEIGHT_FILES.items():
+        want = hashlib.sha256((weights / name).read_bytes()).hexdigest()
+        assert sources[metric] == {"weights": str(weights), "file": name, "sha256": want,
+                                   "architecture": "layers"}, metric

@@ -165,3 +165,23 @@ def test_a_file_that_is_not_an_npz_is_one_line_naming_it(pair, tmp_path, capsys)
             assert code == 2 and len(err) == 1, (name, err)
             assert bad in err[0] and needle in err[0] and "expected an NPZ file" in err[0], err
     assert not (tmp_path / "o" / "report.json").exists()
+
+
+def test_report_records_the_geometry_sample_and_summary_says_how_to_compare(pair):
+    out = pair / "sampled"
+    assert main(["eval", "pair", str(pair / "pred.npz"), str(pair / "gt.npz"), "--out", str(out),
+                 "--geometry-pixels", "100", "--seed", "3"]) == 0
+    settings = json.loads((out / "report.json").read_text())["settings"]
+    assert settings["geometry_pixels"] == 100 and settings["seed"] == 3
+    assert settings["geometry_sampling"]["pixels_per_frame"] == 100
+    assert settings["geometry_sampling"]["seed"] == 3
+    assert "equal geometry_pixels" in settings["geometry_sampling"]["compare"]
+    assert settings["learned_metrics"] is None  # no --weights
+    text = (out / "summary.md").read_text()
+    assert "100 sampled pixels per frame (seed 3)" in text and "same sampling" in text
+    # A different seed samples other pixels: the F-score moves, which is why it is recorded.
+    assert main(["eval", "pair", str(pair / "pred.npz"), str(pair / "gt.npz"),
+                 "--out", str(pair / "sampled4"), "--geometry-pixels", "100", "--seed", "4"]) == 0
+    a = json.loads((out / "report.json").read_text())["metrics"]["chamfer_l1"]
+    b = json.loads((pair / "sampled4" / "report.json").read_text())["metrics"]["chamfer_l1"]
+    assert a != b

@@ -106,3 +106,31 @@ def test_summary_lists_the_policy_section():
     assert "- accuracy: 0.5000" in text and "- success rate gap: 0.5000" in text
     assert "judge on ground truth vs labels: accuracy 1.0000 over 2" in text
     assert "Spearman" not in text  # simulated rates tie (1.0, 1.0): rho is undefined
+
+
+def test_judge_abstentions_are_counted_with_their_reason_in_summary_md():
+    """The judge cannot find the object in one prediction (it vanished after frame 0):
+    that episode is left out of the agreement, and summary.md says so, with the reason."""
+    from k4d_eval.evaluate import EpisodeResult
+    from k4d_eval.report import build_report, summary_markdown
+
+    results = []
+    for i, vanish in enumerate((False, True)):
+        gt = _clip([0.0, 0.04, 0.09, 0.09, 0.04, 0.0])
+        gt.meta = {"task": "pick the red cube", "task_kind": "pick", "success": True}
+        pred = _clip([0.0, 0.04, 0.09, 0.09, 0.04, 0.0])
+        if vanish:
+            pred.rgb[1:] = 120  # the cube is gone from every later frame
+        result = EpisodeResult(f"ep{i}", gt.frames)
+        result.info["policy"] = policy.episode_labels(pred, gt)
+        results.append(result)
+    section = policy.agreement_section(results)
+    abstained = section["judge_abstentions"]["prediction"]
+    assert abstained == {"count": 1, "episodes": 2,
+                         "reasons": {"object 1 is not found after frame 0": 1}}
+    assert section["judge_abstentions"]["ground_truth"]["count"] == 0
+    assert section["agreement"]["episodes"] == 1  # the abstention is not scored
+    report = build_report(results, {"tau": 0.01}, policy=section)
+    text = summary_markdown(report)
+    assert ("- judge abstained on 1 of 2 episode(s) (predictions), not counted above: "
+            "object 1 is not found after frame 0 (1)") in text

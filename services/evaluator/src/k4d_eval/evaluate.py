@@ -42,6 +42,13 @@ class Settings:
                         "k1": video.SSIM_K1, "k2": video.SSIM_K2, "covariance": "population",
                         "border_excluded_px": video.SSIM_PAD}
         data["psnr_data_range"] = video.DATA_RANGE
+        data["geometry_sampling"] = {
+            "pixels_per_frame": self.geometry_pixels or "all", "seed": self.seed,
+            "how": "the same pixels of prediction and ground truth, drawn per frame from "
+                   "(seed, frame index); invalid points dropped after sampling",
+            "compare": "Chamfer distances and above all F-score depend on how densely the "
+                       "clouds are sampled: compare numbers only at equal geometry_pixels, "
+                       "image size and tau (docs/evaluation.md)"}
         data["spaces"] = {"m": "metres, first-frame camera",
                           "k4d": "Kinema4D normalisation (first-frame camera, per-frame "
                                  "percentile clip, centre + isotropic scale)"}

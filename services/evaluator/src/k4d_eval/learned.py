@@ -89,6 +89,11 @@ def resolve_weights_dir(uri: str, scratch: Path) -> Path:
 
 def verified_file(directory: Path, name: str, metric: str) -> Path:
     """directory/name after checking its sha256 against directory/SHA256SUMS."""
+    return verified_file_sha256(directory, name, metric)[0]
+
+
+def verified_file_sha256(directory: Path, name: str, metric: str) -> tuple[Path, str]:
+    """(directory/name, its sha256) after checking the sha256 against directory/SHA256SUMS."""
     from k4d.tensor_io import sha256_file
 
     path = directory / name
@@ -108,7 +113,7 @@ def verified_file(directory: Path, name: str, metric: str) -> Path:
     actual = sha256_file(path)
     if actual != expected[name]:
         raise IntegrityError(f"{metric}: {path} has sha256 {actual}, {sums} says {expected[name]}")
-    return path
+    return path, actual
 
 
 # ---- backbones as data ------------------------------------------------------------------
@@ -317,22 +322,35 @@ def latent_l2(vae, pred: np.ndarray, gt: np.ndarray) -> float:
 
 
 class LearnedMetrics:
-    """Callable (preds, gts: lists of Clip) -> {lpips, fid, fvd, latent_l2} (those set up)."""
+    """Callable (preds, gts: lists of Clip) -> {lpips, fid, fvd, latent_l2} (those set up).
+    `sources`: metric -> what produced it (file, sha256, architecture), see `describe`."""
 
-    def __init__(self, lpips=None, fid=None, fvd=None, vae=None):
+    def __init__(self, lpips=None, fid=None, fvd=None, vae=None, sources: dict | None = None):
         self.lpips, self.fid, self.fvd, self.vae = lpips, fid, fvd, vae
+        self.sources = dict(sources or {})
 
     @classmethod
     def from_args(cls, weights: str | None, vae_dir: str | None) -> LearnedMetrics:
-        nets = {}
+        nets, sources = {}, {}
         if weights:
             with tempfile.TemporaryDirectory(prefix="k4d-eval-weights-") as scratch:
                 directory = resolve_weights_dir(weights, Path(scratch))
                 for metric, name in WEIGHT_FILES.items():
-                    nets[metric] = load_backbone(verified_file(directory, name, metric.upper()),
-                                                 metric)
+                    path, sha256 = verified_file_sha256(directory, name, metric.upper())
+                    nets[metric] = load_backbone(path, metric)
+                    sources[metric] = {"weights": weights, "file": name, "sha256": sha256,
+                                       "architecture": nets[metric].arch}
         vae = load_vae(vae_dir) if vae_dir else None
-        return cls(nets.get("lpips"), nets.get("fid"), nets.get("fvd"), vae)
+        if vae is not None:
+            sources["latent_l2"] = {"vae": str(Path(vae_dir) / "vae"),
+                                    "architecture": type(vae).__name__}
+        return cls(nets.get("lpips"), nets.get("fid"), nets.get("fvd"), vae, sources)
+
+    def describe(self) -> dict:
+        """metric -> {weights (the --weights given), file, sha256, architecture ("layers":
+        the architecture is the file's own metadata)}; for latent_l2 the VAE directory.
+        Recorded in report.json settings.learned_metrics: which backbone made each number."""
+        return {k: dict(v) for k, v in self.sources.items()}
 
     def __call__(self, preds, gts) -> dict:
         out = {}

@@ -32,6 +32,15 @@ def settings_key(settings: Settings) -> str:
     return hashlib.sha256(json.dumps(settings.to_json(), sort_keys=True).encode()).hexdigest()[:16]
 
 
+def report_settings(settings: Settings, learned_metrics: Callable | None) -> dict:
+    """The report's settings block: what was measured and how, plus (learned metrics given)
+    which backbone weights, by file and sha256, produced lpips/fid/fvd/latent_l2."""
+    data = settings.to_json()
+    describe = getattr(learned_metrics, "describe", None)
+    data["learned_metrics"] = describe() if describe is not None else None
+    return data
+
+
 def write_outputs(out: Path, report: dict, strip_clips=None) -> dict[str, Path]:
     """report.json, summary.md, summary.csv, per_frame.png and (given clips) strip.png."""
     paths = write_report(out, report)
@@ -54,7 +63,8 @@ def eval_pair(pred_path: Path, gt_path: Path, out: Path, settings: Settings,
         camera = recording.load_camera(camera_path, gt.frames, *gt.size)
     result = evaluate_clips(pred, gt, settings, episode_id=Path(pred_path).stem)
     learned = learned_metrics([pred], [gt]) if learned_metrics else None
-    report = build_report([result], settings.to_json(), method=Path(pred_path).stem,
+    report = build_report([result], report_settings(settings, learned_metrics),
+                          method=Path(pred_path).stem,
                           learned=learned, inputs={"pred": str(pred_path), "gt": str(gt_path)})
     write_outputs(Path(out), report, (pred, gt))
     if camera is not None:
@@ -237,7 +247,8 @@ def eval_dataset(pred_uri: str, gt_uri: str, out: Path, settings: Settings, *,
         if learned_metrics is not None:
             learned, base_learned = _learned_over(learned_metrics, dataset, ids, roots)
     report = build_report(
-        results[MODEL], settings.to_json(), method=method, baseline=results.get(BASELINE),
+        results[MODEL], report_settings(settings, learned_metrics), method=method,
+        baseline=results.get(BASELINE),
         learned=learned, baseline_learned=base_learned,
         policy=policy.agreement_section(results[MODEL], results.get(BASELINE)),
         inputs={"pred": pred_uri, "gt": gt_uri, "baseline": baseline_uri, "episodes": ids,

@@ -196,6 +196,23 @@ def agreement_table(rows: Sequence[Mapping]) -> dict:
     return out
 
 
+def abstentions(rows: Sequence[Mapping], verdict: str = "simulated_success",
+                judge_key: str = "judge") -> dict:
+    """Episodes the automatic judge could not decide (verdict None): how many, and why
+    (the judge's reason -> count)."""
+    reasons: dict[str, int] = {}
+    for r in rows:
+        if r.get(verdict) is None:
+            judged = r.get(judge_key)
+            if isinstance(judged, Mapping):
+                reason = str(judged.get("rule", "no verdict"))
+            else:
+                reason = str(judged or "not judged")
+            reasons[reason] = reasons.get(reason, 0) + 1
+    return {"count": sum(reasons.values()), "episodes": len(rows),
+            "reasons": dict(sorted(reasons.items(), key=lambda kv: -kv[1]))}
+
+
 def agreement_section(results, baseline=None) -> dict | None:
     """The report's `policy` section from the per-episode labels of evaluated episodes."""
     rows = [dict(r.info.get("policy", {}), episode_id=r.episode_id) for r in results]
@@ -210,6 +227,10 @@ def agreement_section(results, baseline=None) -> dict | None:
     # How far the automatic judge is to be trusted: its verdict on the ground truth itself.
     section["judge_on_ground_truth"] = agreement([r["true_success"] for r in checked],
                                                  [r["judge_on_gt_success"] for r in checked])
+    section["judge_abstentions"] = {
+        "prediction": abstentions(rows),
+        "ground_truth": abstentions([r for r in rows if "judge_on_gt" in r],
+                                    "judge_on_gt_success", "judge_on_gt")}
     if baseline:
         base = [dict(r.info.get("policy", {})) for r in baseline]
         section["static_world"] = agreement_table(base)["agreement"]

@@ -162,10 +162,14 @@ def summary_markdown(report: Mapping) -> str:
     rows = _rows(report)
     paper = list(PAPER_ROWS.items())
     counts = report["counts"]
+    settings = report["settings"]
+    pixels = settings.get("geometry_pixels")
+    sampled = ("every valid pixel" if not pixels else
+               f"{pixels} sampled pixels per frame (seed {settings.get('seed')})")
     lines = [f"# Evaluation: {report.get('method', 'model')}", "",
              f"{counts['episodes']} episode(s), {counts['frames']} frames. Per frame, then the "
-             "mean. Geometry on sampled pixels (settings.geometry_pixels), F-score at "
-             f"tau = {report['settings'].get('tau')}.", ""]
+             f"mean. Geometry on {sampled}, F-score at tau = {settings.get('tau')}: compare "
+             "Chamfer and F-score only with runs at the same sampling, image size and tau.", ""]
     lines += _table("Video (paper Table 1 layout)", VIDEO_COLUMNS, rows + paper)
     lines += _table("Geometry, Kinema4D normalisation (comparable with the paper)",
                     GEOMETRY_COLUMNS, rows + paper, "_k4d")
@@ -190,11 +194,24 @@ def summary_markdown(report: Mapping) -> str:
         if judge.get("episodes"):
             lines.append(f"- judge on ground truth vs labels: accuracy {judge['accuracy']:.4f} "
                          f"over {judge['episodes']} episode(s)")
+        lines += _abstention_lines(policy.get("judge_abstentions") or {})
         if policy.get("spearman") is not None:
             lines.append(f"- Spearman rho of policies (simulated vs true success rate): "
                          f"{policy['spearman']:.4f}")
         lines.append("")
     return "\n".join(lines)
+
+
+def _abstention_lines(abstained: Mapping) -> list[str]:
+    """One line per side the automatic judge abstained on: count and reasons."""
+    lines = []
+    for side, label in (("prediction", "predictions"), ("ground_truth", "ground truth")):
+        a = abstained.get(side) or {}
+        if a.get("count"):
+            reasons = "; ".join(f"{reason} ({n})" for reason, n in a["reasons"].items())
+            lines.append(f"- judge abstained on {a['count']} of {a['episodes']} episode(s) "
+                         f"({label}), not counted above: {reasons}")
+    return lines
 
 
 def summary_csv(report: Mapping) -> str:
