@@ -5,7 +5,8 @@
   the version is announced on k4d.model.published;
 - 2-process DDP and FSDP2 runs under torchrun give the single-process losses on the same
   global batches, and the loss falls clearly (overfitting two episodes);
-- SIGKILL mid-run + --resume: the losses after the restart equal the uninterrupted run's.
+- SIGKILL mid-run + --resume: the losses after the restart equal the uninterrupted run's;
+- SIGTERM to the `--nproc 2` launcher reaches the torchrun workers (checkpoint, stop).
 """
 
 from __future__ import annotations
@@ -237,4 +238,64 @@ def test_sigterm_and_cancel_checkpoint_at_the_step_boundary(tmp_path, overfit):
     watcher.join()
     assert status.state == "cancelled" and stopped < status.step < 200
     assert read_status(str(run)).state == "cancelled"
+    assert (run / "checkpoints" / f"step-{status.step:08d}" / "COMMITTED").exists()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below `pid` (from /proc: the torchrun agent and its workers)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def test_sigterm_to_the_launcher_stops_its_torchrun_workers(tmp_path, overfit):
+    """`k4d train --nproc 2` re-launches itself under torchrun: a SIGTERM to the command
+    (a pod stop, a `kill`) must reach the workers, which checkpoint and stop, instead of
+    ending the launcher alone and leaving them training."""
+    path, _ = overfit
+    config = json.loads(Path(path).read_text())
+    config["training"]["steps"] = 100_000
+    config["checkpoint"] = {"every": 0, "keep": 0}
+    recipe_file = tmp_path / "long.json"
+    recipe_file.write_text(json.dumps(config))
+    run = tmp_path / "run"
+    proc = _k4d("train", "--config", str(recipe_file), "--out", str(run), "--nproc", "2")
+    stepped = threading.Event()
+    watcher = _when_step(run, 2, stepped.set)
+    watcher.join()
+    assert stepped.is_set(), proc.stderr.read()[-3000:] if proc.poll() is not None else "no step"
+    below = _descendants(proc.pid)
+    try:
+        assert len(below) >= 3, below  # the torchrun agent and two workers
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=120)
+        deadline = time.monotonic() + 30
+        while any(_alive(pid) for pid in below) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [pid for pid in below if _alive(pid)]
+    finally:  # never leave workers behind, whatever failed
+        for pid in [proc.pid, *below]:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    status = read_status(str(run))
+    assert status.state == "failed" and "SIGTERM" in status.error
     assert (run / "checkpoints" / f"step-{status.step:08d}" / "COMMITTED").exists()

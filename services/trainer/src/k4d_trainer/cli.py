@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -105,7 +106,31 @@ def _launch(args, config, argv: list[str]) -> int:
     command += ["-m", "k4d.cli.main", *argv]
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.nproc)))
-    return subprocess.call(command, env=env)
+    return _run_forwarding_signals(command, env)
+
+
+def _run_forwarding_signals(command: list[str], env: dict) -> int:
+    """Run torchrun and pass SIGTERM / SIGINT / SIGHUP on to it (torchrun passes them to
+    its workers, which checkpoint and stop). Without this, stopping `k4d train --nproc N`
+    (a Kubernetes pod stop, a `kill`) ended only this launcher and left the workers
+    training, unowned, into the same run directory."""
+    child = subprocess.Popen(command, env=env)
+    forwarded = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+    def forward(signum, _frame):
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in forwarded}
+    try:
+        while True:
+            try:
+                return child.wait()
+            except KeyboardInterrupt:  # a handler installed before ours; keep waiting
+                forward(signal.SIGINT, None)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _default_out(config_path: str) -> str:
