@@ -67,18 +67,15 @@ def ssim_map(pred_frame: np.ndarray, gt_frame: np.ndarray,
     moment separately and works in place (no stacked copies: this is the hot loop).
     Four blurs, not five: the denominator needs only vx + vy, and the filter is linear, so
     blur(x^2) + blur(y^2) is one blur(x^2 + y^2) (equal to float rounding, ~1e-16)."""
-    x = gt_frame.astype(np.float64)
-    y = pred_frame.astype(np.float64)
-
-    def blur(image):
+    def blur(image):  # float64 output whatever the input (uint8 frames are read as is)
         return ndimage.gaussian_filter(image, SSIM_SIGMA, truncate=SSIM_TRUNCATE,
-                                       mode="reflect", axes=(0, 1))
+                                       mode="reflect", axes=(0, 1), output=np.float64)
 
-    ux, uy = blur(x), blur(y)
-    xy = x * y
-    x *= x
-    x += np.multiply(y, y, out=y)
-    vsum = blur(x)  # E[x^2] + E[y^2]; x and y are not needed any more
+    ux, uy = blur(gt_frame), blur(pred_frame)
+    xy = np.multiply(gt_frame, pred_frame, dtype=np.float64)
+    squares = np.multiply(gt_frame, gt_frame, dtype=np.float64)
+    squares += np.multiply(pred_frame, pred_frame, dtype=np.float64)
+    vsum = blur(squares)  # E[x^2] + E[y^2]
     vxy = blur(xy)
     uxuy = ux * uy
     ux *= ux
