@@ -126,11 +126,14 @@ def test_judge_abstentions_are_counted_with_their_reason_in_summary_md():
         results.append(result)
     section = policy.agreement_section(results)
     abstained = section["judge_abstentions"]["prediction"]
+    # The 8x8-pixel cube: a quarter of its 64 frame-0 pixels, capped at MIN_PIXELS (20).
+    REASON = ("object 1 is not found after frame 0 (fewer than 16 pixels of its colour with "
+              "points near where it was last seen)")
     assert abstained == {"count": 1, "episodes": 2,
-                         "reasons": {"object 1 is not found after frame 0": 1}}
+                         "reasons": {REASON: 1}}
     assert section["judge_abstentions"]["ground_truth"]["count"] == 0
     assert section["agreement"]["episodes"] == 1  # the abstention is not scored
     report = build_report(results, {"tau": 0.01}, policy=section)
     text = summary_markdown(report)
     assert ("- judge abstained on 1 of 2 episode(s) (predictions), not counted above: "
-            "object 1 is not found after frame 0 (1)") in text
+            f"{REASON} (1)") in text

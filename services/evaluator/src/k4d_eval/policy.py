@@ -51,7 +51,7 @@ def object_track(clip: Clip, colour: np.ndarray, start: np.ndarray,
     T, (H, W) = clip.frames, clip.size
     track = np.full((T, 3), np.nan)
     R, tr = T_world_from_cam0[:3, :3], T_world_from_cam0[:3, 3]
-    min_pixels = int(np.clip(start.sum() // 4, 3, MIN_PIXELS))
+    min_pixels = _min_pixels(start)
     radius = max(SEARCH_RADIUS * W, 2.0 * np.sqrt(start.sum()))
     vv, uu = np.mgrid[0:H, 0:W]
     centre = np.argwhere(start).mean(axis=0)
@@ -68,6 +68,12 @@ def object_track(clip: Clip, colour: np.ndarray, start: np.ndarray,
             track[t] = np.median(clip.pointmap[t][region].astype(np.float64), axis=0) @ R.T + tr
             centre = np.argwhere(region).mean(axis=0)
     return track
+
+
+def _min_pixels(start: np.ndarray) -> int:
+    """Matching pixels a frame needs for the object to count as seen: a quarter of its
+    frame-0 pixels, at least 3, at most MIN_PIXELS."""
+    return int(np.clip(start.sum() // 4, 3, MIN_PIXELS))
 
 
 def _final(track: np.ndarray) -> np.ndarray | None:
@@ -94,13 +100,16 @@ def judge(clip: Clip, object_ids0: np.ndarray, task_kind: str,
     for k in ((1, 2) if task_kind == "stack" else (1,)):
         start = object_ids0 == k
         if start.sum() < 3:
-            return {"success": None, "rule": f"object {k} is not visible in frame 0"}
+            return {"success": None, "rule": f"object {k} is not visible in frame 0 (fewer "
+                                             "than 3 pixels)"}
         colour = np.median(clip.rgb[0][start].astype(np.float32), axis=0)
         tracks[k] = object_track(clip, colour, start, T_world_from_cam0)
     track = tracks[1]
     start1, end1 = track[0], _final(track)
     if end1 is None or np.isnan(start1[0]):
-        return {"success": None, "rule": "object 1 is not found after frame 0"}
+        return {"success": None, "rule": f"object 1 is not found after frame 0 (fewer than "
+                                         f"{_min_pixels(object_ids0 == 1)} pixels of its colour "
+                                         "with points near where it was last seen)"}
     if task_kind == "pick":
         lift = float(np.nanmax(track[:, 2]) - start1[2])
         rest = float(abs(end1[2] - start1[2]))
