@@ -1,5 +1,6 @@
-"""The from-scratch VAE stage: random crops, its learning-rate schedule and its resumable
-state (a stage stopped partway continues from its newest checkpoint to the same weights)."""
+"""The from-scratch VAE stage: random crops, its two phases (short, then long windows), its
+learning-rate schedule and its resumable state (a stage stopped partway, in either phase or
+at their boundary, continues from its newest checkpoint to the same weights)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from k4d_trainer.clips import ClipSpec
 from k4d_trainer.config import VaeSection
 from k4d_trainer.parallel import DistInfo
 from k4d_trainer.runs import RunDir
-from k4d_trainer.vae import STAGE_FOLDER, random_crops, train_vae
+from k4d_trainer.vae import STAGE_FOLDER, random_crops, train_vae, vae_phases
 
 CLIP = ClipSpec(num_frames=5, height=32, width=48)
 
@@ -58,22 +59,34 @@ def test_random_crops_cut_windows_of_the_videos():
         assert torch.equal(crop, video[:, first:first + 1, top:top + 16, left:left + 16])
 
 
-def test_vae_stage_resumes_to_the_same_weights(tmp_path, make_dataset):
+@pytest.mark.parametrize("stop_at", [3, 5, 7])  # main phase, its boundary, long phase
+def test_vae_stage_resumes_to_the_same_weights(tmp_path, make_dataset, stop_at):
     dataset = open_dataset(make_dataset(tmp_path / "ds", count=2, frames=5, height=32, width=48))
-    section = VaeSection(steps=6, lr=1e-3, batch_size=2, crop=16, crop_frames=1, warmup_steps=2,
-                         lr_schedule="cosine", checkpoint_every=2, log_every=1)
+    section = VaeSection(steps=4, lr=1e-3, batch_size=2, crop=16, crop_frames=1, warmup_steps=2,
+                         lr_schedule="cosine", long_steps=4, long_frames=5, long_batch_size=1,
+                         long_lr=5e-4, checkpoint_every=2, log_every=1)
     straight, straight_losses = _train(dataset, section)
+    assert len(straight_losses) == 8
 
     run = RunDir(str(tmp_path / "run"))
     with pytest.raises(Stop):
-        _train(dataset, section, run=run, stop_at=5)  # saved at step 4, stopped in step 5
+        _train(dataset, section, run=run, stop_at=stop_at)  # saved at stop_at - 1
     assert run.exists(f"{STAGE_FOLDER}/latest.json")
     resumed, resumed_losses = _train(dataset, section, run=run)
 
     assert resumed_losses == straight_losses
     for (name, a), (_, b) in zip(straight.state_dict().items(), resumed.state_dict().items(),
-                                     strict=True):
+                                 strict=True):
         assert torch.equal(a, b), name
+
+
+def test_vae_phases():
+    main_only = vae_phases(VaeSection(steps=10, crop=16, crop_frames=5, batch_size=8, lr=1e-3))
+    assert [(p.first, p.end, p.frames, p.batch_size) for p in main_only] == [(0, 10, 5, 8)]
+    both = vae_phases(VaeSection(steps=10, crop=16, crop_frames=5, batch_size=8, lr=1e-3,
+                                 long_steps=3, long_frames=13, long_batch_size=2, long_lr=5e-4))
+    assert [(p.first, p.end, p.crop, p.frames, p.batch_size, p.lr) for p in both] == [
+        (0, 10, 16, 5, 8, 1e-3), (10, 13, 16, 13, 2, 5e-4)]
 
 
 def test_vae_section_rejects_a_crop_off_the_latent_grid():
@@ -85,3 +98,5 @@ def test_vae_section_rejects_a_crop_off_the_latent_grid():
         VaeSection(lr_schedule="step").validate()
     with pytest.raises(InvalidArgument, match="vae.crop_frames"):
         VaeSection(crop_frames=4).validate()
+    with pytest.raises(InvalidArgument, match="vae.long_frames"):
+        VaeSection(long_frames=8).validate()

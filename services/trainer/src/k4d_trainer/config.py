@@ -164,6 +164,13 @@ class VaeSection:
     crop_frames: int = 0
     warmup_steps: int = 0
     lr_schedule: str = "constant"   # constant | cosine | linear (decay to 0 at `steps`)
+    # A second phase of `long_steps` on windows of `long_frames` (0 = the whole clip), with
+    # its own AdamW and schedule (`long_lr`, `long_batch_size`; 0 = the main phase's): the
+    # causal VAE's steady-state chunks only train on windows of 9 frames or more.
+    long_steps: int = 0
+    long_frames: int = 0
+    long_lr: float = 0.0
+    long_batch_size: int = 0
     checkpoint_every: int = 0       # steps between resumable VAE-stage checkpoints; 0 = none
     log_every: int = 0              # steps between log lines; 0 = five lines per stage
 
@@ -179,6 +186,12 @@ class VaeSection:
         _check(self.warmup_steps >= 0, "vae.warmup_steps", "must be >= 0")
         _check(self.lr_schedule in LR_SCHEDULES, "vae.lr_schedule",
                f"must be one of {LR_SCHEDULES}")
+        _check(self.long_steps >= 0, "vae.long_steps", "must be >= 0")
+        _check(self.long_frames >= 0 and (self.long_frames == 0 or self.long_frames % 4 == 1),
+               "vae.long_frames", f"must be 0 (the whole clip) or 1 + 4k, got {self.long_frames}")
+        _check(math.isfinite(self.long_lr) and self.long_lr >= 0, "vae.long_lr",
+               "must be >= 0 (0 = vae.lr)")
+        _check(self.long_batch_size >= 0, "vae.long_batch_size", "must be >= 0 (0 = batch_size)")
         _check(self.checkpoint_every >= 0, "vae.checkpoint_every", "must be >= 0")
         _check(self.log_every >= 0, "vae.log_every", "must be >= 0")
 

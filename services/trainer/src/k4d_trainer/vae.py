@@ -13,6 +13,7 @@ import io
 import json
 import math
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -76,6 +77,33 @@ def psnr_of_mse(mse: float) -> float:
     return 10.0 * math.log10(4.0 / max(mse, 1e-12))
 
 
+@dataclass
+class VaePhase:
+    """One stretch of the stage: steps [first, end) on random windows of one shape, with
+    its own AdamW and learning-rate schedule."""
+
+    first: int
+    end: int
+    crop: int
+    frames: int
+    batch_size: int
+    lr: float
+
+
+def vae_phases(section: VaeSection) -> list[VaePhase]:
+    """The main phase, then (with `long_steps`) the long-window phase: the causal VAE runs
+    a clip as a first frame and 4-frame chunks, each chunk reading the cached features of
+    the previous one; windows of 5 frames never exercise the steady state (a chunk after a
+    4-frame chunk), so a model trained only on them decodes longer clips badly."""
+    phases = [VaePhase(0, section.steps, section.crop, section.crop_frames,
+                       section.batch_size, section.lr)]
+    if section.long_steps:
+        phases.append(VaePhase(section.steps, section.steps + section.long_steps, section.crop,
+                               section.long_frames, section.long_batch_size or section.batch_size,
+                               section.long_lr or section.lr))
+    return phases
+
+
 def train_vae(vae, dataset, episode_ids: list[str], clip: ClipSpec, section: VaeSection,
               info: DistInfo, seed: int, run: RunDir | None = None, log=print) -> list[float]:
     """Train `vae` in place (data-parallel over ranks); returns the loss per step. With a
@@ -84,41 +112,54 @@ def train_vae(vae, dataset, episode_ids: list[str], clip: ClipSpec, section: Vae
     videos = [v for eid in episode_ids[info.rank::info.world_size]
               for v in clip_videos(read_clip(dataset.open(eid), clip))]
     model = vae.to(info.device).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=section.lr)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lr_lambda(section.warmup_steps, section.steps, section.lr_schedule))
     generator = torch.Generator().manual_seed(seed * 31 + info.rank)
+    phases = vae_phases(section)
+    total = phases[-1].end
     losses: list[float] = []
-    start = 0
+    saved = None
     if run is not None and section.checkpoint_every:
-        start, losses = _load_stage_state(run, model, optimizer, scheduler, generator, info, log)
-    log_every = section.log_every or max(1, section.steps // 5)
-    recent = []
-    for step in range(start, section.steps):
-        picks = torch.randint(0, len(videos), (section.batch_size,), generator=generator)
-        batch = random_crops(videos, picks, section.crop, generator,
-                             section.crop_frames).to(info.device)
-        posterior = model.encode(batch).latent_dist
-        recon = model.decode(posterior.sample(generator=generator)).sample
-        mse = torch.nn.functional.mse_loss(recon, batch)
-        loss = mse + section.kl_weight * _kl(posterior)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        _average_gradients(model, info)
-        optimizer.step()
-        scheduler.step()
-        losses.append(all_reduce_mean(float(loss.detach()), info))
-        recent.append(float(mse.detach()))
-        if (step + 1) % log_every == 0 or step + 1 == section.steps:
-            mean_mse = sum(recent) / len(recent)
-            log(f"vae step {step + 1}/{section.steps} loss {losses[-1]:.4f} "
-                f"reconstruction PSNR {psnr_of_mse(mean_mse):.2f} dB (last {len(recent)} steps)"
-                f" lr {scheduler.get_last_lr()[0]:.2e}")
-            recent = []
-        done = step + 1
-        if (run is not None and section.checkpoint_every and done < section.steps
-                and done % section.checkpoint_every == 0):
-            _save_stage_state(run, done, losses, model, optimizer, scheduler, generator, info)
+        saved = _load_stage_state(run, model, generator, info, log)
+    start = saved["step"] if saved else 0
+    if saved:
+        losses = list(saved["losses"])
+    log_every = section.log_every or max(1, total // 5)
+    for index, phase in enumerate(phases):
+        if start >= phase.end:
+            continue
+        optimizer = torch.optim.AdamW(model.parameters(), lr=phase.lr)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lr_lambda(section.warmup_steps, phase.end - phase.first,
+                                 section.lr_schedule))
+        if saved and saved.get("phase", 0) == index and saved["step"] > phase.first:
+            optimizer.load_state_dict(saved["optimizer"])
+            scheduler.load_state_dict(saved["scheduler"])
+        recent: list[float] = []
+        for step in range(max(start, phase.first), phase.end):
+            picks = torch.randint(0, len(videos), (phase.batch_size,), generator=generator)
+            batch = random_crops(videos, picks, phase.crop, generator,
+                                 phase.frames).to(info.device)
+            posterior = model.encode(batch).latent_dist
+            recon = model.decode(posterior.sample(generator=generator)).sample
+            mse = torch.nn.functional.mse_loss(recon, batch)
+            loss = mse + section.kl_weight * _kl(posterior)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            _average_gradients(model, info)
+            optimizer.step()
+            scheduler.step()
+            losses.append(all_reduce_mean(float(loss.detach()), info))
+            recent.append(float(mse.detach()))
+            done = step + 1
+            if done % log_every == 0 or done == phase.end:
+                mean_mse = sum(recent) / len(recent)
+                log(f"vae step {done}/{total} loss {losses[-1]:.4f} reconstruction PSNR "
+                    f"{psnr_of_mse(mean_mse):.2f} dB (last {len(recent)} steps, windows of "
+                    f"{phase.frames or 'all'} frames) lr {scheduler.get_last_lr()[0]:.2e}")
+                recent = []
+            if (run is not None and section.checkpoint_every and done < total
+                    and done % section.checkpoint_every == 0):
+                _save_stage_state(run, done, index, losses, model, optimizer, scheduler,
+                                  generator, info)
     model.eval()
     # Statistics of a spread sample: a full pass over a large set costs as much as hundreds
     # of training steps on a CPU, and 64 videos per rank pin the per-channel moments well.
@@ -135,27 +176,28 @@ def train_vae(vae, dataset, episode_ids: list[str], clip: ClipSpec, section: Vae
 STAGE_FOLDER = "vae_stage"
 
 
-def _save_stage_state(run: RunDir, step: int, losses, model, optimizer, scheduler,
-                      generator: torch.Generator, info: DistInfo) -> None:
+def _save_stage_state(run: RunDir, step: int, phase: int, losses, model, optimizer,
+                      scheduler, generator: torch.Generator, info: DistInfo) -> None:
     rng = io.BytesIO()
     torch.save({"step": step, "generator": generator.get_state()}, rng)
     run.write_bytes(f"{STAGE_FOLDER}/rng-{info.rank}.pt", rng.getvalue())
     barrier(info)
     if info.is_main:
         state = io.BytesIO()
-        torch.save({"step": step, "losses": losses, "model": model.state_dict(),
-                    "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
-                   state)
+        torch.save({"step": step, "phase": phase, "losses": losses,
+                    "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict()}, state)
         run.write_bytes(f"{STAGE_FOLDER}/state.pt", state.getvalue())
         run.write_bytes(f"{STAGE_FOLDER}/latest.json", json.dumps({"step": step}).encode())
     barrier(info)
 
 
-def _load_stage_state(run: RunDir, model, optimizer, scheduler, generator: torch.Generator,
-                      info: DistInfo, log) -> tuple[int, list[float]]:
-    """-> (steps already taken, their losses); (0, []) when the stage has no saved state."""
+def _load_stage_state(run: RunDir, model, generator: torch.Generator, info: DistInfo,
+                      log) -> dict | None:
+    """The saved stage state (model weights loaded, this rank's generator restored), with
+    `step`, `phase`, `losses`, `optimizer`, `scheduler`; None when there is none."""
     if not run.exists(f"{STAGE_FOLDER}/latest.json"):
-        return 0, []
+        return None
     step = int(json.loads(run.read_bytes(f"{STAGE_FOLDER}/latest.json"))["step"])
     state = torch.load(io.BytesIO(run.read_bytes(f"{STAGE_FOLDER}/state.pt")),
                        map_location=info.device, weights_only=False)
@@ -163,8 +205,6 @@ def _load_stage_state(run: RunDir, model, optimizer, scheduler, generator: torch
         raise K4DError(f"{run.child(STAGE_FOLDER)}: state.pt holds step {state['step']} but "
                        f"latest.json says {step}; remove the folder to restart the VAE stage")
     model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
     rng_name = f"{STAGE_FOLDER}/rng-{info.rank}.pt"
     rng = (torch.load(io.BytesIO(run.read_bytes(rng_name)), weights_only=False)
            if run.exists(rng_name) else None)
@@ -173,7 +213,7 @@ def _load_stage_state(run: RunDir, model, optimizer, scheduler, generator: torch
     else:  # another world size than the saving run's: a fresh, still deterministic stream
         generator.manual_seed(generator.initial_seed() * 1_000_003 + step)
     log(f"vae: resumed the VAE stage at step {step}")
-    return step, list(state["losses"])
+    return state
 
 
 @torch.no_grad()
