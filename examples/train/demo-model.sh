@@ -10,7 +10,7 @@
 # Settings (environment): DEMO_STEPS (total optimizer steps, default the recipe's),
 # DEMO_NPROC (training processes, default 2), DEMO_LABEL (early | trained, default early),
 # DEMO_DEFAULT=1 (make it the model `k4d simulate` uses without --model), DEMO_SKIP_TRAIN=1
-# (export/evaluate only).
+# (export/evaluate only), DEMO_RUN (run directory, default .k4d/demo-model/run).
 set -euo pipefail
 
 K4D="${1:-k4d}"
@@ -18,7 +18,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 PY="$(dirname "$(command -v "$K4D")")/python"
 WORK=.k4d/demo-model
-RUN="$WORK/run"
+RUN="${DEMO_RUN:-$WORK/run}"
 MODEL=models/demo-small
 CONFIG=examples/train/demo-model.yaml
 export MUJOCO_GL="${MUJOCO_GL:-osmesa}"
@@ -29,7 +29,7 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 
 "$K4D" datagen synthetic --episodes 512 --seed 1013 --task mix --failures 0.1 \
   --frames 17 --height 128 --width 192 --workers 2 --out "$WORK/data/train"
-"$K4D" datagen synthetic --episodes 8 --seed 9013 --task mix --failures 0.25 \
+"$K4D" datagen synthetic --episodes 16 --seed 9013 --task mix --failures 0.25 \
   --frames 13 --height 96 --width 144 --workers 2 --out "$WORK/data/heldout"
 
 if [[ "${DEMO_SKIP_TRAIN:-0}" != 1 ]]; then
