@@ -20,6 +20,7 @@ from k4d_model import checkpoints
 from k4d_model.checkpoints import ModelComponents, ModelInfo
 from k4d_model.model.configs import arm_grid_for, get_model_config
 from k4d_model.model.transformer import Kinema4DTransformer3DModel
+from k4d_model.pipeline import VAE_DECODE_KEY, VAE_DECODE_SPLIT
 
 from k4d_trainer.clips import ClipSpec
 from k4d_trainer.config import ModelSection
@@ -55,6 +56,9 @@ def _from_scratch(section: ModelSection, seed: int) -> ModelComponents:
                                                              f"clip {config.num_frames}x"
                                                              f"{config.height}x{config.width}")
     components, _ = checkpoints.build_components(config, seed=seed, name=f"k4d-{section.size}")
+    # The VAE stage trains on single videos and the samples encode RGB and pointmap apart,
+    # so the published model decodes them apart too (k4d_model.pipeline.decode).
+    components.info.extra[VAE_DECODE_KEY] = VAE_DECODE_SPLIT
     return components
 
 
