@@ -122,12 +122,8 @@ def _run_forwarding_signals(command: list[str], env: dict) -> int:
             child.send_signal(signum)
 
     previous = {sig: signal.signal(sig, forward) for sig in forwarded}
-    try:
-        while True:
-            try:
-                return child.wait()
-            except KeyboardInterrupt:  # a handler installed before ours; keep waiting
-                forward(signal.SIGINT, None)
+    try:  # SIGINT goes to `forward` too, so no KeyboardInterrupt interrupts the wait
+        return child.wait()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

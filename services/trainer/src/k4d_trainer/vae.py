@@ -115,13 +115,11 @@ def train_vae(vae, dataset, episode_ids: list[str], clip: ClipSpec, section: Vae
     generator = torch.Generator().manual_seed(seed * 31 + info.rank)
     phases = vae_phases(section)
     total = phases[-1].end
-    losses: list[float] = []
     saved = None
     if run is not None and section.checkpoint_every:
         saved = _load_stage_state(run, model, generator, info, log)
     start = saved["step"] if saved else 0
-    if saved:
-        losses = list(saved["losses"])
+    losses: list[float] = list(saved["losses"]) if saved else []
     log_every = section.log_every or max(1, total // 5)
     for index, phase in enumerate(phases):
         if start >= phase.end:
