@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 from k4d.bus.kafka import KafkaBus
 from k4d.grpc_client import field_violations
-from k4d.store import TensorRef, get_array
+from k4d.store import get_array
 from k4d.store.s3 import S3Store
+from k4d.tensor_io import TensorRef
 from k4d_embedded.testing.localcluster import example_spec, wait_terminal
 from k4d_simulator import events as ev
 from kinema4d.v1 import events_pb2, simulator_pb2, simulator_pb2_grpc

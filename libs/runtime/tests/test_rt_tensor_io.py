@@ -110,30 +110,6 @@ def test_proto_tensor_round_trip_and_malformed_messages():
     assert info.value.violations[0].field == "request.joints.data"
 
 
-def test_tensor_data_inline_below_limit_and_ref_above(local_store):
-    small = np.ones((4, 4), np.float64)
-    assert tio.to_tensor_data(small).WhichOneof("kind") == "inline"
-    big = np.arange(5000, dtype=np.int64)
-    msg = tio.to_tensor_data(big, local_store, "jobs/j1/kin/big", inline_limit_bytes=1024)
-    assert msg.WhichOneof("kind") == "ref" and msg.ref.size_bytes == big.nbytes
-    assert msg.ref.sha256 == tio.sha256_array(big) and list(msg.ref.shape) == [5000]
-    assert np.array_equal(tio.from_tensor_data(msg, local_store, "out"), big)
-    with pytest.raises(ValueError, match="exceeds the inline limit"):
-        tio.to_tensor_data(big, inline_limit_bytes=1024)
-
-
-def test_tensor_data_unset_or_bad_ref_is_invalid_argument(local_store):
-    from kinema4d.v1 import common_pb2
-
-    with pytest.raises(InvalidArgument) as info:
-        tio.from_tensor_data(common_pb2.TensorData(), local_store, "req.depth")
-    assert info.value.violations[0].field == "req.depth"
-    bad_ref = common_pb2.TensorData(ref=common_pb2.TensorRef(uri="file:///x", sha256="ab", dtype="float32"))
-    with pytest.raises(InvalidArgument) as info:
-        tio.from_tensor_data(bad_ref, local_store, "req.depth")
-    assert info.value.violations[0].field == "req.depth.ref.sha256"
-
-
 @pytest.mark.parametrize("shape", [(0, 2**62), (2**61, 8), (1,) * 9])
 def test_rt_hostile_shapes_are_invalid_argument(shape):
     from k4d.errors import InvalidArgument
@@ -142,20 +118,6 @@ def test_rt_hostile_shapes_are_invalid_argument(shape):
     with pytest.raises(InvalidArgument) as info:
         array_from_bytes(b"", "float32", shape, field="joints")
     assert info.value.violations[0].field == "joints.shape"
-
-
-def test_tensor_data_max_elements_is_checked_before_any_fetch(local_store):
-    from kinema4d.v1 import common_pb2
-
-    small = tio.to_tensor_data(np.zeros((2, 3), np.float32))
-    assert tio.from_tensor_data(small, None, "q", max_elements=6).shape == (2, 3)
-    # A ref that would fail to fetch: the size guard must answer first.
-    huge_ref = common_pb2.TensorData(ref=common_pb2.TensorRef(
-        uri="file:///missing", sha256="0" * 64, dtype="float32", shape=[0, 2**62]))
-    for data, limit in ((small, 5), (huge_ref, 1000)):
-        with pytest.raises(InvalidArgument) as info:
-            tio.from_tensor_data(data, local_store, "q", max_elements=limit)
-        assert info.value.violations[0].field == "q.shape"
 
 
 def test_rt_read_array_file_forms_and_errors(tmp_path):

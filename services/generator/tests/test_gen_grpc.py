@@ -10,8 +10,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from k4d.config import Config
 from k4d.grpc_server import create_server
-from k4d.store import LocalStore
-from k4d.tensor_io import from_tensor_data, to_tensor
+from k4d.store import LocalStore, from_tensor_data
+from k4d.tensor_io import to_tensor
 from k4d_generator.server import SERVICE_NAME, register_service
 from k4d_model import registry
 from kinema4d.v1 import common_pb2, generator_pb2, generator_pb2_grpc

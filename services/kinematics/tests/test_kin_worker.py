@@ -7,8 +7,8 @@ import numpy as np
 from k4d.bus import InProcessBus, event_headers
 from k4d.bus.topics import SIM_FAILED, SIM_KINEMATICS, SIM_REQUESTED, dlq
 from k4d.config import Config
-from k4d.store import LocalStore, TensorRef, get_array
-from k4d.tensor_io import to_tensor
+from k4d.store import LocalStore, get_array
+from k4d.tensor_io import TensorRef, to_tensor
 from k4d.testing.bus import drain
 from k4d_kinematics.fk import forward_kinematics
 from k4d_kinematics.robots import load_robot

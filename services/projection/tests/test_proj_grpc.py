@@ -8,8 +8,8 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 from k4d.config import Config
 from k4d.grpc_server import create_server
-from k4d.store import LocalStore
-from k4d.tensor_io import from_tensor_data, to_tensor
+from k4d.store import LocalStore, from_tensor_data
+from k4d.tensor_io import to_tensor
 from k4d_kinematics.fk import forward_kinematics
 from k4d_kinematics.robots import load_robot
 from k4d_projection import codecs

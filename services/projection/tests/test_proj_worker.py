@@ -7,7 +7,8 @@ import numpy as np
 from k4d.bus import InProcessBus, event_headers
 from k4d.bus.topics import SIM_FAILED, SIM_KINEMATICS, SIM_PROJECTED, dlq
 from k4d.config import Config
-from k4d.store import LocalStore, TensorRef, get_array, put_array
+from k4d.store import LocalStore, get_array, put_array
+from k4d.tensor_io import TensorRef
 from k4d.testing.bus import drain
 from k4d_kinematics.fk import forward_kinematics
 from k4d_kinematics.robots import load_robot

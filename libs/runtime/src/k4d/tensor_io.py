@@ -1,5 +1,7 @@
-"""Array I/O: NPZ and safetensors files, raw little-endian bytes, sha256, dtype/shape
-validation and the proto `Tensor` / `TensorRef` / `TensorData` forms.
+"""Array codecs and hashing: NPZ and safetensors files, raw little-endian bytes, sha256,
+dtype/shape validation and the proto `Tensor` / `TensorRef` forms. No store access here:
+putting arrays into object storage and the inline-or-ref `TensorData` form live in
+`k4d.store` (which imports this module, never the other way round).
 
 Raw form (what `Tensor.data` carries and what an object behind a `TensorRef` holds):
 C-order, little-endian element bytes; dtype and shape travel next to them.
@@ -290,41 +292,3 @@ def to_tensor(array: np.ndarray):
 def from_tensor(msg, field: str = "tensor") -> np.ndarray:
     """proto `Tensor` -> numpy; InvalidArgument (with field paths) on a malformed message."""
     return array_from_bytes(msg.data, msg.dtype, msg.shape, field)
-
-
-def to_tensor_data(array: np.ndarray, store=None, key: str | None = None,
-                   inline_limit_bytes: int = INLINE_LIMIT_BYTES):
-    """proto `TensorData`: inline when small, else stored under `key` in `store` as a ref."""
-    from kinema4d.v1 import common_pb2
-
-    if should_inline(array.nbytes, inline_limit_bytes):
-        return common_pb2.TensorData(inline=to_tensor(array))
-    if store is None or key is None:
-        raise ValueError(f"array of {array.nbytes} bytes exceeds the inline limit; "
-                         "a store and key are needed")
-    from k4d.store import put_array
-
-    return common_pb2.TensorData(ref=put_array(store, key, array).to_proto())
-
-
-def from_tensor_data(msg, store=None, field: str = "tensor",
-                     max_elements: int | None = None) -> np.ndarray:
-    """proto `TensorData` -> numpy (fetching and verifying a ref through `store`).
-    `max_elements` bounds the declared shape before any bytes are decoded or fetched."""
-    kind = msg.WhichOneof("kind")
-    if max_elements is not None:
-        shape = msg.inline.shape if kind == "inline" else msg.ref.shape if kind == "ref" else []
-        # Exact integer arithmetic: numpy's int64 product overflows on hostile shapes, and a
-        # zero-size array with a 2**62 dimension still cannot be reshaped.
-        if any(d < 0 or d > max_elements for d in shape) or math.prod(shape) > max_elements:
-            raise InvalidArgument.for_field(f"{field}.shape", f"invalid or larger than "
-                                            f"{max_elements} elements: {list(shape)}")
-    if kind == "inline":
-        return from_tensor(msg.inline, f"{field}.inline")
-    if kind == "ref":
-        if store is None:
-            raise InvalidArgument.for_field(f"{field}.ref", "references need an object store")
-        from k4d.store import get_array
-
-        return get_array(store, TensorRef.from_proto(msg.ref, f"{field}.ref"), field=f"{field}.ref")
-    raise InvalidArgument.for_field(field, "neither inline nor ref is set")

@@ -16,8 +16,8 @@ import threading
 import time
 
 from k4d.errors import FailedPrecondition, InvalidArgument
-from k4d.store import job_key, validate_key
-from k4d.tensor_io import from_tensor_data, sha256_bytes, to_tensor_data
+from k4d.store import from_tensor_data, job_key, to_tensor_data, validate_key
+from k4d.tensor_io import sha256_bytes
 from kinema4d.v1 import common_pb2, generator_pb2, generator_pb2_grpc
 
 from k4d_generator.service import STATIC_WORLD, ModelManager, model_ref_string

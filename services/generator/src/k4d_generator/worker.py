@@ -47,9 +47,9 @@ from k4d.stage_events import (
     publish_stage_event,
     read_stage_event,
 )
-from k4d.store import get_array, job_key, put_array
+from k4d.store import from_tensor_data, get_array, job_key, put_array
 from k4d.telemetry import get_logger
-from k4d.tensor_io import TensorRef, from_tensor_data
+from k4d.tensor_io import TensorRef
 from kinema4d.v1 import common_pb2, events_pb2, simulator_pb2
 
 from k4d_generator.api import model_info_proto, sampling_kwargs

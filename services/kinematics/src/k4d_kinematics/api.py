@@ -13,7 +13,8 @@ import tempfile
 
 import numpy as np
 from k4d.errors import InvalidArgument
-from k4d.tensor_io import INLINE_LIMIT_BYTES, from_tensor_data, to_tensor_data
+from k4d.store import from_tensor_data, to_tensor_data
+from k4d.tensor_io import INLINE_LIMIT_BYTES
 from kinema4d.v1 import kinematics_pb2 as kpb
 from kinema4d.v1 import kinematics_pb2_grpc
 

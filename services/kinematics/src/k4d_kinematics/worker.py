@@ -20,8 +20,7 @@ from k4d.stage_events import (
     publish_stage_event,
     read_stage_event,
 )
-from k4d.store import job_key, put_array
-from k4d.tensor_io import from_tensor_data
+from k4d.store import from_tensor_data, job_key, put_array
 from kinema4d.v1 import events_pb2
 
 from .proto_actions import action_spec_from_proto, ik_options, robot_from_ref

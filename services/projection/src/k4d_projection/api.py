@@ -19,8 +19,8 @@ from k4d.robots.fk import forward_kinematics
 from k4d.robots.proto import robot_from_ref
 from k4d.robots.registry import RobotRegistry
 from k4d.robots.validation import validate_joints
-from k4d.store import job_key, validate_key
-from k4d.tensor_io import INLINE_LIMIT_BYTES, from_tensor_data, to_tensor, to_tensor_data
+from k4d.store import from_tensor_data, job_key, to_tensor_data, validate_key
+from k4d.tensor_io import INLINE_LIMIT_BYTES, to_tensor
 from kinema4d.v1 import common_pb2, projection_pb2_grpc
 from kinema4d.v1 import projection_pb2 as ppb
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 from k4d.errors import Cancelled, FieldViolation, InvalidArgument
-from k4d.tensor_io import from_tensor_data
+from k4d.store import from_tensor_data
 from k4d_simulator.camera_proto import camera_from_proto
 from k4d_simulator.outcomes import stage_outcomes
 from k4d_simulator.validation import DEFAULT_NUM_FRAMES, validate_spec
