@@ -1,6 +1,7 @@
 """Policy-evaluation agreement: does the world model judge rollouts the way reality does?
 
-- An automatic success judge for the data engine's synthetic tasks: it finds the target
+- An automatic success judge for the data engine's synthetic tasks (its pure core lives in
+  the runtime, `k4d.judge`, shared with `k4d policy-eval`): it finds the target
   object in a clip by its colour in frame 0 (its pixels there come from ground truth
   object_ids, what the initial scene shows), reads the object's 3D position from the
   clip's pointmap in that region frame by frame (median of its points, in the world frame
@@ -24,114 +25,23 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+from k4d.judge import (  # noqa: F401 - the judge's public names, as before the move
+    BASE_MOVED_M,
+    COLOUR_TOL,
+    JUDGED_KINDS,
+    LIFT_M,
+    MIN_PIXELS,
+    PUSH_DIRECTIONS,
+    PUSH_M,
+    REST_M,
+    SEARCH_RADIUS,
+    STACK_XY_M,
+    STACK_Z_M,
+    judge,
+    object_track,
+)
 
 from k4d_eval.clip import Clip
-
-LIFT_M = 0.05
-REST_M = 0.02
-PUSH_M = 0.7 * 0.12   # 0.7 x the data engine's push distance
-STACK_XY_M = 0.03
-STACK_Z_M = 0.02
-BASE_MOVED_M = 0.03
-PUSH_DIRECTIONS = {"left": (0.0, 1.0), "right": (0.0, -1.0), "forward": (1.0, 0.0),
-                   "back": (-1.0, 0.0)}
-COLOUR_TOL = 40.0      # RGB distance from the object's frame-0 median colour
-MIN_PIXELS = 20        # fewer matching pixels (or a quarter of its frame-0 pixels): unseen
-SEARCH_RADIUS = 0.08   # tracking window, as a share of the image width
-JUDGED_KINDS = ("pick", "push", "stack")
-
-
-def object_track(clip: Clip, colour: np.ndarray, start: np.ndarray,
-                 T_world_from_cam0: np.ndarray) -> np.ndarray:
-    """(T, 3) world position of the object per frame (NaN where unseen): median of the
-    clip's valid points whose colour is within COLOUR_TOL of `colour`, off the robot, near
-    where the object was last seen (a window of SEARCH_RADIUS of the image width, or
-    twice the object's size, around its last centroid). Frame 0 uses the object's known
-    pixels `start` (H, W)."""
-    T, (H, W) = clip.frames, clip.size
-    track = np.full((T, 3), np.nan)
-    R, tr = T_world_from_cam0[:3, :3], T_world_from_cam0[:3, 3]
-    min_pixels = _min_pixels(start)
-    radius = max(SEARCH_RADIUS * W, 2.0 * np.sqrt(start.sum()))
-    vv, uu = np.mgrid[0:H, 0:W]
-    centre = np.argwhere(start).mean(axis=0)
-    for t in range(T):
-        if t == 0:
-            region = start & clip.valid[0]
-        else:
-            dist = np.linalg.norm(clip.rgb[t].astype(np.float32) - colour, axis=-1)
-            near = (vv - centre[0]) ** 2 + (uu - centre[1]) ** 2 <= radius ** 2
-            region = (dist < COLOUR_TOL) & near & clip.valid[t]
-            if clip.robot_mask is not None:
-                region &= ~clip.robot_mask[t]
-        if region.sum() >= min_pixels:
-            track[t] = np.median(clip.pointmap[t][region].astype(np.float64), axis=0) @ R.T + tr
-            centre = np.argwhere(region).mean(axis=0)
-    return track
-
-
-def _min_pixels(start: np.ndarray) -> int:
-    """Matching pixels a frame needs for the object to count as seen: a quarter of its
-    frame-0 pixels, at least 3, at most MIN_PIXELS."""
-    return int(np.clip(start.sum() // 4, 3, MIN_PIXELS))
-
-
-def _final(track: np.ndarray) -> np.ndarray | None:
-    seen = np.flatnonzero(~np.isnan(track[:, 0]))
-    return track[seen[-1]] if len(seen) and seen[-1] > 0 else None
-
-
-def _direction(task_text: str) -> np.ndarray | None:
-    words = task_text.lower().replace(",", " ").replace(".", " ").split()
-    for name, d in PUSH_DIRECTIONS.items():
-        if name in words:
-            return np.asarray(d)
-    return None
-
-
-def judge(clip: Clip, object_ids0: np.ndarray, task_kind: str,
-          T_cam0_from_world: np.ndarray, task_text: str = "") -> dict:
-    """-> {"success": bool | None, "rule": str, measured values}; success None when the
-    task kind has no rule or an object cannot be found."""
-    if task_kind not in JUDGED_KINDS or clip.pointmap is None:
-        return {"success": None, "rule": f"no automatic rule for task kind {task_kind!r}"}
-    T_world_from_cam0 = np.linalg.inv(T_cam0_from_world)
-    tracks = {}
-    for k in ((1, 2) if task_kind == "stack" else (1,)):
-        start = object_ids0 == k
-        if start.sum() < 3:
-            return {"success": None, "rule": f"object {k} is not visible in frame 0 (fewer "
-                                             "than 3 pixels)"}
-        colour = np.median(clip.rgb[0][start].astype(np.float32), axis=0)
-        tracks[k] = object_track(clip, colour, start, T_world_from_cam0)
-    track = tracks[1]
-    start1, end1 = track[0], _final(track)
-    if end1 is None or np.isnan(start1[0]):
-        return {"success": None, "rule": f"object 1 is not found after frame 0 (fewer than "
-                                         f"{_min_pixels(object_ids0 == 1)} pixels of its colour "
-                                         "with points near where it was last seen)"}
-    if task_kind == "pick":
-        lift = float(np.nanmax(track[:, 2]) - start1[2])
-        rest = float(abs(end1[2] - start1[2]))
-        return {"success": lift > LIFT_M and rest <= REST_M,
-                "rule": f"lifted > {LIFT_M} m, final height within {REST_M} m of the start",
-                "lift_m": lift, "final_height_change_m": rest}
-    if task_kind == "push":
-        direction = _direction(task_text)
-        step = end1[:2] - start1[:2]
-        moved = float(step @ direction if direction is not None else np.linalg.norm(step))
-        return {"success": moved >= PUSH_M, "moved_m": moved,
-                "rule": f"moved >= {PUSH_M:.3f} m " + ("along the task's direction"
-                                                       if direction is not None else "horizontally")}
-    base = tracks[2]
-    end2 = _final(base)
-    end2 = base[0] if end2 is None else end2  # the base object may be hidden under object 1
-    xy, dz = float(np.linalg.norm(end1[:2] - end2[:2])), float(end1[2] - end2[2])
-    base_moved = float(np.linalg.norm(end2[:2] - base[0, :2]))
-    return {"success": xy <= STACK_XY_M and dz >= STACK_Z_M and base_moved <= BASE_MOVED_M,
-            "rule": f"object 1 within {STACK_XY_M} m of object 2 horizontally, >= {STACK_Z_M} m "
-                    f"above it, object 2 moved <= {BASE_MOVED_M} m",
-            "xy_m": xy, "dz_m": dz, "base_moved_m": base_moved}
 
 
 def episode_labels(pred: Clip, gt: Clip) -> dict:
