@@ -43,26 +43,35 @@ def _losses(run: Path) -> list[float]:
     return [m["loss"] for m in read_metrics(str(run))]
 
 
+def _k4d(*argv: str, **kwargs) -> subprocess.Popen:
+    # One thread per process in every run whose losses are compared: a CPU matmul's reduction
+    # order follows the thread count, so bit-equal losses need equal counts (on an AMD EPYC,
+    # 1 thread against the default differed in the 7th digit at step 4).
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-m", "k4d.cli.main", *argv], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
 @pytest.fixture(scope="module")
 def overfit(tmp_path_factory, recipe, make_dataset, tiny_official):
-    """The overfit recipe (2 episodes, global batch 2, lr 1e-2) and its single-process
-    reference run, which is also the uninterrupted run of the resume test."""
+    """The overfit recipe (2 episodes, global batch 2, lr 1e-2, deterministic algorithms) and
+    its single-process reference run, which is also the uninterrupted run of the resume test.
+    The reference is a `k4d train` subprocess exactly like the killed and resumed runs (same
+    command, same OMP_NUM_THREADS=1), not a run in the pytest process with its own thread
+    count, so "resume repeats the losses exactly" holds on any CPU."""
     root = tmp_path_factory.mktemp("overfit")
     data = make_dataset(root / "data", count=2)
     path = recipe(root, data, str(tiny_official),
                   data={"uri": data, "latents_uri": str(root / "latents")},
                   training={"steps": STEPS, "global_batch_size": 2, "lr": 1e-2,
-                            "warmup_steps": 0},
+                            "warmup_steps": 0, "deterministic": True},
                   checkpoint={"every": 2, "keep": 0})
-    status = run_training(load_config_file(path), str(root / "reference"))
+    proc = _k4d("train", "--config", str(path), "--out", str(root / "reference"))
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err[-3000:]
+    status = read_status(str(root / "reference"))
     assert status.state == "succeeded" and status.step == STEPS
     return path, _losses(root / "reference")
-
-
-def _k4d(*argv: str, **kwargs) -> subprocess.Popen:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "k4d.cli.main", *argv], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
 
 
 def test_single_process_loss_falls(overfit):
@@ -104,6 +113,7 @@ def test_two_processes_match_single_process(tmp_path, overfit, strategy, paralle
             json.dumps({"step": STEPS // 2, "path": half}))
         status = run_training(load_config_file(recipe_file), str(elastic), resume=True)
         assert status.state == "succeeded" and status.step == STEPS
+        assert not torch.are_deterministic_algorithms_enabled()  # the run's flag is undone
         assert [m["step"] for m in read_metrics(str(elastic))] == list(range(STEPS // 2 + 1,
                                                                              STEPS + 1))
         assert _losses(elastic) == pytest.approx(reference[STEPS // 2:], rel=1e-4, abs=1e-5)

@@ -127,6 +127,7 @@ class TrainingSection:
     max_grad_norm: float = 1.0
     soft_mask_ratio: float = 0.1  # fraction of robot-mask entries set to 0.5
     timestep_shift: float = 1.0  # FlowMatchEulerDiscrete shift of the training schedule
+    deterministic: bool = False  # torch.use_deterministic_algorithms for the run
 
     def validate(self) -> None:
         _check(self.steps >= 1, "training.steps", f"must be >= 1, got {self.steps}")

@@ -31,12 +31,24 @@ def run_training(config: TrainConfig, run_uri: str, *, resume: bool = False, env
                  job_id: str | None = None) -> RunStatus:
     """Train one run to its end (succeeded, cancelled, or failed on SIGTERM); any other
     failure is written to status.json as `failed` and re-raised."""
+    from k4d_trainer.parallel import deterministic_algorithms
+
+    bus = _bus_for(config, env_config)
+    try:
+        with deterministic_algorithms(config.training.deterministic):
+            return _build_and_train(config, run_uri, resume, env_config, job_id, bus)
+    finally:
+        if bus is not None:
+            bus.close()
+
+
+def _build_and_train(config: TrainConfig, run_uri: str, resume: bool, env_config,
+                     job_id: str | None, bus) -> RunStatus:
     import os
 
     from k4d_trainer.parallel import close_distributed
     from k4d_trainer.trainer import Trainer, env_job_id
 
-    bus = _bus_for(config, env_config)
     trainer = None
     try:
         trainer = Trainer.build(config, run_uri, resume=resume, env_config=env_config,
@@ -53,8 +65,6 @@ def run_training(config: TrainConfig, run_uri: str, *, resume: bool = False, env
             trainer.close()
         else:
             close_distributed()
-        if bus is not None:
-            bus.close()
 
 
 def _write_failed(run_uri: str, config: TrainConfig, exc: BaseException, env_config) -> None:

@@ -13,7 +13,9 @@ shape): `parallelize(model, dist, precision, activation_checkpointing)`.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -65,6 +67,27 @@ def init_distributed(degrees_of) -> DistInfo:
         info.mesh = init_device_mesh(device.type, (replicate, shard),
                                      mesh_dim_names=("dp_replicate", "dp_shard"))
     return info
+
+
+@contextlib.contextmanager
+def deterministic_algorithms(enabled: bool) -> Iterator[None]:
+    """`torch.use_deterministic_algorithms` for one run, restored afterwards (the flag is
+    process-global and the tests train several runs in one process).
+
+    It makes scatter/index-add style kernels and cuBLAS pick reproducible algorithms; it does
+    not make results independent of the thread count: a CPU matmul's reduction order follows
+    OMP_NUM_THREADS, so runs meant to agree bit for bit must also share that."""
+    if not enabled:
+        yield
+        return
+    # cuBLAS reads this when it creates its first handle (no matmul has run yet here).
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(previous)
 
 
 def close_distributed() -> None:
