@@ -45,7 +45,13 @@ def register(subparsers) -> None:
     i.add_argument("--episodes", default="", help="episode indices, e.g. 0,3,5 (default: all)")
     i.add_argument("--frames", type=int, default=49, help="clip length after uniform resampling (default 49)")
     i.add_argument("--video-key", default=None, help="camera video feature (default: the first)")
-    i.add_argument("--state-key", default="observation.state", help="joint state feature")
+    i.add_argument("--state-key", default="observation.state", help="state feature (default observation.state)")
+    i.add_argument("--state-kind", default="joints", choices=("joints", "ee_pose"),
+                   help="joints (default) or ee_pose: end-effector poses, joints from our IK")
+    i.add_argument("--state-map", default=None,
+                   help="COLUMN=TARGET[*SCALE][+OFFSET],... or a JSON file: which state columns are which joints "
+                        "(or x y z, rx ry rz | qx qy qz qw | roll pitch yaw with ee_pose); default: by the "
+                        "feature's names (docs/data.md)")
     i.add_argument("--no-progress", action="store_true", help="no progress bar")
     i.set_defaults(handler=_import_lerobot)
 
@@ -121,11 +127,17 @@ def _import_lerobot(args: argparse.Namespace) -> int:
     from k4d_datagen.lerobot import import_lerobot
 
     _positive("--frames", args.frames, MAX_FRAMES)
-    written = import_lerobot(args.path, robot_name=args.robot, camera_path=args.camera, out_uri=args.out,
-                             episodes=_parse_episodes(args.episodes), frames=args.frames,
-                             video_key=args.video_key, state_key=args.state_key, progress=not args.no_progress)
-    print(f"{args.out}: {len(written)} episodes imported")
-    return 0
+    def refused(index: int, line: str) -> None:
+        sys.stderr.write(f"k4d datagen: {line}\n")
+
+    result = import_lerobot(args.path, robot_name=args.robot, camera_path=args.camera, out_uri=args.out,
+                            episodes=_parse_episodes(args.episodes), frames=args.frames,
+                            video_key=args.video_key, state_key=args.state_key, state_map=args.state_map,
+                            state_kind=args.state_kind, progress=not args.no_progress, on_refused=refused)
+    print(f"{args.out}: {len(result.written)} episodes imported"
+          + (f", {len(result.refused)} refused" if result.refused else ""))
+    # Refused episodes leave a partial import: a non-zero status that is not "bad input" (2).
+    return 1 if result.refused else 0
 
 
 def _export(args: argparse.Namespace) -> int:

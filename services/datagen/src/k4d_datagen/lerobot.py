@@ -29,6 +29,7 @@ from k4d.episodes import DatasetWriter, EpisodeMeta
 from k4d.errors import InvalidArgument
 
 from k4d_datagen import GENERATOR
+from k4d_datagen.state_map import StateMapping, feature_width, parse_spec, resolve
 
 STATE_KEY = "observation.state"
 
@@ -137,38 +138,58 @@ def _camera_for(cameras: dict, episode_index: int):
     return doc, Camera.from_dict(doc, field_prefix="camera.")
 
 
-def _state_columns(dataset: LeRobotDataset, robot, state_key: str) -> np.ndarray:
-    """Indices into the robot's joint vector filled by the state's columns."""
-    feature = dataset.info["features"].get(state_key)
-    if feature is None:
-        raise InvalidArgument.for_field(
-            "path", f"{dataset.root} has no joint states ({state_key!r} is not among its features "
-                    f"{sorted(dataset.info['features'])})")
-    width = int(np.prod(feature.get("shape", [0])))
-    if width == robot.num_joints:
-        return np.arange(robot.num_joints)
-    if width == len(robot.arm_joint_names):
-        return robot.joint_indices(robot.arm_joint_names)
-    raise InvalidArgument.for_field(
-        "robot", f"{state_key} has {width} values per frame but robot {robot.name!r} has "
-                 f"{robot.num_joints} joints ({len(robot.arm_joint_names)} in the arm): the joint counts do not match")
-
-
-def _episode_states(dataset: LeRobotDataset, episode: dict, state_key: str, cache: dict) -> np.ndarray:
+def _episode_features(dataset: LeRobotDataset, episode: dict, keys: list[str], cache: dict) -> dict[str, np.ndarray]:
+    """{feature: (L, width) float64} of the episode's rows in frame order."""
     import pyarrow.parquet as pq
 
     rel = _file_rel(dataset, dataset.info["data_path"], episode)
     path = dataset.root / rel
-    if path not in cache:
-        table = pq.read_table(path, columns=[state_key, "episode_index", "frame_index"])
-        cache[path] = table.to_pydict()
+    if path not in cache or not set(keys) <= set(cache[path]):
+        if not path.is_file():
+            raise InvalidArgument.for_field("path", f"{dataset.root} has no {rel} (episode {episode['episode_index']})")
+        cache.clear()  # one data file at a time
+        cache[path] = pq.read_table(path, columns=[*keys, "episode_index", "frame_index"]).to_pydict()
     data = cache[path]
-    index = np.asarray(data["episode_index"]) == int(episode["episode_index"])
-    order = np.argsort(np.asarray(data["frame_index"])[index], kind="stable")
-    states = np.asarray([data[state_key][i] for i in np.flatnonzero(index)], np.float64)[order]
-    if len(states) == 0:
+    rows = np.flatnonzero(np.asarray(data["episode_index"]) == int(episode["episode_index"]))
+    if len(rows) == 0:
         raise InvalidArgument.for_field("path", f"episode {episode['episode_index']} has no rows in {rel}")
-    return states
+    rows = rows[np.argsort(np.asarray(data["frame_index"])[rows], kind="stable")]
+    out = {}
+    for key in keys:
+        width = feature_width(dataset.info["features"][key])
+        values = [data[key][i] for i in rows]
+        widths = {len(v) if isinstance(v, list) else 1 for v in values}
+        if widths != {width}:
+            raise InvalidArgument.for_field(
+                "--state-key", f"{rel}: {key} has {sorted(widths)} values per frame but meta/info.json gives "
+                               f"shape {dataset.info['features'][key].get('shape')}: the state width does not match")
+        out[key] = np.asarray(values, np.float64).reshape(len(rows), width)
+    return out
+
+
+def _check_data_widths(dataset: LeRobotDataset, episodes: list[dict], keys: list[str]) -> None:
+    """Before anything is written: every data file's columns have the widths info.json
+    states (fixed-size lists carry it in the schema; other files are read once)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    files = {dataset.root / _file_rel(dataset, dataset.info["data_path"], e): e for e in episodes}
+    for path, episode in files.items():
+        if not path.is_file():
+            raise InvalidArgument.for_field("path", f"{dataset.root} has no {path.relative_to(dataset.root)} "
+                                            f"(episode {episode['episode_index']})")
+        schema = pq.read_schema(path)
+        for key in keys:
+            if key not in schema.names:
+                raise InvalidArgument.for_field("--state-key", f"{path.relative_to(dataset.root)} has no column {key!r}")
+            kind = schema.field(key).type
+            width = feature_width(dataset.info["features"][key])
+            if pa.types.is_fixed_size_list(kind) and kind.list_size != width:
+                raise InvalidArgument.for_field(
+                    "--state-key", f"{path.relative_to(dataset.root)}: {key} has {kind.list_size} values per frame "
+                                   f"but meta/info.json gives shape [{width}]: the state width does not match")
+        if not all(pa.types.is_fixed_size_list(schema.field(k).type) for k in keys):
+            _episode_features(dataset, episode, keys, {})
 
 
 def _episode_frames(dataset: LeRobotDataset, episode: dict, video_key: str, frame_idx: np.ndarray,
@@ -199,12 +220,27 @@ def uniform_indices(length: int, frames: int) -> np.ndarray:
     return np.rint(np.linspace(0, length - 1, frames)).astype(np.int64)
 
 
+MAX_IK_FAILED_FRACTION = 0.02  # an ee_pose episode with more failed frames is refused
+
+
+class EpisodeRefused(InvalidArgument):
+    """One episode cannot be imported (its poses are out of reach); the others go on."""
+
+
+@dataclass
+class ImportResult:
+    written: list[str]
+    refused: dict[int, str]  # episode index -> the reason, one line
+
+
 def import_lerobot(path, *, robot_name: str, camera_path, out_uri: str, episodes: list[int] | None = None,
                    frames: int = 49, video_key: str | None = None, state_key: str = STATE_KEY,
-                   progress: bool = True, config=None) -> list[str]:
-    """Import episodes (all by default) into the dataset at `out_uri`; returns the ids written.
-    Every input is checked before anything is written; an episode whose camera sees no robot
-    stops the import before that episode is written."""
+                   state_map: str | None = None, state_kind: str = "joints", progress: bool = True,
+                   on_refused=None, config=None) -> ImportResult:
+    """Import episodes (all by default) into the dataset at `out_uri`. Every input is checked
+    before anything is written; an episode whose camera sees no robot stops the import before
+    that episode is written. An ee_pose episode where IK fails on more than 2 % of the frames
+    is refused (`on_refused(index, line)`), and the import goes on with the next one."""
     from tqdm import tqdm
 
     from k4d_datagen.engine import robot_and_renderer
@@ -214,7 +250,8 @@ def import_lerobot(path, *, robot_name: str, camera_path, out_uri: str, episodes
         raise InvalidArgument.for_field("frames", "must be >= 1")
     dataset = open_lerobot(path)
     robot, renderer = robot_and_renderer(robot_name)
-    columns = _state_columns(dataset, robot, state_key)
+    mapping = resolve(parse_spec(state_map), features=dataset.info["features"], state_key=state_key,
+                      robot=robot, kind=state_kind)
     keys = dataset.video_keys()
     if video_key is None:
         if not keys:
@@ -234,29 +271,65 @@ def import_lerobot(path, *, robot_name: str, camera_path, out_uri: str, episodes
         if (camera.height, camera.width) != (int(shape[0]), int(shape[1])):
             raise InvalidArgument.for_field("camera", f"camera is {camera.width}x{camera.height} but video "
                                             f"{video_key!r} is {shape[1]}x{shape[0]}")
+    _check_data_widths(dataset, [known[i] for i in wanted], mapping.features)
     writer = DatasetWriter(out_uri, config=config)
-    written: list[str] = []
+    result = ImportResult([], {})
     data_cache: dict = {}
     video_cache: dict = {}
-    # 2. per episode: states -> kinematics -> projection; frames from the video
+    # 2. per episode: states -> (IK) -> kinematics -> projection; frames from the video
     for i in tqdm(wanted, desc="import", unit="ep", disable=not progress):
         episode_id = f"lerobot-{i:06d}"
         if writer.has_episode(episode_id):
             continue
         episode = known[i]
-        states = _episode_states(dataset, episode, state_key, data_cache)
-        pick = uniform_indices(len(states), frames)
-        joints = np.tile(robot.mid_configuration, (frames, 1))
-        joints[:, columns] = states[pick]
-        meta, arrays = _build_episode(dataset, episode, episode_id, robot, renderer, cameras, joints,
-                                      pick, video_key, video_cache, state_key)
+        data = _episode_features(dataset, episode, mapping.features, data_cache)
+        try:
+            joints, ik = _episode_joints(robot, mapping, data, i)
+        except EpisodeRefused as exc:
+            result.refused[i] = str(exc)
+            if on_refused is not None:
+                on_refused(i, str(exc))
+            continue
+        pick = uniform_indices(len(joints), frames)
+        meta, arrays = _build_episode(dataset, episode, episode_id, robot, renderer, cameras, joints[pick],
+                                      pick, video_key, video_cache, state_key, mapping, ik)
         writer.write_episode(meta, arrays)
-        written.append(episode_id)
-    return written
+        result.written.append(episode_id)
+    return result
+
+
+def _episode_joints(robot, mapping: StateMapping, data: dict[str, np.ndarray], index: int):
+    """(L, J) joints of every source frame, and the IK record (None for joint states).
+    ee_pose: IK on every frame, each seeded with the previous frame's solution."""
+    joints = mapping.joints(robot, data)
+    if mapping.kind != "ee_pose":
+        return joints, None
+    from k4d_kinematics.ik import IKOptions, solve_ik
+
+    targets = mapping.poses(data)
+    # Tighter than the IK service's default rotation tolerance (1 mrad): the import promises
+    # FK within 1 mm / 1 mrad of the stated pose.
+    options = IKOptions(position_tolerance=1e-4, rotation_tolerance=1e-4)
+    solved = solve_ik(robot, targets, link=mapping.link, seed=joints[0], mode="trajectory", options=options)
+    arm = robot.joint_indices(robot.arm_joint_names)
+    joints[:, arm] = solved.joints[:, arm]
+    failed = np.flatnonzero(~solved.success)
+    record = {"solver": "ours", "mode": "trajectory", "link": mapping.link, "frames_solved": len(targets),
+              "failed_frames": failed.tolist(),
+              "max_position_error_m": float(solved.position_error.max(initial=0.0)),
+              "max_rotation_error_rad": float(solved.rotation_error.max(initial=0.0))}
+    if len(failed) > MAX_IK_FAILED_FRACTION * len(targets):
+        shown = ", ".join(str(f) for f in failed[:10]) + (", ..." if len(failed) > 10 else "")
+        raise EpisodeRefused.for_field(
+            "episode", f"{index} refused: IK failed on {len(failed)} of {len(targets)} frames "
+                       f"({100 * len(failed) / len(targets):.1f} % > {100 * MAX_IK_FAILED_FRACTION:.0f} %; frames "
+                       f"{shown}); worst residual {record['max_position_error_m'] * 1000:.1f} mm: check the pose "
+                       f"columns, the link ({mapping.link}) and T_base_from_world")
+    return joints, record
 
 
 def _build_episode(dataset, episode, episode_id, robot, renderer, cameras, joints, pick, video_key,
-                   video_cache, state_key):
+                   video_cache, state_key, mapping: StateMapping, ik: dict | None):
     from k4d_kinematics.fk import forward_kinematics
     from k4d_kinematics.validation import validate_joints
     from k4d_projection.renderer import CONDITION_OUTPUTS
@@ -274,16 +347,19 @@ def _build_episode(dataset, episode, episode_id, robot, renderer, cameras, joint
     fps = dataset.fps * (T - 1) / max(length - 1, 1) if T > 1 else dataset.fps
     tasks = episode.get("tasks") or []
     task = "; ".join(str(t) for t in tasks) if isinstance(tasks, list) else str(tasks)
+    source = {"kind": "lerobot", "dataset": str(dataset.root), "episode_index": i,
+              "codebase_version": dataset.info.get("codebase_version"), "video_key": video_key,
+              "state_key": state_key, "source_frames": pick.tolist(), "source_length": length,
+              "state_map": mapping.record(), "dropped_columns": dict(mapping.dropped), "generator": GENERATOR}
+    if ik is not None:
+        source["ik"] = ik
     meta = EpisodeMeta(
         episode_id=episode_id, frames=T, height=camera.height, width=camera.width, fps=float(fps),
         task=task, task_kind="import", success=None, success_judge="unlabelled (imported episode)",
         robot=robot.name, joint_names=list(robot.joint_names),
         actions={"robot": robot.name, "type": "joint_position", "dt": 1.0 / fps, "num_frames": T,
                  "initial_joints": joints[0].tolist(), "steps": joints.tolist()},
-        camera=camera_doc, object_names=[],
-        source={"kind": "lerobot", "dataset": str(dataset.root), "episode_index": i,
-                "codebase_version": dataset.info.get("codebase_version"), "video_key": video_key,
-                "source_frames": pick.tolist(), "source_length": length, "generator": GENERATOR})
+        camera=camera_doc, object_names=[], source=source)
     arrays = {"rgb": rgb, "robot_mask": rendered.mask, "robot_rgb": rendered.rgb,
               "robot_pointmap": rendered.pointmap, "joints": joints}
     return meta, arrays
