@@ -55,10 +55,19 @@ def register(subparsers) -> None:
     i.add_argument("--no-progress", action="store_true", help="no progress bar")
     i.set_defaults(handler=_import_lerobot)
 
-    e = sub.add_parser("export", help="export one episode: npz | simulate-inputs | robo4d | rerun")
-    e.add_argument("episode", help="DATASET_URI#EPISODE_ID, e.g. /data/synth#ep000003")
-    e.add_argument("--format", required=True, choices=("npz", "simulate-inputs", "robo4d", "rerun"))
-    e.add_argument("out", help="OUT.npz | a directory for simulate-inputs | the Robo4D layout root | OUT.rrd")
+    e = sub.add_parser("export", help="export an episode (npz | simulate-inputs | robo4d | rerun) or a dataset "
+                                      "(lerobot)")
+    e.add_argument("episode", help="DATASET_URI#EPISODE_ID, e.g. /data/synth#ep000003; lerobot also takes a "
+                                   "whole DATASET_URI")
+    e.add_argument("--format", required=True, choices=("npz", "simulate-inputs", "robo4d", "rerun", "lerobot"))
+    e.add_argument("out", help="OUT.npz | a directory for simulate-inputs | the Robo4D layout root | OUT.rrd | "
+                               "a new LeRobot dataset root")
+    e.add_argument("--camera", default=None,
+                   help="lerobot: RGB video key observation.images.CAMERA (default: the imported key, else front)")
+    e.add_argument("--extras", default="", help="lerobot: more video keys, robot_mask and/or depth (comma-separated)")
+    e.add_argument("--fps", type=float, default=None, help="lerobot: resample every episode to this rate "
+                                                          "(needed when their rates differ)")
+    e.add_argument("--no-progress", action="store_true", help="lerobot: no progress bar")
     e.set_defaults(handler=_export)
 
     t = sub.add_parser("stats", help="counts, tasks, success rate and sizes of a dataset")
@@ -95,17 +104,15 @@ def _synthetic(args: argparse.Namespace) -> int:
         raise InvalidArgument.for_field("--robot", f"the scripted tasks drive a Panda; got {args.robot!r}")
     if (args.shard_index is None) != (args.shard_count is None):
         raise InvalidArgument.for_field("--shard-index", "give --shard-index and --shard-count together")
-    shard = None
     if args.shard_count is not None:
         _positive("--shard-count", args.shard_count)
         if not 0 <= args.shard_index < args.shard_count:
             raise InvalidArgument.for_field("--shard-index", f"must be in [0, {args.shard_count}), got {args.shard_index}")
-        shard = f"shard-{args.shard_index:05d}"
     template = EpisodeConfig(index=0, seed=args.seed, task=args.task, failures=args.failures,
                              frames=args.frames, height=args.height, width=args.width, robot=args.robot)
     # 2. generate
     summary = generate_dataset(args.out, template, shard_indices(args.episodes, args.shard_index, args.shard_count),
-                               workers=args.workers, shard=shard, progress=not args.no_progress)
+                               workers=args.workers, progress=not args.no_progress)
     print(f"{summary.uri}: {len(summary.generated)} episodes written ({summary.successes} successes), "
           f"{len(summary.skipped)} already complete")
     return 0
@@ -143,7 +150,11 @@ def _import_lerobot(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from k4d_datagen.export import export
 
-    path = export(args.episode, args.format, args.out)
+    extras = [x for x in args.extras.replace(" ", "").split(",") if x]
+    options = {"camera": args.camera, "extras": extras, "fps": args.fps}
+    if args.format == "lerobot":
+        options["progress"] = not args.no_progress
+    path = export(args.episode, args.format, args.out, **options)
     print(path)
     return 0
 

@@ -1,5 +1,6 @@
 """`k4d datagen export`: one episode as a lossless NPZ, as `k4d simulate` inputs, into
-the Robo4D-200k layout, or as a Rerun recording. EPISODE is written `DATASET_URI#EPISODE_ID`."""
+the Robo4D-200k layout, or as a Rerun recording (EPISODE is written `DATASET_URI#EPISODE_ID`);
+a whole dataset or one episode as a LeRobot v3.0 dataset (`lerobot_export`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from k4d.episodes import Episode, open_dataset
 from k4d.episodes.meta import validate_episode_id
 from k4d.errors import InvalidArgument
 
-FORMATS = ("npz", "simulate-inputs", "robo4d", "rerun")
+FORMATS = ("npz", "simulate-inputs", "robo4d", "rerun", "lerobot")
 NPZ_ARRAYS = ("rgb", "depth", "pointmap", "robot_mask", "robot_rgb", "robot_pointmap", "joints")
 
 
@@ -94,9 +95,17 @@ def export_rerun(episode: Episode, out: str | os.PathLike) -> Path:
     return record_episode(episode, out)
 
 
-def export(ref: str, fmt: str, out: str, config=None) -> Path:
+def export(ref: str, fmt: str, out: str, config=None, **lerobot_options) -> Path:
+    """lerobot_options (camera, extras, fps, progress) go to the LeRobot export only."""
     if fmt not in FORMATS:
         raise InvalidArgument.for_field("format", f"unknown format {fmt!r}; one of {list(FORMATS)}")
+    if fmt == "lerobot":
+        from k4d_datagen.lerobot_export import export_lerobot
+
+        return export_lerobot(ref, out, config=config, **lerobot_options)
+    given = [k for k, v in lerobot_options.items() if v not in (None, [], False)]
+    if given:
+        raise InvalidArgument.for_field(f"--{given[0]}", "applies to --format lerobot only")
     if fmt == "rerun":
         from k4d.recording import require_rerun
 
