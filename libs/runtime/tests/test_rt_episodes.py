@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import shutil
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 from k4d.config import load_config
 from k4d.episodes import SCHEMA_VERSION, DatasetWriter, EpisodeMeta, open_dataset
 from k4d.episodes import dataset as dataset_mod
+from k4d.episodes.location import LocalLocation
 from k4d.errors import FailedPrecondition, InvalidArgument, NotFound
 
 T, H, W, J, K = 5, 8, 12, 3, 2
@@ -70,10 +74,16 @@ def check_round_trip(uri, config=None):
 def test_local_round_trip_plain_path_and_file_uri(tmp_path):
     check_round_trip(str(tmp_path / "plain"))
     ds = check_round_trip((tmp_path / "uri").as_uri())
-    manifest = json.loads((tmp_path / "uri" / "manifest.json").read_text())
-    assert manifest["format"] == "k4d.episodes" and manifest["schema_version"] == SCHEMA_VERSION
-    assert [m["episode_id"] for m in manifest["episodes"]] == ds.episode_ids
-    assert (tmp_path / "uri" / "episodes" / "ep0" / "rgb" / "zarr.json").is_file()
+    root = tmp_path / "uri"
+    info = json.loads((root / "meta" / "info.json").read_text())
+    assert info["format"] == "k4d.episodes" and info["schema_version"] == SCHEMA_VERSION
+    assert info["layout"] == 2 and info["arrays"]["rgb"] == {"dims": ["T", "H", "W", 3], "dtype": "uint8"}
+    assert sorted(p.stem for p in (root / "meta" / "episodes").iterdir()) == ds.episode_ids
+    entry = json.loads((root / "meta" / "episodes" / "ep0.json").read_text())
+    assert EpisodeMeta.from_dict(entry) == ds.meta("ep0")
+    assert (root / "episodes" / "ep0" / "rgb" / "zarr.json").is_file()
+    assert not (root / "manifest.json").exists()
+    assert ds.counts() == {"episodes": 2, "frames": 2 * T} and ds.info.fps is None
 
 
 @pytest.mark.integration
@@ -88,6 +98,36 @@ def test_s3_round_trip_streams_from_the_object_store(s3_server):
     assert open_dataset(uri, config=config).episode_ids == ["ep0", "ep1", "ep2"]
     with pytest.raises(NotFound):
         open_dataset("s3://k4d-episodes-test/datasets/none", config=config)
+
+
+@pytest.mark.integration
+def test_s3_concurrent_writers_and_layout1_migration(s3_server):
+    """On S3 (no append, no rename): concurrent writers each PUT their own entries; a
+    layout-1 dataset is read as is, then migrated by its first writer."""
+    config = load_config(env={}, s3_endpoint=s3_server.endpoint, s3_access_key=s3_server.access_key,
+                         s3_secret_key=s3_server.secret_key, s3_region=s3_server.region)
+    uri = "s3://k4d-episodes-test/datasets/many"
+    writers = [DatasetWriter(uri, config=config) for _ in range(3)]
+    with ThreadPoolExecutor(3) as pool:
+        list(pool.map(lambda i: writers[i % 3].write_episode(*make_episode(f"ep{i}", i)), range(6)))
+    ds = open_dataset(uri, config=config)
+    assert ds.episode_ids == [f"ep{i}" for i in range(6)]
+    assert ds.counts() == {"episodes": 6, "frames": 6 * T}  # one concurrent batch of GETs
+
+    loc = writers[0].location  # the same dataset rewritten into layout 1 by hand
+    metas = [m.to_dict() for m in ds.metas()]
+    loc.remove_tree("meta")
+    loc.write_atomic("manifest.json", json.dumps(
+        {"format": "k4d.episodes", "schema_version": SCHEMA_VERSION, "episodes": metas[:4]}).encode())
+    loc.write_atomic("manifest.d/shard-00001.json", json.dumps(
+        {"format": "k4d.episodes", "schema_version": SCHEMA_VERSION, "episodes": metas[4:]}).encode())
+    assert open_dataset(uri, config=config).episode_ids == ds.episode_ids
+    DatasetWriter(uri, config=config).write_episode(*make_episode("ep6", 6))
+    assert loc.read_bytes("manifest.json") is None and loc.list_names("manifest.d") == []
+    migrated = open_dataset(uri, config=config)
+    assert migrated.episode_ids == [f"ep{i}" for i in range(7)]
+    assert [m.to_dict() for m in migrated.metas()][:6] == metas
+    np.testing.assert_array_equal(migrated.open("ep5").read("joints"), make_episode("ep5", 5)[1]["joints"])
 
 
 def test_s3_without_credentials_is_one_clear_error(s3_server, monkeypatch, tmp_path):
@@ -107,15 +147,15 @@ def test_s3_without_credentials_is_one_clear_error(s3_server, monkeypatch, tmp_p
         DatasetWriter("s3://k4d-episodes-test/datasets/nocreds", config=config).write_episode(meta, arrays)
 
 
-def test_crash_between_group_and_manifest_leaves_the_episode_unlisted(tmp_path, monkeypatch):
+def test_crash_between_group_and_index_entry_leaves_the_episode_unlisted(tmp_path, monkeypatch):
     uri = tmp_path / "ds"
     meta, arrays = make_episode("ep0")
     writer = DatasetWriter(uri)
 
-    def crash(self):
-        raise KeyboardInterrupt("killed before the manifest")
+    def crash(self, metas):
+        raise KeyboardInterrupt("killed before the index entry")
 
-    monkeypatch.setattr(dataset_mod.DatasetWriter, "_write_manifest", crash)
+    monkeypatch.setattr(dataset_mod.DatasetWriter, "commit", crash)
     with pytest.raises(KeyboardInterrupt):
         writer.write_episode(meta, arrays)
     monkeypatch.undo()
@@ -138,16 +178,116 @@ def test_write_without_commit_then_commit(tmp_path):
     assert open_dataset(tmp_path / "ds").episode_ids == ["ep0", "ep1"]
 
 
-def test_shards_write_their_own_manifests(tmp_path):
+def test_concurrent_writers_append_without_sharing_an_object(tmp_path):
+    """Several processes' writers (datagen workers, Indexed-Job pods) append to one dataset
+    at once: each commit writes only its own episodes' entries, so nothing is lost."""
     uri = tmp_path / "ds"
-    for shard in ("0", "1"):
-        meta, arrays = make_episode(f"ep{shard}", int(shard))
-        DatasetWriter(uri, shard=shard).write_episode(meta, arrays)
-    assert sorted(p.name for p in (uri / "manifest.d").iterdir()) == ["0.json", "1.json"]
-    assert open_dataset(uri).episode_ids == ["ep0", "ep1"]
-    assert DatasetWriter(uri, shard="1").has_episode("ep0")
-    with pytest.raises(FailedPrecondition, match="another shard"):
-        DatasetWriter(uri, shard="1").write_episode(*make_episode("ep0"), overwrite=True)
+    writers = [DatasetWriter(uri) for _ in range(4)]  # all open before anyone commits
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda i: writers[i % 4].write_episode(*make_episode(f"ep{i:02d}", i)), range(12)))
+    assert open_dataset(uri).episode_ids == [f"ep{i:02d}" for i in range(12)]
+    # Another writer's episode is complete for everyone, and may be replaced by anyone.
+    assert writers[1].has_episode("ep00") and DatasetWriter(uri).has_episode("ep00")
+    with pytest.raises(FailedPrecondition, match="already complete"):
+        writers[1].write_episode(*make_episode("ep00"))
+    writers[1].write_episode(*make_episode("ep00", 7), overwrite=True)
+    assert open_dataset(uri).meta("ep00").source["seed"] == 7
+
+
+def test_committing_one_episode_writes_the_same_bytes_at_any_size(tmp_path, monkeypatch):
+    """Item 7 of issue 19: a commit must not rewrite every EpisodeMeta."""
+    writer = DatasetWriter(tmp_path / "ds")
+    meta, _ = make_episode("x")
+    written = []
+    original = type(writer.location).write_atomic
+
+    def counting(self, rel, data):
+        written.append((rel, len(data)))
+        return original(self, rel, data)
+
+    monkeypatch.setattr(type(writer.location), "write_atomic", counting)
+    per_commit = {}
+    for n in (1, 200):
+        while len(open_dataset(tmp_path / "ds")) < n - 1:  # commit(): groups are trusted
+            writer.commit([dataclasses.replace(meta, episode_id=f"fill{len(written):05d}")])
+        written.clear()
+        writer.commit([dataclasses.replace(meta, episode_id=f"probe{n:05d}")])
+        per_commit[n] = list(written)
+    assert [rel for rel, _ in per_commit[200]] == ["meta/episodes/probe00200.json"]
+    assert per_commit[200][0][1] == per_commit[1][0][1]
+
+
+def _to_layout1(root, shard_ids=()):
+    """Rewrite a dataset into layout 1, byte for byte as the earlier writer left it:
+    manifest.json (+ manifest.d/<shard>.json) listing full EpisodeMetas, no meta/."""
+    metas = {p.stem: json.loads(p.read_text()) for p in (root / "meta" / "episodes").glob("*.json")}
+    shutil.rmtree(root / "meta")
+
+    def doc(ids):
+        return json.dumps({"format": "k4d.episodes", "schema_version": SCHEMA_VERSION,
+                           "episodes": [metas[k] for k in sorted(ids)]}, indent=1, sort_keys=True) + "\n"
+
+    (root / "manifest.json").write_text(doc(set(metas) - set(shard_ids)))
+    if shard_ids:
+        (root / "manifest.d").mkdir()
+        (root / "manifest.d" / "shard-00001.json").write_text(doc(shard_ids))
+    return metas
+
+
+def test_layout1_datasets_are_read_and_migrated_by_the_first_writer(tmp_path):
+    root = tmp_path / "old"
+    writer = DatasetWriter(root)
+    stored = {i: writer.write_episode(*make_episode(f"ep{i}", i)) for i in range(3)}
+    _to_layout1(root, shard_ids=["ep2"])
+    ds = open_dataset(root)  # read as is: a reader never writes
+    assert ds.episode_ids == ["ep0", "ep1", "ep2"] and ds.meta("ep2") == stored[2]
+    assert ds.info.fps == 10.0 and ds.counts() == {"episodes": 3, "frames": 3 * T}
+    np.testing.assert_array_equal(ds.open("ep1").read("joints"), make_episode("ep1", 1)[1]["joints"])
+    assert (root / "manifest.json").is_file() and not (root / "meta").exists()
+
+    appender = DatasetWriter(root)  # migrates: entries, then info.json, then the manifests go
+    assert not (root / "manifest.json").exists() and not (root / "manifest.d").exists()
+    assert json.loads((root / "meta" / "info.json").read_text())["fps"] == 10.0
+    assert appender.has_episode("ep2") and not appender.has_episode("ep3")
+    appender.write_episode(*make_episode("ep3", 3))
+    migrated = open_dataset(root)
+    assert migrated.episode_ids == ["ep0", "ep1", "ep2", "ep3"]
+    assert [migrated.meta(f"ep{i}") for i in range(3)] == [stored[i] for i in range(3)]
+
+
+def test_migration_interrupted_before_info_reads_the_same_and_completes(tmp_path, monkeypatch):
+    root = tmp_path / "old"
+    writer = DatasetWriter(root)
+    for i in range(2):
+        writer.write_episode(*make_episode(f"ep{i}", i))
+    _to_layout1(root)
+    original = LocalLocation.write_atomic
+
+    def crash_on_info(self, rel, data):
+        if rel == dataset_mod.INFO:
+            raise KeyboardInterrupt("killed mid-migration")
+        return original(self, rel, data)
+
+    monkeypatch.setattr(LocalLocation, "write_atomic", crash_on_info)
+    with pytest.raises(KeyboardInterrupt):
+        DatasetWriter(root)
+    monkeypatch.undo()
+    assert open_dataset(root).episode_ids == ["ep0", "ep1"]  # still layout 1, same episodes
+    DatasetWriter(root)
+    assert (root / "meta" / "info.json").is_file() and open_dataset(root).episode_ids == ["ep0", "ep1"]
+
+
+def test_fps_fixed_at_creation_is_enforced(tmp_path):
+    writer = DatasetWriter(tmp_path / "ds", fps=10)
+    meta, arrays = make_episode("ep0")
+    writer.write_episode(meta, arrays)
+    meta.fps = 15.0
+    with pytest.raises(InvalidArgument, match="10.0 fps dataset") as info:
+        writer.write_episode(dataclasses.replace(meta, episode_id="ep1"), arrays)
+    assert info.value.violations[0].field == "meta.fps"
+    with pytest.raises(FailedPrecondition, match="has fps 10.0"):
+        DatasetWriter(tmp_path / "ds", fps=15)
+    assert open_dataset(tmp_path / "ds").info.fps == 10.0
 
 
 def test_same_input_same_bytes(tmp_path):
@@ -174,6 +314,10 @@ def test_misuse_is_refused(tmp_path):
     (tmp_path / "bad" / "manifest.json").write_text('{"format": "something else"}')
     with pytest.raises(InvalidArgument, match="not a k4d episode manifest"):
         open_dataset(tmp_path / "bad")
+    (tmp_path / "bad2" / "meta").mkdir(parents=True)
+    (tmp_path / "bad2" / "meta" / "info.json").write_text('{"format": "k4d.episodes", "layout": 9}')
+    with pytest.raises(InvalidArgument, match="this reader knows layout 2"):
+        open_dataset(tmp_path / "bad2")
     with pytest.raises(InvalidArgument, match="expected a path"):
         DatasetWriter("http://example.com/ds")
 

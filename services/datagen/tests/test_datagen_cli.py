@@ -60,9 +60,7 @@ def test_deterministic_and_resumable(dataset, tmp_path):
     a, b = tree_bytes(dataset / "episodes" / "ep000002"), tree_bytes(again / "episodes" / "ep000002")
     assert a and a == b
     # A crash after ep000002's group was written but before it was listed: unlist it, damage it.
-    manifest = json.loads((again / "manifest.json").read_text())
-    manifest["episodes"] = [m for m in manifest["episodes"] if m["episode_id"] != "ep000002"]
-    (again / "manifest.json").write_text(json.dumps(manifest))
+    (again / "meta" / "episodes" / "ep000002.json").unlink()
     shutil.rmtree(again / "episodes" / "ep000002" / "rgb")
     before = {e: (again / "episodes" / e / "zarr.json").stat().st_mtime_ns for e in ("ep000000", "ep000001")}
     assert k4d("datagen", "synthetic", "--episodes", 3, "--seed", 1, "--out", again, "--failures", 0.25,
@@ -174,8 +172,8 @@ def test_bad_export_input(dataset, tmp_path, capsys):
 
 @pytest.mark.integration
 def test_shards_into_s3(s3_server, monkeypatch, capsys):
-    """Two Indexed-Job shards write one s3:// dataset (manifest.d/shard-*.json); the union
-    is the dataset, and a shard rerun skips its complete episodes."""
+    """Two Indexed-Job shards write one s3:// dataset (each lists its own episodes in
+    meta/episodes/); the union is the dataset, and a shard rerun skips its complete episodes."""
     for name, value in (("K4D_S3_ENDPOINT", s3_server.endpoint), ("K4D_S3_ACCESS_KEY", s3_server.access_key),
                         ("K4D_S3_SECRET_KEY", s3_server.secret_key), ("K4D_S3_REGION", s3_server.region)):
         monkeypatch.setenv(name, value)

@@ -2,8 +2,9 @@
 parallel processes.
 
 Workers (spawned processes, each with its own MuJoCo/OSMesa context) generate an episode
-and write its zarr group; the parent alone lists finished episodes in the manifest, so a
-crash anywhere leaves only complete episodes listed and a rerun skips them. Episode
+and write its zarr group; the parent lists each finished episode in the dataset's index,
+so a crash anywhere leaves only complete episodes listed and a rerun skips them. Shards
+of an Indexed Job write one dataset at once: each lists only its own episodes. Episode
 `ep{index:06d}` depends only on (seed, index), so the same command writes the same bytes
 whatever the worker count or the shard layout.
 """
@@ -19,10 +20,9 @@ from k4d.episodes import DatasetWriter, EpisodeMeta
 
 from k4d_datagen.engine import EpisodeConfig, generate_episode
 
-# The manifest is rewritten whole on every commit; batching keeps a long run from writing
-# O(N^2) bytes. A crash loses at most one batch of listings, which a rerun regenerates
-# (same bytes) and lists.
-COMMIT_EVERY_EPISODES = 16
+# A commit writes one small index entry per episode, whatever the dataset's size
+# (k4d.episodes), so every episode is listed as soon as it is done.
+COMMIT_EVERY_EPISODES = 1
 COMMIT_EVERY_S = 60.0
 
 
@@ -34,9 +34,9 @@ class RunSummary:
     successes: int
 
 
-def _generate_and_write(uri: str, config: EpisodeConfig, shard: str | None) -> EpisodeMeta:
+def _generate_and_write(uri: str, config: EpisodeConfig) -> EpisodeMeta:
     meta, arrays = generate_episode(config)
-    return DatasetWriter(uri, shard=shard).write_episode(meta, arrays, commit=False)
+    return DatasetWriter(uri).write_episode(meta, arrays, commit=False)
 
 
 def shard_indices(episodes: int, shard_index: int | None, shard_count: int | None) -> list[int]:
@@ -47,11 +47,11 @@ def shard_indices(episodes: int, shard_index: int | None, shard_count: int | Non
 
 
 def generate_dataset(uri: str, template: EpisodeConfig, indices: list[int], *, workers: int = 1,
-                     shard: str | None = None, progress: bool = True, config=None) -> RunSummary:
+                     progress: bool = True, config=None) -> RunSummary:
     """Generate `indices` (episode index -> EpisodeConfig from `template`) into `uri`."""
     from tqdm import tqdm
 
-    writer = DatasetWriter(uri, shard=shard, config=config)
+    writer = DatasetWriter(uri, config=config)
     configs = [replace(template, index=i) for i in indices]
     todo = [c for c in configs if not writer.has_episode(c.episode_id)]
     skipped = [c.episode_id for c in configs if writer.has_episode(c.episode_id)]
@@ -85,7 +85,7 @@ def generate_dataset(uri: str, template: EpisodeConfig, indices: list[int], *, w
         else:
             ctx = multiprocessing.get_context("spawn")
             with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-                futures = [pool.submit(_generate_and_write, writer.uri, c, shard) for c in todo]
+                futures = [pool.submit(_generate_and_write, writer.uri, c) for c in todo]
                 try:
                     for future in cf.as_completed(futures):
                         done(future.result())

@@ -40,12 +40,14 @@ def open_source(section: DataSection, config=None):
 
 
 def _detect_format(uri: str, config) -> str:
-    fs, path = uris.filesystem(uri, config)
-    if fs.exists(f"{path}/manifest.json"):
+    from k4d.episodes import is_dataset
+
+    if is_dataset(uri, config):
         return "episodes"
+    fs, path = uris.filesystem(uri, config)
     if fs.exists(f"{path}/videos") or fs.exists(f"{path}/train_shuffled.txt"):
         return "robo4d"
-    raise NotFound(f"data.uri: {uri} is neither a k4d episode dataset (manifest.json) nor a "
+    raise NotFound(f"data.uri: {uri} is neither a k4d episode dataset (meta/info.json) nor a "
                    "Robo4D-200k directory (videos/, train_shuffled.txt)")
 
 

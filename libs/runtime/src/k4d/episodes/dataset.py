@@ -1,18 +1,32 @@
 """Write and read episode datasets (layout in k4d.episodes, schema in docs/data.md).
 
-Commit protocol: an episode's zarr group is written completely first; only then is the
-manifest rewritten (one atomic replace/PUT) to list it. A crash in between leaves the
-group unlisted; readers only ever see listed episodes, and a resumed writer rewrites the
-group from scratch. Each manifest file has one writer: a single process, or one shard
-of a parallel job writing `manifest.d/<shard>.json`.
+Layout 2 (what this module writes):
+
+    meta/info.json                  dataset-level info: format, layout, schema, fps, paths
+    meta/episodes/<episode_id>.json the episode index: one small object per complete episode
+    episodes/<episode_id>/          the episode's zarr group
+
+Commit protocol: an episode's zarr group is written completely first; only then does its
+index entry appear (one atomic write/PUT of a few KiB). Committing one episode therefore
+costs the same at 10 or 10,000 episodes, and writers never share an object: any number
+of processes (datagen workers, Indexed-Job pods) may append to one dataset at once,
+local or on S3, with no locks and no appends. A crash between the group and its entry
+leaves the group unlisted; readers only see listed episodes, and a resumed writer
+rewrites the group from scratch.
+
+Layout 1 (manifest.json + manifest.d/<shard>.json, each listing every EpisodeMeta and
+rewritten whole on every commit) is still read as is; the first writer to open such a
+dataset migrates it to layout 2 (index entries first, info.json last, then the old
+manifests go).
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
-import re
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -21,26 +35,85 @@ from k4d.episodes.meta import EpisodeMeta, validate_episode_id
 from k4d.episodes.schema import ARRAY_SPECS, REQUIRED_ARRAYS, SCHEMA_VERSION, expected_shape
 from k4d.errors import FailedPrecondition, InvalidArgument, NotFound
 
+FORMAT = "k4d.episodes"
+LAYOUT = 2
+INFO = "meta/info.json"
+INDEX = "meta/episodes"
+EPISODES = "episodes"
+META_ATTR = "k4d_episode"
+# Layout 1, read (and migrated) only.
 MANIFEST = "manifest.json"
 SHARD_MANIFESTS = "manifest.d"
-EPISODES = "episodes"
-FORMAT = "k4d.episodes"
-META_ATTR = "k4d_episode"
 _CHUNK_TARGET_BYTES = 4 << 20
-_SHARD = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
+READ_AHEAD = 256  # index entries fetched per batch by Dataset.meta
 
 
-def _manifest_bytes(episodes: Mapping[str, EpisodeMeta]) -> bytes:
-    doc = {"format": FORMAT, "schema_version": SCHEMA_VERSION,
-           "episodes": [episodes[k].to_dict() for k in sorted(episodes)]}
+def _json_bytes(doc) -> bytes:
     return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
 
 
-def _parse_manifest(data: bytes, where: str) -> dict[str, EpisodeMeta]:
+def _load_json(data: bytes, where: str):
     try:
-        doc = json.loads(data)
+        return json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InvalidArgument.for_field("uri", f"{where} is not valid JSON: {exc}") from None
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """meta/info.json: what a reader needs before fetching any episode. Written once, by
+    whoever creates the dataset, and never rewritten by a commit: counts are not stored
+    but derived from the index (`Dataset.counts()`), so no object is shared by writers.
+    fps: the dataset's frame rate, or None when episodes may differ (each EpisodeMeta
+    keeps its own)."""
+
+    fps: float | None = None
+    format: str = FORMAT
+    layout: int = LAYOUT
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict:
+        return {"format": self.format, "layout": self.layout, "schema_version": self.schema_version,
+                "fps": self.fps,
+                "arrays": {name: {"dims": list(spec.dims), "dtype": spec.dtype.name}
+                           for name, spec in ARRAY_SPECS.items()},
+                "required_arrays": list(REQUIRED_ARRAYS),
+                "paths": {"episode": f"{EPISODES}/{{episode_id}}",
+                          "index_entry": f"{INDEX}/{{episode_id}}.json"}}
+
+    @classmethod
+    def parse(cls, data: bytes, where: str) -> DatasetInfo:
+        doc = _load_json(data, where)
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            raise InvalidArgument.for_field("uri", f"{where} is not a k4d episode dataset info")
+        if doc.get("layout") != LAYOUT or doc.get("schema_version") != SCHEMA_VERSION:
+            raise InvalidArgument.for_field(
+                "uri", f"{where} has layout {doc.get('layout')!r}, schema version "
+                       f"{doc.get('schema_version')!r}; this reader knows layout {LAYOUT}, "
+                       f"schema {SCHEMA_VERSION}")
+        fps = doc.get("fps")
+        if fps is not None and (isinstance(fps, bool) or not isinstance(fps, (int, float)) or fps <= 0):
+            raise InvalidArgument.for_field("uri", f"{where}: fps must be a number > 0 or null")
+        return cls(fps=fps)
+
+
+def _index_rel(episode_id: str) -> str:
+    return f"{INDEX}/{episode_id}.json"
+
+
+def _list_index(loc: Location) -> list[str]:
+    """Episode ids with an index entry (one listing; hidden temp files of writes in flight
+    are skipped)."""
+    return sorted(name[:-5] for name in loc.list_names(INDEX)
+                  if name.endswith(".json") and not name.startswith("."))
+
+
+def _parse_entry(data: bytes, where: str) -> EpisodeMeta:
+    return EpisodeMeta.from_dict(_load_json(data, where))
+
+
+def _parse_manifest(data: bytes, where: str) -> dict[str, EpisodeMeta]:
+    doc = _load_json(data, where)
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise InvalidArgument.for_field("uri", f"{where} is not a k4d episode manifest")
     if doc.get("schema_version") != SCHEMA_VERSION:
@@ -51,8 +124,8 @@ def _parse_manifest(data: bytes, where: str) -> dict[str, EpisodeMeta]:
     return {m.episode_id: m for m in metas}
 
 
-def _read_all_manifests(loc: Location) -> dict[str, EpisodeMeta] | None:
-    """Union of manifest.json and manifest.d/*.json; None when manifest.json is absent."""
+def _read_layout1(loc: Location) -> dict[str, EpisodeMeta] | None:
+    """Union of a layout-1 manifest.json and manifest.d/*.json; None when there is none."""
     data = loc.read_bytes(MANIFEST)
     if data is None:
         return None
@@ -64,6 +137,25 @@ def _read_all_manifests(loc: Location) -> dict[str, EpisodeMeta] | None:
             if shard is not None:
                 episodes.update(_parse_manifest(shard, f"{loc.uri}/{rel}"))
     return episodes
+
+
+def _read_info(loc: Location) -> DatasetInfo | None:
+    data = loc.read_bytes(INFO)
+    return None if data is None else DatasetInfo.parse(data, f"{loc.uri}/{INFO}")
+
+
+def _migrate_layout1(loc: Location, episodes: Mapping[str, EpisodeMeta]) -> DatasetInfo:
+    """Layout 1 -> 2, idempotent: entries first, info.json last (the switch a reader looks
+    for), then the old manifests go. A crash anywhere leaves a dataset that reads the same
+    and migrates again on the next writer's open."""
+    for meta in episodes.values():
+        loc.write_atomic(_index_rel(meta.episode_id), _json_bytes(meta.to_dict()))
+    fps = {float(m.fps) for m in episodes.values()}
+    info = DatasetInfo(fps=fps.pop() if len(fps) == 1 else None)
+    loc.write_atomic(INFO, _json_bytes(info.to_dict()))
+    loc.remove_tree(SHARD_MANIFESTS)
+    loc.remove_tree(MANIFEST)
+    return info
 
 
 def frames_per_chunk(frame_bytes: int, frames: int) -> int:
@@ -102,68 +194,80 @@ def validate_arrays(meta: EpisodeMeta, arrays: Mapping[str, np.ndarray]) -> dict
 
 class DatasetWriter:
     """Creates a dataset at `uri` or appends to one; refuses a non-empty location that is
-    not a dataset. `shard` names this writer's own manifest (manifest.d/<shard>.json) for
-    jobs in which several processes write one dataset at once."""
+    not a dataset. Any number of writers may append at once: each commit writes only the
+    committed episodes' own index entries. `fps` fixes the dataset's frame rate when this
+    writer creates it (every episode must then match); None leaves it per episode."""
 
-    def __init__(self, uri: str | os.PathLike, *, shard: str | None = None, config=None):
-        if shard is not None and not _SHARD.match(str(shard)):
-            raise InvalidArgument.for_field("shard", f"use [A-Za-z0-9_.-], got {shard!r}")
+    def __init__(self, uri: str | os.PathLike, *, fps: float | None = None, config=None):
         self._loc = open_location(uri, config)
         self.uri = self._loc.uri
         if hasattr(self._loc, "ensure_bucket"):
             self._loc.ensure_bucket()
-        existing = _read_all_manifests(self._loc)
-        if existing is None:
-            if self._loc.list_names(""):
+        info = _read_info(self._loc)
+        if info is None:
+            old = _read_layout1(self._loc)
+            if old is not None:
+                info = _migrate_layout1(self._loc, old)
+            elif self._loc.list_names(""):
                 raise InvalidArgument.for_field(
-                    "out", f"{self.uri} exists, is not empty and is not a k4d dataset (no {MANIFEST})")
-            self._loc.write_atomic(MANIFEST, _manifest_bytes({}))
-            existing = {}
-        self._manifest_rel = MANIFEST if shard is None else f"{SHARD_MANIFESTS}/{shard}.json"
-        own = self._loc.read_bytes(self._manifest_rel)
-        self._own = _parse_manifest(own, f"{self.uri}/{self._manifest_rel}") if own else {}
-        self._others = {k: v for k, v in existing.items() if k not in self._own}
+                    "out", f"{self.uri} exists, is not empty and is not a k4d dataset (no {INFO})")
+            else:
+                info = DatasetInfo(fps=None if fps is None else float(fps))
+                # Same bytes from every creator with the same arguments: concurrent
+                # creations agree; a conflicting fps is caught just below.
+                self._loc.write_atomic(INFO, _json_bytes(info.to_dict()))
+                info = _read_info(self._loc)
+        if fps is not None and info.fps != float(fps):
+            raise FailedPrecondition(f"{self.uri} has fps {info.fps}; this writer was asked for {fps}")
+        self.info = info
+        self._complete: set[str] | None = None  # listed lazily: opening stays O(1)
 
     @property
     def location(self) -> Location:
         return self._loc
 
     def has_episode(self, episode_id: str) -> bool:
-        """True when the episode is complete (listed in a manifest)."""
-        return episode_id in self._own or episode_id in self._others
+        """True when the episode is complete (it has an index entry). The first call lists
+        the index once (also what other writers had committed by then); this writer's own
+        commits are added as they happen."""
+        if self._complete is None:
+            self._complete = set(_list_index(self._loc))
+        return episode_id in self._complete
 
     def write_episode(self, meta: EpisodeMeta, arrays: Mapping[str, np.ndarray], *,
                       overwrite: bool = False, commit: bool = True) -> EpisodeMeta:
-        """Validate, write the episode's group fully, then (commit=True) list it in the
-        manifest. Returns the stored meta (with `arrays` filled in). commit=False leaves
-        the listing to a later `commit([...])` by the one process that owns the manifest."""
+        """Validate, write the episode's group fully, then (commit=True) add its index
+        entry. Returns the stored meta (with `arrays` filled in). commit=False leaves the
+        listing to a later `commit([...])`, e.g. by the parent of worker processes."""
         meta = EpisodeMeta.from_dict(meta.to_dict())  # a validated copy; the caller's stays as is
+        if self.info.fps is not None and float(meta.fps) != self.info.fps:
+            raise InvalidArgument.for_field(
+                "meta.fps", f"{self.uri} is a {self.info.fps} fps dataset; got {meta.fps}")
         checked = validate_arrays(meta, arrays)
         meta.arrays = list(checked)
-        if self.has_episode(meta.episode_id):
+        # Asked of the store itself, not the listing cached at open: another writer may
+        # have completed this episode since, and a listed group must never be rewritten.
+        rel = _index_rel(meta.episode_id)
+        if self._loc.read_bytes(rel) is not None:
             if not overwrite:
                 raise FailedPrecondition(f"episode {meta.episode_id!r} is already complete in "
                                          f"{self.uri}; pass overwrite=True to replace it")
-            if meta.episode_id not in self._own:
-                raise FailedPrecondition(f"episode {meta.episode_id!r} belongs to another "
-                                         "shard's manifest; it cannot be replaced from this one")
-            self._own.pop(meta.episode_id)
-            self._write_manifest()
+            self._loc.remove_tree(rel)  # unlisted before its group changes
+            if self._complete is not None:
+                self._complete.discard(meta.episode_id)
         self._write_group(meta, checked)
         if commit:
             self.commit([meta])
         return meta
 
     def commit(self, metas: list[EpisodeMeta]) -> None:
-        """List already written episodes as complete (one atomic manifest rewrite)."""
+        """List already written episodes as complete: one small atomic write per episode,
+        whatever the dataset's size."""
         for meta in metas:
             validate_episode_id(meta.episode_id)
-            self._own[meta.episode_id] = meta
-            self._others.pop(meta.episode_id, None)
-        self._write_manifest()
-
-    def _write_manifest(self) -> None:
-        self._loc.write_atomic(self._manifest_rel, _manifest_bytes(self._own))
+            self._loc.write_atomic(_index_rel(meta.episode_id), _json_bytes(meta.to_dict()))
+            if self._complete is not None:
+                self._complete.add(meta.episode_id)
 
     def _write_group(self, meta: EpisodeMeta, arrays: dict[str, np.ndarray]) -> None:
         import zarr
@@ -180,7 +284,7 @@ class DatasetWriter:
                                compressors=BloscCodec(cname="zstd", clevel=1, shuffle=shuffle),
                                fill_value=0, dimension_names=_dimension_names(name))
             group[name][...] = array
-        # Attributes last: a group with attrs has all its arrays (the manifest still decides).
+        # Attributes last: a group with attrs has all its arrays (the index still decides).
         group.attrs.update({META_ATTR: meta.to_dict()})
 
     def close(self) -> None:
@@ -220,31 +324,62 @@ class Episode:
 
 
 class Dataset:
-    """A read-only view of the complete episodes of a dataset (from its manifests)."""
+    """A read-only view of the complete episodes of a dataset. Opening lists the index
+    (layout 2) or reads the manifests (layout 1); EpisodeMetas are fetched when first
+    asked for, all at once (concurrently on S3) by `metas()` or `counts()`."""
 
-    def __init__(self, loc: Location, episodes: dict[str, EpisodeMeta]):
+    def __init__(self, loc: Location, info: DatasetInfo, episode_ids: list[str],
+                 metas: dict[str, EpisodeMeta] | None = None):
         self._loc = loc
         self.uri = loc.uri
-        self._episodes = episodes
+        self.info = info
+        self._ids = sorted(episode_ids)
+        self._known = set(self._ids)
+        self._metas: dict[str, EpisodeMeta] = dict(metas or {})
 
     @property
     def episode_ids(self) -> list[str]:
-        return sorted(self._episodes)
+        return list(self._ids)
 
     def __len__(self) -> int:
-        return len(self._episodes)
+        return len(self._ids)
 
     def __contains__(self, episode_id: str) -> bool:
-        return episode_id in self._episodes
+        return episode_id in self._known
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.episode_ids)
 
     def meta(self, episode_id: str) -> EpisodeMeta:
-        try:
-            return self._episodes[episode_id]
-        except KeyError:
-            raise NotFound(f"episode {episode_id!r} is not a complete episode of {self.uri}") from None
+        if episode_id not in self._known:
+            raise NotFound(f"episode {episode_id!r} is not a complete episode of {self.uri}")
+        if episode_id not in self._metas:
+            # Read ahead in sorted order: a loop over episode_ids costs N / READ_AHEAD
+            # batched round trips, not N sequential ones.
+            start = bisect.bisect_left(self._ids, episode_id)
+            batch = [i for i in self._ids[start:start + READ_AHEAD] if i not in self._metas]
+            self._fetch(batch)
+        return self._metas[episode_id]
+
+    def metas(self, episode_ids: list[str] | None = None) -> list[EpisodeMeta]:
+        """EpisodeMetas of `episode_ids` (default: all), fetched in one batch."""
+        ids = self._ids if episode_ids is None else list(episode_ids)
+        self._fetch([i for i in ids if i in self._known and i not in self._metas])
+        return [self.meta(i) for i in ids]
+
+    def counts(self) -> dict[str, int]:
+        """{"episodes": N, "frames": total frames} of the complete episodes."""
+        return {"episodes": len(self._ids), "frames": sum(m.frames for m in self.metas())}
+
+    def _fetch(self, episode_ids: list[str]) -> None:
+        if not episode_ids:
+            return
+        got = self._loc.read_many([_index_rel(i) for i in episode_ids])
+        for episode_id in episode_ids:
+            rel = _index_rel(episode_id)
+            if got[rel] is None:  # unlisted since we opened (an overwrite in progress)
+                raise NotFound(f"episode {episode_id!r} is no longer listed in {self.uri}")
+            self._metas[episode_id] = _parse_entry(got[rel], f"{self.uri}/{rel}")
 
     def open(self, episode_id: str) -> Episode:
         return Episode(self._loc, self.meta(episode_id))
@@ -256,9 +391,19 @@ class Dataset:
 
 
 def open_dataset(uri: str | os.PathLike, config=None) -> Dataset:
-    """Open a dataset for reading; reads only its manifest files."""
+    """Open a dataset for reading (either layout); reads its info and lists its index."""
     loc = open_location(uri, config)
-    episodes = _read_all_manifests(loc)
-    if episodes is None:
-        raise NotFound(f"{loc.uri} is not a k4d episode dataset (no {MANIFEST})")
-    return Dataset(loc, episodes)
+    info = _read_info(loc)
+    if info is not None:
+        return Dataset(loc, info, _list_index(loc))
+    old = _read_layout1(loc)
+    if old is None:
+        raise NotFound(f"{loc.uri} is not a k4d episode dataset (no {INFO} or {MANIFEST})")
+    fps = {float(m.fps) for m in old.values()}
+    return Dataset(loc, DatasetInfo(fps=fps.pop() if len(fps) == 1 else None), list(old), old)
+
+
+def is_dataset(uri: str | os.PathLike, config=None) -> bool:
+    """True when `uri` holds a k4d episode dataset of either layout (no episode is read)."""
+    loc = open_location(uri, config)
+    return loc.read_bytes(INFO) is not None or loc.read_bytes(MANIFEST) is not None

@@ -42,6 +42,10 @@ class Location(ABC):
     def list_names(self, rel: str = "") -> list[str]:
         """Names directly below `rel` (files and folders), sorted; [] when absent."""
 
+    def read_many(self, rels: list[str]) -> dict[str, bytes | None]:
+        """Several small objects at once (S3: concurrent GETs); None for absent ones."""
+        return {rel: self.read_bytes(rel) for rel in rels}
+
     @abstractmethod
     def remove_tree(self, rel: str) -> None: ...
 
@@ -179,6 +183,21 @@ class S3Location(Location):
     def write_atomic(self, rel, data):
         # One PUT: S3 makes a single object visible whole or not at all.
         self.fs.pipe_file(self._path(rel), data)
+
+    @_s3_errors
+    def read_many(self, rels):
+        # s3fs fetches a list of paths concurrently (asyncio), one request each.
+        paths = {self._path(rel): rel for rel in rels}
+        got = self.fs.cat(list(paths), on_error="return") if paths else {}
+        out = {}
+        for path, rel in paths.items():
+            value = got.get(path, FileNotFoundError(path))
+            if isinstance(value, FileNotFoundError):
+                value = None
+            elif isinstance(value, Exception):
+                raise value
+            out[rel] = value
+        return out
 
     @_s3_errors
     def list_names(self, rel=""):

@@ -44,9 +44,11 @@ def viewer_path(directory: Path) -> Path:
 
 
 def is_episode_dir(path: Path) -> bool:
-    """An episode group of the shared format: <dataset>/episodes/<episode_id>/zarr.json."""
+    """An episode group of the shared format: <dataset>/episodes/<episode_id>/zarr.json
+    (a dataset has meta/info.json, or manifest.json in the earlier layout)."""
+    root = path.parent.parent
     return (path.is_dir() and path.parent.name == "episodes" and (path / "zarr.json").is_file()
-            and (path.parent.parent / "manifest.json").is_file())
+            and ((root / "meta" / "info.json").is_file() or (root / "manifest.json").is_file()))
 
 
 def find_recordings(path: Path) -> list[Path]:
