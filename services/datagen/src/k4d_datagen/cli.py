@@ -173,6 +173,14 @@ def _stats(args: argparse.Namespace) -> int:
     for kind, row in stats["task_kinds"].items():
         r = row["success_rate"]
         print(f"  {kind:8s} {row['episodes']:6d} episodes, success {'n/a' if r is None else f'{r:.2f}'}")
+    more = stats["distinct_tasks"] - len(stats["tasks"])
+    print(f"  tasks ({stats['distinct_tasks']}{', most frequent first' if more else ''}):")
+    for task, n in stats["tasks"].items():
+        print(f"    {n:6d}  {task or '(no task text)'}")
+    if more:
+        print(f"    ... and {more} more (--json lists the first {len(stats['tasks'])})")
+    print("  sources: " + ", ".join(f"{k} {n}" for k, n in stats["sources"].items()))
+    print("  robots: " + ", ".join(f"{k} {n}" for k, n in stats["robots"].items()))
     for res, n in stats["resolutions"].items():
         print(f"  clips {res}: {n}")
     if "bytes_total" in stats:

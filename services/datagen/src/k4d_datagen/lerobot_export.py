@@ -88,7 +88,8 @@ class _Video:
                 self.container.mux(packet)
         self.frames_in_file += len(frames)
         where = (self.chunk, self.file, float(start / self.fps), float(self.frames_in_file / self.fps))
-        if self.path.stat().st_size >= VIDEO_FILES_MB * 2**20:
+        # PyAV opens the file at the first muxed packet (the encoder may still hold them all).
+        if self.path.is_file() and self.path.stat().st_size >= VIDEO_FILES_MB * 2**20:
             self.close()
             self.chunk, self.file = _next_file(self.chunk, self.file)
             self.frames_in_file = 0

@@ -6,6 +6,8 @@ from collections import Counter
 
 from k4d.episodes import open_dataset
 
+MAX_TASKS = 20  # task texts listed, most frequent first
+
 
 def dataset_stats(uri: str, config=None, sizes: bool = True) -> dict:
     ds = open_dataset(uri, config=config)
@@ -18,7 +20,8 @@ def dataset_stats(uri: str, config=None, sizes: bool = True) -> dict:
                          "success_rate": (sum(m.success for m in group) / len(group)) if group else None}
     stats = {
         "uri": ds.uri, "episodes": len(metas), "frames": sum(m.frames for m in metas),
-        "task_kinds": by_kind, "tasks": dict(Counter(m.task for m in metas).most_common(20)),
+        "task_kinds": by_kind, "tasks": dict(Counter(m.task for m in metas).most_common(MAX_TASKS)),
+        "distinct_tasks": len({m.task for m in metas}),
         "success_rate": (sum(m.success for m in labelled) / len(labelled)) if labelled else None,
         "labelled": len(labelled),
         "sources": dict(Counter(m.source.get("kind", "?") for m in metas)),
