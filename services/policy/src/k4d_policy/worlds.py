@@ -1,0 +1,246 @@
+"""Two worlds behind one interface, stepped closed-loop by `k4d_policy.runner`:
+
+- `PhysicsWorld`: the data engine's MuJoCo scene (`k4d.tabletop.physics`), the robot's
+  links as mocap bodies driven exactly by kinematics, objects under contact and gravity;
+  judged by the physics object-pose judge (`k4d.tabletop.tasks.judge`).
+- `WorldModelWorld`: the world model continues the rollout chunk by chunk from its last
+  generated frame; the robot is drawn exactly by kinematics (FK + our projection of the
+  robot, the generator's condition); judged by the automatic pointmap judge (`k4d.judge`).
+
+Both start from the same first frame: the MuJoCo render of the scene with the robot at its
+initial joints. The interface: `reset() -> Observation`, `step(joints (n, J)) ->
+Observation` (the robot reaches joints[k] at frame t + 1 + k), `judge() -> dict`,
+`clip() -> {"rgb": (T, H, W, 3) uint8, ...}`, `close()`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import numpy as np
+
+from k4d_policy.policies import Observation
+from k4d_policy.scenes import RobotBundle, Scenario
+
+REPO_MODELS = Path(__file__).resolve().parents[4] / "models"
+DEFAULT_MODEL_ENV = "K4D_DEFAULT_MODEL"
+
+
+class _SceneRender:
+    """The scene in MuJoCo, rendered by its camera: RGB, metric pointmap, object ids."""
+
+    def __init__(self, scenario: Scenario, bundle: RobotBundle):
+        from k4d.camera import Camera
+        from k4d.tabletop.physics import SceneCamera, Simulation
+
+        self.scenario, self.bundle = scenario, bundle
+        self.camera = Camera.from_dict(scenario.camera_json)
+        self.sim = Simulation(scenario.scene, bundle.robot, bundle.renderer.link_meshes, bundle.mesh_files)
+        self.sim.start(scenario.initial_joints)
+        self.view = SceneCamera(self.sim)
+
+    def render(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """-> rgb (H, W, 3) uint8, pointmap (H, W, 3) float32 camera frame, geom ids (H, W)."""
+        from k4d.tabletop.physics import depth_to_pointmap
+
+        rgb, depth, geom = self.view.render()
+        return rgb, depth_to_pointmap(depth, self.camera), geom
+
+    def object_ids(self, depth_geom) -> np.ndarray:
+        """(H, W) int16 object ids (-1 none, 0 robot, k >= 1 object k) of the current frame."""
+        from k4d.robots.fk import forward_kinematics
+        from k4d.tabletop.physics import object_id_image
+
+        pointmap, geom = depth_geom
+        robot = self.bundle.renderer.render(forward_kinematics(self.bundle.robot, self.sim.q[None]), self.camera,
+                                            outputs=["mask", "depth"])
+        return object_id_image(self.sim, geom[None], pointmap[None, ..., 2], robot)[0]
+
+    def close(self) -> None:
+        self.view.close()
+
+
+class PhysicsWorld:
+    name = "physics"
+
+    def __init__(self, scenario: Scenario, bundle: RobotBundle, dt_s: float):
+        self.scenario, self.bundle, self.dt_s = scenario, bundle, dt_s
+        self._render: _SceneRender | None = None
+
+    def reset(self) -> Observation:
+        self.close()
+        self._render = _SceneRender(self.scenario, self.bundle)
+        self.t = 0
+        self._rgb, self._pointmap, self._poses, self._joints = [], [], [], []
+        return self._record()
+
+    def _record(self) -> Observation:
+        sim = self._render.sim
+        rgb, pointmap, _ = self._render.render()
+        self._rgb.append(rgb)
+        self._pointmap.append(pointmap)
+        self._poses.append(sim.object_poses())
+        self._joints.append(sim.q.copy())
+        return Observation(rgb, pointmap, sim.q.copy(), self.t)
+
+    def step(self, joints: np.ndarray) -> Observation:
+        sim = self._render.sim
+        obs = None
+        for q in np.asarray(joints, np.float64):
+            self.t += 1
+            sim.advance(np.array([self.t * self.dt_s]), q[None])
+            obs = self._record()
+        return obs
+
+    def judge(self) -> dict:
+        from k4d.tabletop.tasks import judge
+
+        ok, how = judge(self.scenario.plan, self.scenario.scene, np.stack(self._poses))
+        return {"success": bool(ok), "rule": how}
+
+    def clip(self) -> dict:
+        return {"rgb": np.stack(self._rgb), "joints": np.stack(self._joints)}
+
+    def close(self) -> None:
+        if self._render is not None:
+            self._render.close()
+            self._render = None
+
+
+# --- the world model ------------------------------------------------------------------
+
+
+def default_model_ref() -> str:
+    """The model `k4d simulate` uses without --model ('' = none): $K4D_DEFAULT_MODEL, else
+    the shipped models/demo-small when its manifest says "default": true (its weights dir)."""
+    import json
+    import os
+
+    value = os.environ.get(DEFAULT_MODEL_ENV, "").strip()
+    if value:
+        return "" if value == "static-world" else value
+    manifest = REPO_MODELS / "demo-small" / "manifest.json"
+    if manifest.is_file():
+        data = json.loads(manifest.read_text())
+        if data.get("default") is True:
+            return str(REPO_MODELS / "demo-small" / data.get("weights_dir", "weights"))
+    return ""
+
+
+def resolve_model_ref(ref: str) -> str:
+    """A shipped model folder (manifest.json + weights dir) -> its k4d model directory."""
+    import json
+
+    path = Path(ref)
+    if (path / "manifest.json").is_file() and not (path / "k4d_model.json").exists():
+        return str(path / json.loads((path / "manifest.json").read_text()).get("weights_dir", "weights"))
+    return ref
+
+
+class WorldModel:
+    """The generator's model, loaded once per process through the generator's ModelManager
+    (the loading API the embedded simulator uses); `generate` samples one clip."""
+
+    def __init__(self, ref: str | None = None, device: str = "cpu"):
+        from k4d.errors import FailedPrecondition
+        from k4d_generator.service import ModelManager
+
+        ref = resolve_model_ref(ref or default_model_ref())
+        if not ref:
+            raise FailedPrecondition("no world model: give --model or ship a default model "
+                                     "(models/demo-small) or set K4D_DEFAULT_MODEL")
+        store = None
+        if not Path(ref).exists():  # a registry model lives in the object store
+            from k4d.config import load_config
+            from k4d.store import open_store
+
+            store = open_store(config=load_config())
+        self.manager = ModelManager(store, device=device, allow_static_world=False, warm_up=False)
+        self.loaded = self.manager.load(ref, "torch")
+        info = self.loaded.pipeline.info
+        self.ref, self.name = ref, f"{info.name}/{info.version}"
+        self.clip_shape = (int(info.num_frames), int(info.height), int(info.width))
+        # The lead's pipeline may take the world's current pointmap; pass it when it does.
+        self._pointmap_arg = next((a for a in ("initial_pointmap", "pointmap")
+                                   if a in inspect.signature(self.manager.generate).parameters), None)
+
+    def generate(self, image, robot, seed: int, pointmap=None):
+        kwargs = {self._pointmap_arg: pointmap} if self._pointmap_arg and pointmap is not None else {}
+        result = self.manager.generate(image, robot.rgb, robot.pointmap, robot.mask, seed=int(seed), **kwargs)
+        if result.metadata.get("pointmap_units", "metres") != "metres":
+            from k4d.errors import FailedPrecondition
+
+            raise FailedPrecondition(f"model {self.name} decodes normalised pointmaps; the judge needs metres")
+        return result
+
+
+class WorldModelWorld:
+    name = "world_model"
+
+    def __init__(self, scenario: Scenario, bundle: RobotBundle, model: WorldModel, dt_s: float, seed: int = 0):
+        from k4d.camera import Camera
+
+        self.scenario, self.bundle, self.model, self.dt_s, self.seed = scenario, bundle, model, dt_s, seed
+        self.camera = Camera.from_dict(scenario.camera_json)
+
+    def reset(self) -> Observation:
+        render = _SceneRender(self.scenario, self.bundle)
+        try:
+            rgb, pointmap, geom = render.render()
+            self.object_ids0 = render.object_ids((pointmap, geom))
+        finally:
+            render.close()
+        self.t, self.chunks = 0, 0
+        self.q = np.asarray(self.scenario.initial_joints, np.float64)
+        self._image, self._pointmap = rgb, pointmap
+        self._rgb, self._pm, self._mask, self._joints = [], [], [], [self.q.copy()]
+        self._first = (rgb, pointmap)
+        return Observation(rgb, pointmap, self.q.copy(), 0)
+
+    def step(self, joints: np.ndarray) -> Observation:
+        from k4d.robots.fk import forward_kinematics
+        from k4d_projection.renderer import CONDITION_OUTPUTS
+
+        joints = np.asarray(joints, np.float64)
+        T = self.model.clip_shape[0]
+        n = min(len(joints), T - 1)  # one clip continues at most T - 1 frames
+        q = np.concatenate([self.q[None], joints[:n]])
+        q = np.concatenate([q, np.repeat(q[-1:], T - len(q), 0)])  # the robot holds after the chunk
+        robot = self.bundle.renderer.render(forward_kinematics(self.bundle.robot, q), self.camera,
+                                            outputs=CONDITION_OUTPUTS)
+        result = self.model.generate(np.ascontiguousarray(self._image), robot,
+                                     seed=self.seed * 1000 + self.chunks, pointmap=self._pointmap)
+        if not self._rgb:  # the judge reads frame 0 as the model decodes it (one source per clip)
+            self._rgb.append(result.rgb[0])
+            self._pm.append(result.pointmap[0])
+            self._mask.append(robot.mask[0])
+        self._rgb.extend(result.rgb[1:n + 1])
+        self._pm.extend(result.pointmap[1:n + 1])
+        self._mask.extend(robot.mask[1:n + 1])
+        self._joints.extend(q[1:n + 1])
+        self.t += n
+        self.chunks += 1
+        self.q = q[n].copy()
+        self._image, self._pointmap = result.rgb[n], result.pointmap[n]
+        obs = Observation(result.rgb[n], result.pointmap[n], self.q.copy(), self.t)
+        if n < len(joints):  # a chunk longer than one clip: continue with the rest
+            return self.step(joints[n:])
+        return obs
+
+    def judge(self) -> dict:
+        from k4d.judge import JudgeClip, judge
+
+        pm = np.stack(self._pm)
+        clip = JudgeClip(np.stack(self._rgb), pm, np.abs(pm).sum(-1) > 0, np.stack(self._mask))
+        verdict = judge(clip, self.object_ids0, self.scenario.task, self.camera.T_cam_from_world,
+                        self.scenario.plan.text)
+        out = {k: v for k, v in verdict.items() if isinstance(v, (bool, int, float, str, type(None)))}
+        out["success"] = bool(verdict["success"]) if verdict["success"] is not None else None
+        return out
+
+    def clip(self) -> dict:
+        return {"rgb": np.stack(self._rgb), "joints": np.stack(self._joints)}
+
+    def close(self) -> None:
+        pass
