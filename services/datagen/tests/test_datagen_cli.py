@@ -1,5 +1,5 @@
 """`k4d datagen synthetic | export | stats` end to end: 8 episodes in two processes,
-determinism (same bytes), resume after a crash, the three exports, `k4d simulate` replaying
+determinism (same bytes), resume after a crash, the exports (LeRobot v3.0 of the whole dataset and back too), `k4d simulate` replaying
 an exported episode (robot mask IoU >= 0.99), and bad input (one line, exit 2)."""
 
 from __future__ import annotations
@@ -160,6 +160,35 @@ def test_output_that_is_not_a_dataset(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "not a k4d dataset" in err
     assert sorted(p.name for p in (tmp_path / "photos").iterdir()) == ["cat.jpg"]
+
+
+def test_export_lerobot_whole_dataset_and_back(dataset, tmp_path):
+    """All 8 synthetic episodes (float64 joints, per-episode cameras, depth) as one LeRobot
+    dataset with the mask and depth keys; imported back with the episodes' own cameras."""
+    out = tmp_path / "lerobot"
+    assert k4d("datagen", "export", dataset, "--format", "lerobot", out, "--extras", "robot_mask,depth",
+               "--no-progress") == 0
+    info = json.loads((out / "meta" / "info.json").read_text())
+    ds = open_dataset(dataset)
+    assert (info["total_episodes"], info["total_frames"]) == (8, 40)
+    assert info["total_tasks"] == len({ds.meta(e).task for e in ds.episode_ids})
+    assert info["fps"] == pytest.approx(4 / 6) and info["features"]["observation.state"]["names"] == ds.meta(
+        "ep000000").joint_names
+    assert [k for k, f in info["features"].items() if f["dtype"] == "video"] == [
+        "observation.images.front", "observation.robot_mask.front", "observation.depth.front"]
+    cameras = {"episodes": {str(i): ds.meta(e).camera for i, e in enumerate(ds.episode_ids)}}
+    (tmp_path / "cams.json").write_text(json.dumps(cameras))
+    assert k4d("datagen", "import-lerobot", out, "--robot", "panda", "--camera", tmp_path / "cams.json",
+               "--out", tmp_path / "back", "--frames", 5, "--no-progress") == 0
+    back = open_dataset(tmp_path / "back")
+    for i, episode_id in enumerate(ds.episode_ids):
+        a, b = ds.open(episode_id), back.open(f"lerobot-{i:06d}")
+        # float64 joints went through LeRobot's float32 state: equal to float32 rounding.
+        np.testing.assert_array_equal(b.read("joints"), a.read("joints").astype(np.float32).astype(np.float64))
+        assert b.meta.task == a.meta.task and b.meta.source["source_frames"] == list(range(5))
+        mask_a, mask_b = a.read("robot_mask"), b.read("robot_mask")
+        assert (mask_a & mask_b).sum() / (mask_a | mask_b).sum() > 0.99
+        assert np.abs(b.read("rgb").astype(float) - a.read("rgb")).mean() < 6.0  # AV1 crf 30 on 48x64
 
 
 def test_bad_export_input(dataset, tmp_path, capsys):

@@ -221,9 +221,9 @@ def _plan(dataset, episode_id: str | None, camera: str | None, extras: list[str]
                 raise InvalidArgument.for_field(
                     "episode", f"a LeRobot dataset has one {name}: {meta.episode_id} has {getattr(meta, name)!r}, "
                                f"{first.episode_id} {getattr(first, name)!r}; export them separately (URI#EPISODE)")
-    if first.height % 2 or first.width % 2:
+    if first.height % 2 or first.width % 2 or min(first.height, first.width) < 8:
         raise InvalidArgument.for_field("episode", f"frames are {first.width}x{first.height}: LeRobot's AV1 "
-                                        "(yuv420p) videos need even sizes")
+                                        "(yuv420p) videos need even sizes of at least 8")
     if fps is None:
         rates = sorted({round(m.fps, 6) for m in metas})
         if len(rates) > 1:
