@@ -1,6 +1,7 @@
 """`k4d datagen synthetic | export | stats` end to end: 8 episodes in two processes,
-determinism (same bytes), resume after a crash, the exports (LeRobot v3.0 of the whole dataset and back too), `k4d simulate` replaying
-an exported episode (robot mask IoU >= 0.99), and bad input (one line, exit 2)."""
+determinism (same bytes), resume after a crash, the exports (and a LeRobot v3.0 export of the
+whole dataset imported back), `k4d simulate` replaying an exported episode (robot mask
+IoU >= 0.99), and bad input (one line, exit 2)."""
 
 from __future__ import annotations
 
