@@ -187,6 +187,30 @@ def test_export_bad_input_one_line_exit_2(imported, tmp_path, capsys, argv, mess
         assert not out.exists()
 
 
+def test_fps_one_rate_per_lerobot_dataset(tmp_path, capsys):
+    """Episodes imported at different clip lengths have different rates: one line asking for
+    --fps; with it every episode is resampled to that rate."""
+    mixed = tmp_path / "mixed"
+    for episode, frames in (("0", 49), ("1", 30)):
+        assert k4d("datagen", "import-lerobot", FIXTURE, "--robot", "panda", "--camera", FIXTURE / "camera.json",
+                   "--out", mixed, "--episodes", episode, "--frames", frames, "--no-progress") == 0
+    capsys.readouterr()
+    assert k4d("datagen", "export", mixed, "--format", "lerobot", tmp_path / "a", "--no-progress") == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "different frame rates" in err and "--fps" in err, err
+    assert k4d("datagen", "export", mixed, "--format", "lerobot", tmp_path / "b", "--fps", 10, "--no-progress") == 0
+    info = json.loads((tmp_path / "b" / "meta" / "info.json").read_text())
+    assert info["fps"] == 10 and info["total_frames"] == 40  # 20 source frames of each at 10 fps
+    data = pq.read_table(tmp_path / "b" / "data" / "chunk-000" / "file-000.parquet").to_pydict()
+    ds = open_dataset(mixed)
+    for e, frames in ((0, 49), (1, 30)):
+        joints = ds.open(f"lerobot-{e:06d}").read("joints")
+        rows = [i for i, x in enumerate(data["episode_index"]) if x == e]
+        keep = np.rint(np.linspace(0, frames - 1, 20)).astype(int)
+        np.testing.assert_array_equal(np.asarray(data["observation.state"])[rows], joints[keep].astype(np.float32))
+    assert len(read_video(tmp_path / "b" / "videos" / KEY / "chunk-000" / "file-000.mp4")) == 40
+
+
 def test_stats_prints_the_tasks(imported, capsys):
     assert k4d("datagen", "stats", imported) == 0
     text = capsys.readouterr().out
