@@ -1,4 +1,4 @@
-"""`k4d datagen import-lerobot`: LeRobot datasets (format v3.0, as `lerobot` 0.6 writes
+"""`k4d datagen import-lerobot`: LeRobot datasets (format v3.0, as `lerobot` 0.4-0.6 write
 them; v2.0/v2.1, one file per episode, too) -> episodes with EXACT robot masks, robot pointmaps and robot-only renders from our
 kinematics and projection, given the robot and a camera calibration.
 
@@ -15,6 +15,10 @@ v2.x: meta/episodes.jsonl instead of meta/episodes/, one data parquet and one mp
 episode (data/chunk-{episode_chunk}/episode_{episode_index}.parquet, videos/chunk-.../<key>/...).
 Each episode is resampled uniformly to the clip length (as Robo4D-200k did). World
 pointmaps and depth are absent (the format carries no depth).
+Which state columns are which joints: `state_map` (by the features' names, or --state-map).
+End-effector states (--state-kind ee_pose) become joints through the kinematics core's IK,
+which this composer already depends on for FK (pyproject; ADR 010 lists the data engine
+among the composers): the runtime library holds FK but no IK.
 """
 
 from __future__ import annotations
