@@ -47,14 +47,17 @@ def current_traceparent() -> str:
 
 class SimulatorServicer(simulator_pb2_grpc.SimulatorServiceServicer):
     def __init__(self, bus, store, table: JobTable, records: JobRecords | None = None, *,
-                 watch_poll_s: float = WATCH_POLL_S):
+                 watch_poll_s: float = WATCH_POLL_S,
+                 default_model: common_pb2.ModelRef | None = None):
         self.bus, self.store, self.table = bus, store, table
         self.records = records or JobRecords(store)
         self.watch_poll_s = watch_poll_s
+        self.default_model = default_model  # for specs that name no model (K4D_SIMULATOR_...)
 
     # --- Submit --------------------------------------------------------------------
 
     def Submit(self, request, context):
+        self._fill_default_model(request.spec)
         validate_spec(request.spec)
         key = request.idempotency_key
         if len(key) > 256:
@@ -84,6 +87,14 @@ class SimulatorServicer(simulator_pb2_grpc.SimulatorServiceServicer):
         self._record_requested(event)
         self.table.apply(ev.TOPIC_REQUESTED, event, extra)
         return simulator_pb2.SubmitResponse(job_id=job_id, deduplicated=False)
+
+    def _fill_default_model(self, spec: simulator_pb2.SimulationSpec) -> None:
+        """A spec without a model gets the cluster's default model (what `k4d simulate` runs
+        without --model), unless it asks for the static-world backend; the job record then
+        names the model that ran."""
+        if self.default_model is not None and not (spec.model.name or spec.model.uri) \
+                and spec.sampling.backend != "static-world":
+            spec.model.CopyFrom(self.default_model)
 
     def _record_requested(self, event) -> None:
         try:

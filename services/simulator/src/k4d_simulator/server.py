@@ -8,26 +8,47 @@ overlay runs several) never answers NOT_FOUND for a job it has not folded yet. O
 
 from __future__ import annotations
 
+import os
+import re
+
 from k4d.bus import open_bus
+from k4d.errors import InvalidArgument
 from k4d.grpc_server import add_shutdown_callback, set_serving
 from k4d.store import open_store
 from k4d_simulator.api import SimulatorServicer
 from k4d_simulator.feed import JobFeed
 from k4d_simulator.jobs import JobTable
 from k4d_simulator.records import JobRecords
-from kinema4d.v1 import simulator_pb2, simulator_pb2_grpc
+from kinema4d.v1 import common_pb2, simulator_pb2, simulator_pb2_grpc
 
 SERVICE_NAME = simulator_pb2.DESCRIPTOR.services_by_name["SimulatorService"].full_name
+DEFAULT_MODEL_ENV = "K4D_SIMULATOR_DEFAULT_MODEL"
+_REGISTRY_REF = re.compile(r"^(?:registry:)?([A-Za-z0-9][A-Za-z0-9._-]{0,99})"
+                           r"(?:/([A-Za-z0-9][A-Za-z0-9._-]{0,99}))?$")
+
+
+def default_model_ref(value: str) -> common_pb2.ModelRef | None:
+    """$K4D_SIMULATOR_DEFAULT_MODEL (`[registry:]NAME[/VERSION]`; empty = none) as the
+    ModelRef a spec without a model gets."""
+    value = value.strip()
+    if not value:
+        return None
+    match = _REGISTRY_REF.match(value)
+    if not match:
+        raise InvalidArgument.for_field(DEFAULT_MODEL_ENV, f"expected [registry:]NAME[/VERSION], "
+                                                           f"got {value[:200]!r}")
+    return common_pb2.ModelRef(name=match[1], version=match[2] or "")
 
 
 def build_servicer(config, bus=None, store=None, *,
                    on_ready=None) -> tuple[SimulatorServicer, JobFeed]:
     """The servicer and its started feed (own bus/store from config unless given)."""
+    default_model = default_model_ref(os.environ.get(DEFAULT_MODEL_ENV, ""))
     bus = bus or open_bus(config)
     store = store or open_store(config=config)
     table, records = JobTable(), JobRecords(store)
     feed = JobFeed(bus, table, records, on_ready=on_ready).start()
-    return SimulatorServicer(bus, store, table, records), feed
+    return SimulatorServicer(bus, store, table, records, default_model=default_model), feed
 
 
 def register_service(server, config) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -15,6 +16,12 @@ from k4d import local_servers
 from k4d.config import SERVICE_PORTS
 from k4d.errors import FailedPrecondition, InvalidArgument
 
+# The repository's models/ folder (an editable install, as `make setup` makes): the shipped
+# models, each a manifest.json (registry manifest + weights_dir, label, "default") beside
+# its k4d-layout weights folder.
+REPO_MODELS = Path(__file__).resolve().parents[5] / "models"
+DEFAULT_MODEL_ENV = "K4D_DEFAULT_MODEL"  # what `k4d simulate` runs without --model
+SIMULATOR_DEFAULT_MODEL_ENV = "K4D_SIMULATOR_DEFAULT_MODEL"
 LOCAL_BUCKET = "k4d"
 STANDARD_BROKER_PORT = 9092
 STANDARD_S3_PORT = 9000
@@ -88,6 +95,57 @@ def _prepare_broker_and_bucket(broker, s3) -> None:
             secret_key=s3.info["secret_key"], region=s3.info["region"]).close()
 
 
+def _shipped_default(models: Path = REPO_MODELS) -> Path | None:
+    """The shipped model whose manifest says `"default": true` (models/demo-small)."""
+    for manifest in sorted(models.glob("*/manifest.json")):
+        try:
+            if json.loads(manifest.read_text()).get("default") is True:
+                return manifest.parent
+        except (OSError, ValueError, AttributeError):
+            continue
+    return None
+
+
+def _default_model(s3, models: Path = REPO_MODELS) -> tuple[str, str]:
+    """Publish the model `k4d simulate` runs without --model into this cluster's registry,
+    so that `k4d submit` without --model runs the same one: returns (the reference the
+    simulator fills into specs without a model, what happened) or ("", why not).
+
+    Follows `k4d simulate`: $K4D_DEFAULT_MODEL when set (`static-world`, a registry
+    reference, or a shipped-model folder), else the shipped default in models/."""
+    chosen = os.environ.get(DEFAULT_MODEL_ENV, "").strip()
+    if chosen == "static-world":
+        return "", f"{DEFAULT_MODEL_ENV}=static-world"
+    if chosen and not Path(chosen).is_dir():
+        return chosen, "given"  # a registry reference: published by whoever named it
+    folder = Path(chosen) if chosen else _shipped_default(models)
+    if folder is None:
+        return "", f"no shipped default model in {models}"
+    if not (folder / "manifest.json").is_file():
+        return "", f"{folder} is not a shipped model folder (manifest.json)"
+    try:
+        from k4d_model import registry
+    except ImportError:  # a runtime-only install runs no generator either
+        return "", "k4d-model is not installed"
+    from k4d.store.s3 import S3Store
+
+    shipped = json.loads((folder / "manifest.json").read_text())
+    name, version = shipped["name"], shipped["version"]
+    weights = folder / shipped["weights_dir"]
+    # The registry's manifest of the same files must list the shipped sha256s: a damaged or
+    # partly checked-out model (a Git LFS pointer) is refused, not served.
+    if registry.build_manifest(weights, name, version)["files"] != shipped["files"]:
+        raise FailedPrecondition(f"{weights} does not match {folder / 'manifest.json'} (damaged "
+                                 "or a Git LFS pointer?)")
+    store = S3Store(s3.address, LOCAL_BUCKET, access_key=s3.info["access_key"],
+                    secret_key=s3.info["secret_key"], region=s3.info["region"])
+    try:
+        registry.publish(store, weights, name, version)
+    finally:
+        store.close()
+    return f"registry:{name}/{version}", "published"
+
+
 def _print_table(rows: list[tuple[str, str, str, str]]) -> None:
     header = ("NAME", "KIND", "ADDRESS", "STATUS")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
@@ -125,6 +183,10 @@ def up(options: UpOptions) -> int:
         _prepare_broker_and_bucket(broker, s3)
         rows = [("broker", "kafka", broker.address, "healthy"),
                 ("s3", "s3", f"http://{s3.address}", "healthy")]
+        default_model = ""
+        if "simulator" in names and not os.environ.get(SIMULATOR_DEFAULT_MODEL_ENV):
+            default_model, how = _default_model(s3)
+            rows.append(("model", "registry", default_model or "static-world", how))
 
         services = []
         for name in names:
@@ -133,6 +195,8 @@ def up(options: UpOptions) -> int:
             if name in with_worker:
                 argv.append("--worker")
             env = _service_env(name, grpc_port, metrics_port, broker, s3)
+            if name == "simulator" and default_model:
+                env[SIMULATOR_DEFAULT_MODEL_ENV] = default_model
             services.append(local_servers.spawn(name, argv, f"{local_servers.LOOPBACK}:{grpc_port}",
                                                 log_dir, env=env, metrics_port=metrics_port))
         processes.extend(services)
