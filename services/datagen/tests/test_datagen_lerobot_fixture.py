@@ -153,7 +153,7 @@ def test_extras_robot_mask_and_depth(imported, tmp_path):
     writer.write_episode(type(meta).from_dict({**meta.to_dict(), "arrays": []}), {**arrays, "depth": depth})
     out = tmp_path / "lerobot"
     assert k4d("datagen", "export", f"{tmp_path / 'with-depth'}#lerobot-000000", "--format", "lerobot", out,
-               "--extras", "robot_mask,depth", "--camera", "agentview", "--no-progress") == 0
+               "--extras", "robot_mask,depth", "--video-key", "agentview", "--no-progress") == 0
     info = json.loads((out / "meta" / "info.json").read_text())
     keys = [k for k, f in info["features"].items() if f["dtype"] == "video"]
     assert keys == ["observation.images.agentview", "observation.robot_mask.agentview", "observation.depth.agentview"]

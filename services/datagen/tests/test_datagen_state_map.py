@@ -39,21 +39,44 @@ def truth(e: int) -> np.ndarray:
     return np.asarray(TRUTH[str(e)]["states"], np.float64)
 
 
-def with_state(root: Path, state: dict[int, np.ndarray], names: list[str] | None, shape: int | None = None) -> Path:
-    """The fixture at `root` with observation.state replaced by state[e] (L, W) per episode."""
-    shutil.copytree(FIXTURE, root)
+def with_state(root: Path, state: dict[int, np.ndarray], names: list[str] | None, shape: int | None = None,
+               key: str = "observation.state") -> Path:
+    """The fixture at `root` (copied unless there) with feature `key` set to state[e] (L, W)
+    per episode: observation.state replaced, another key added."""
+    if not root.exists():
+        shutil.copytree(FIXTURE, root)
     table = pq.read_table(root / DATA)
     episode = np.asarray(table.column("episode_index").to_pylist())
     frame = np.asarray(table.column("frame_index").to_pylist())
     values = np.stack([state[e][t] for e, t in zip(episode, frame, strict=True)]).astype(np.float32)
     width = values.shape[1]
     column = pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), width)
-    table = table.set_column(table.schema.get_field_index("observation.state"), "observation.state", column)
+    if key in table.schema.names:
+        table = table.set_column(table.schema.get_field_index(key), key, column)
+    else:
+        table = table.append_column(key, column)
     pq.write_table(table, root / DATA)
     info = json.loads((root / "meta" / "info.json").read_text())
-    info["features"]["observation.state"].update(shape=[shape or width], names=names)
+    info["features"].setdefault(key, {"dtype": "float32"}).update(shape=[shape or width], names=names)
     (root / "meta" / "info.json").write_text(json.dumps(info, indent=4))
     return root
+
+
+def test_columns_from_two_features(tmp_path):
+    """DROID as lerobot's port splits it: observation.state.joint_position (7) and
+    observation.state.gripper_position (1, no names), with no observation.state at all."""
+    src = with_state(tmp_path / "droid", {e: truth(e)[:, :7] for e in (0, 1)}, DROID_NAMES[:7],
+                     key="observation.state.joint_position")
+    with_state(src, {e: 1.0 - truth(e)[:, 7:8] / 0.04 for e in (0, 1)}, None, key="observation.state.gripper_position")
+    info = json.loads((src / "meta" / "info.json").read_text())
+    del info["features"]["observation.state"]
+    (src / "meta" / "info.json").write_text(json.dumps(info))
+    mapping = ",".join(f"observation.state.joint_position[joint_{i}]=panda_joint{i + 1}" for i in range(7))
+    mapping += ",observation.state.gripper_position[0]=panda_finger_joint1*-0.04+0.04"
+    assert run_import(src, tmp_path / "ds", "--state-map", mapping, "--episodes", "1") == 0
+    ep = open_dataset(tmp_path / "ds").open("lerobot-000001")
+    np.testing.assert_allclose(ep.read("joints"), truth(1)[:, :8], atol=1e-6)
+    assert ep.meta.source["state_map"]["columns"][-1]["column"] == "observation.state.gripper_position[0]"
 
 
 def ee_states(rotation: str = "axis_angle") -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:

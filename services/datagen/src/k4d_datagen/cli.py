@@ -62,8 +62,9 @@ def register(subparsers) -> None:
     e.add_argument("--format", required=True, choices=("npz", "simulate-inputs", "robo4d", "rerun", "lerobot"))
     e.add_argument("out", help="OUT.npz | a directory for simulate-inputs | the Robo4D layout root | OUT.rrd | "
                                "a new LeRobot dataset root")
-    e.add_argument("--camera", default=None,
-                   help="lerobot: RGB video key observation.images.CAMERA (default: the imported key, else front)")
+    e.add_argument("--video-key", default=None,
+                   help="lerobot: the RGB video key, observation.images.CAMERA or CAMERA (default: the key an "
+                        "import came from, else observation.images.front)")
     e.add_argument("--extras", default="", help="lerobot: more video keys, robot_mask and/or depth (comma-separated)")
     e.add_argument("--fps", type=float, default=None, help="lerobot: resample every episode to this rate "
                                                           "(needed when their rates differ)")
@@ -151,7 +152,7 @@ def _export(args: argparse.Namespace) -> int:
     from k4d_datagen.export import export
 
     extras = [x for x in args.extras.replace(" ", "").split(",") if x]
-    options = {"camera": args.camera, "extras": extras, "fps": args.fps}
+    options = {"video_key": args.video_key, "extras": extras, "fps": args.fps}
     if args.format == "lerobot":
         options["progress"] = not args.no_progress
     path = export(args.episode, args.format, args.out, **options)

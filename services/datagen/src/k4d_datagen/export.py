@@ -96,7 +96,7 @@ def export_rerun(episode: Episode, out: str | os.PathLike) -> Path:
 
 
 def export(ref: str, fmt: str, out: str, config=None, **lerobot_options) -> Path:
-    """lerobot_options (camera, extras, fps, progress) go to the LeRobot export only."""
+    """lerobot_options (video_key, extras, fps, progress) go to the LeRobot export only."""
     if fmt not in FORMATS:
         raise InvalidArgument.for_field("format", f"unknown format {fmt!r}; one of {list(FORMATS)}")
     if fmt == "lerobot":
@@ -105,7 +105,7 @@ def export(ref: str, fmt: str, out: str, config=None, **lerobot_options) -> Path
         return export_lerobot(ref, out, config=config, **lerobot_options)
     given = [k for k, v in lerobot_options.items() if v not in (None, [], False)]
     if given:
-        raise InvalidArgument.for_field(f"--{given[0]}", "applies to --format lerobot only")
+        raise InvalidArgument.for_field(f"--{given[0].replace('_', '-')}", "applies to --format lerobot only")
     if fmt == "rerun":
         from k4d.recording import require_rerun
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -146,10 +147,13 @@ def parse_dataset_ref(ref: str) -> tuple[str, str | None]:
     return uri, validate_episode_id(episode_id, "episode")
 
 
-def export_lerobot(ref: str, out: str | os.PathLike, *, camera: str | None = None, extras: list[str] | None = None,
-                   fps: float | None = None, progress: bool = False, config=None) -> Path:
+def export_lerobot(ref: str, out: str | os.PathLike, *, video_key: str | None = None,
+                   extras: list[str] | None = None, fps: float | None = None, progress: bool = False,
+                   config=None) -> Path:
     """The dataset (or one episode) at `ref` as a LeRobot v3.0 dataset at `out` (a new or empty
-    directory). Returns `out`."""
+    directory). video_key: the RGB key, observation.images.CAMERA or CAMERA. The files are
+    written into a hidden sibling folder renamed to `out` at the end, so `out` never holds a
+    half-written dataset. Returns `out`."""
     from tqdm import tqdm
 
     # 1. check inputs: everything the files depend on is fixed before anything is written
@@ -158,9 +162,12 @@ def export_lerobot(ref: str, out: str | os.PathLike, *, camera: str | None = Non
         raise InvalidArgument.for_field("out", f"{out} exists and is not an empty directory")
     uri, episode_id = parse_dataset_ref(ref)
     dataset = open_dataset(uri, config=config)
-    plan = _plan(dataset, episode_id, camera, list(extras or []), fps)
+    plan = _plan(dataset, episode_id, video_key, list(extras or []), fps)
     # 2. episodes -> data rows, video frames, per-episode stats
     os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its configuration to stderr unless told
+    final, out = out, out.parent / f".{out.name}.partial"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(out, ignore_errors=True)  # what an interrupted export left
     videos = {key: _Video(key, out, Fraction(plan.fps).limit_denominator(1001)) for key in plan.video_keys()}
     data = _DataWriter(out, plan)
     episodes, stats = [], []
@@ -201,10 +208,13 @@ def export_lerobot(ref: str, out: str | os.PathLike, *, camera: str | None = Non
             "fps": _fps_json(plan.fps), "splits": {"train": f"0:{len(episodes)}"},
             "data_path": DATA_PATH, "video_path": VIDEO_PATH, "features": features}
     (out / "meta" / "info.json").write_text(json.dumps(info, indent=4))
-    return out
+    if final.exists():
+        final.rmdir()  # checked empty above
+    out.rename(final)
+    return final
 
 
-def _plan(dataset, episode_id: str | None, camera: str | None, extras: list[str], fps: float | None) -> _Plan:
+def _plan(dataset, episode_id: str | None, video_key: str | None, extras: list[str], fps: float | None) -> _Plan:
     ids = dataset.episode_ids if episode_id is None else [episode_id]
     if episode_id is not None and episode_id not in dataset:
         raise InvalidArgument.for_field("episode", f"{episode_id!r} is not a complete episode of {dataset.uri}")
@@ -237,7 +247,7 @@ def _plan(dataset, episode_id: str | None, camera: str | None, extras: list[str]
         lacking = [m.episode_id for m in metas if "depth" not in m.arrays]
         if lacking:
             raise InvalidArgument.for_field("--extras", f"depth: {lacking[0]} has no depth (imports carry none)")
-    key = camera or _camera_key(first)
+    key = video_key or _camera_key(first)
     if not key.startswith("observation.images."):
         key = f"observation.images.{key}"
     tasks: dict[str, int] = {}

@@ -140,7 +140,7 @@ def parse_spec(text: str | None) -> dict | None:
     if text is None or not text.strip():
         return None
     path = Path(text)
-    if text.endswith(".json") or path.is_file():
+    if text.endswith(".json") or ("=" not in text and _is_file(path)):
         try:
             doc = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as exc:
@@ -162,6 +162,13 @@ def parse_spec(text: str | None) -> dict | None:
     if not columns:
         raise InvalidArgument.for_field(FIELD, "the map is empty")
     return {"columns": columns}
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:  # a name too long for the filesystem is not a file
+        return False
 
 
 def _parse_target(value) -> dict:
@@ -190,11 +197,18 @@ def _checked(target: dict) -> dict:
 
 def _column(ref: str, features: dict, state_key: str) -> Column:
     """COLUMN -> Column: a name or index of the state feature, or FEATURE[NAME|INDEX]."""
+    state = features.get(state_key)
     match = _COLUMN.match(ref)
-    feature_key, key = (match["feature"], match["key"]) if match and match["feature"] in features else (state_key, ref)
-    if match and match["feature"] not in features and ref not in (feature_names(features[state_key]) or []):
+    if match and match["feature"] in features:
+        feature_key, key = match["feature"], match["key"]
+    elif match and ref not in (feature_names(state or {}) or []):  # a name may hold brackets
         raise InvalidArgument.for_field(FIELD, f"column {ref!r}: {match['feature']!r} is not a feature of this "
                                         f"dataset ({sorted(features)})")
+    elif state is None:
+        raise InvalidArgument.for_field(FIELD, f"column {ref!r}: the dataset has no {state_key!r}; write "
+                                        f"FEATURE[COLUMN] (features: {sorted(features)})")
+    else:
+        feature_key, key = state_key, ref
     feature = features[feature_key]
     names, width = feature_names(feature), feature_width(feature)
     if names is not None and key in names:
@@ -203,9 +217,8 @@ def _column(ref: str, features: dict, state_key: str) -> Column:
         index = int(key)
         if not 0 <= index < width:
             raise InvalidArgument.for_field(FIELD, f"column {ref!r} is outside {feature_key} (width {width})")
-        label = names[index] if names else str(index)
-        return Column(feature_key, index, ref if match else label)
-    known = f"its names are {names}" if names else "it has no column names: use indices 0.." + str(width - 1)
+        return Column(feature_key, index, ref if match else (names[index] if names else str(index)))
+    known = f"its names are {names}" if names else f"it has no column names: use indices 0..{width - 1}"
     raise InvalidArgument.for_field(FIELD, f"column {key!r} is not in {feature_key} ({known})")
 
 
@@ -221,10 +234,11 @@ def resolve(spec: dict | None, *, features: dict, state_key: str, robot, kind: s
     --state-kind or --state-key."""
     if kind not in KINDS:
         raise InvalidArgument.for_field("--state-kind", f"unknown kind {kind!r}; one of {list(KINDS)}")
-    if state_key not in features:
+    if state_key not in features and spec is None:
         raise InvalidArgument.for_field(
             "--state-key", f"the dataset has no joint states ({state_key!r} is not among its features {sorted(features)})")
-    feature = features[state_key]
+    # With a map, every column may come from other features (FEATURE[COLUMN]).
+    feature = features.get(state_key, {})
     names, width = feature_names(feature), feature_width(feature)
     if names is not None and len(names) != width:
         raise InvalidArgument.for_field("--state-key", f"{state_key} has shape {feature.get('shape')} but "
