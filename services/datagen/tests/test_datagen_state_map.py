@@ -204,6 +204,33 @@ def test_ik_failures_up_to_2_percent_are_listed_not_refused():
         _episode_joints(robot, mapping, {"observation.state": state}, 0)
 
 
+def test_ee_pose_in_a_world_frame_of_another_point(tmp_path):
+    """LIBERO-like: poses of a point 5 cm past panda_hand in a world where the base sits at
+    (-0.6, 0.1, 0.9) turned 90 deg; the JSON map's link, T_base_from_world and T_link_from_ee
+    bring them back to our base frame before IK."""
+    robot, _ = robot_and_renderer("panda")
+    hand = robot.link_names.index("panda_hand")
+    q = truth(1)[:, :8]
+    T_base_from_hand = forward_kinematics(robot, q)[:, hand]
+    T_world_from_base = np.array([[0, -1, 0, -0.6], [1, 0, 0, 0.1], [0, 0, 1, 0.9], [0, 0, 0, 1]], float)
+    T_hand_from_ee = np.eye(4)
+    T_hand_from_ee[2, 3] = 0.05
+    T_world_from_ee = T_world_from_base @ T_base_from_hand @ T_hand_from_ee
+    state = np.concatenate([T_world_from_ee[:, :3, 3], so3_log(T_world_from_ee[:, :3, :3]), q[:, 7:8]], axis=1)
+    (tmp_path / "map.json").write_text(json.dumps({
+        "columns": {str(i): r for i, r in enumerate(["x", "y", "z", "rx", "ry", "rz", "panda_finger_joint1"])},
+        "link": "panda_hand", "T_base_from_world": np.linalg.inv(T_world_from_base).tolist(),
+        "T_link_from_ee": T_hand_from_ee.tolist()}))
+    features = {"observation.state": {"dtype": "float32", "shape": [7], "names": None}}
+    mapping = resolve(parse_spec(str(tmp_path / "map.json")), features=features, state_key="observation.state",
+                      robot=robot, kind="ee_pose")
+    joints, ik = _episode_joints(robot, mapping, {"observation.state": state}, 1)
+    assert ik["failed_frames"] == [] and ik["link"] == "panda_hand"
+    T = forward_kinematics(robot, joints)[:, hand]
+    assert np.linalg.norm(T[:, :3, 3] - T_base_from_hand[:, :3, 3], axis=-1).max() < 1e-3
+    assert np.linalg.norm(so3_log(np.swapaxes(T_base_from_hand[:, :3, :3], -1, -2) @ T[:, :3, :3]), axis=-1).max() < 1e-3
+
+
 def test_parse_spec_inline_forms():
     spec = parse_spec("gripper=panda_finger_joint1*-0.04+0.04, 3=x*0.001, joint_0=panda_joint1-1e-3,a=y*2")
     assert spec["columns"] == {
