@@ -410,13 +410,37 @@ def test_dev_runs_one_of_everything(kustomization):
     assert not _kind(docs, "ScaledObject") and not _kind(docs, "HorizontalPodAutoscaler")
 
 
+# Images built from another target of a service's Dockerfile: image -> (service, target).
+TARGET_IMAGES = {"k4d/trainer-control": ("trainer", "control")}
+
+
 def test_every_image_is_built_from_a_service_dockerfile():
+    seen = set()
     for kustomization in WORKLOAD_RENDERS:
         for workload, pod in _pod_specs(_render(kustomization)):
             for container in pod["containers"]:
                 image = container["image"].split(":")[0]
                 assert image.startswith("k4d/"), workload
-                assert (REPO / "services" / image.removeprefix("k4d/") / "Dockerfile").is_file(), image
+                service, target = TARGET_IMAGES.get(image, (image.removeprefix("k4d/"), "runtime"))
+                dockerfile = REPO / "services" / service / "Dockerfile"
+                assert dockerfile.is_file(), image
+                assert re.search(rf"^FROM \S+ AS {target}$", dockerfile.read_text(), re.M), (image, target)
+                seen.add(image)
+    assert set(TARGET_IMAGES) <= seen, "a listed target image is no longer deployed"
+
+
+def test_trainer_control_plane_runs_its_own_image_and_trains_on_the_full_one():
+    """Base/prod: the control plane runs k4d/trainer-control (no torch) and launches runs
+    on k4d/trainer:gpu; the dev cluster, which trains in the trainer's pod, runs k4d/trainer."""
+    for kustomization, image, launcher in (("overlays/prod", "k4d/trainer-control", "kubernetes"),
+                                            ("overlays/dev", "k4d/trainer", "local")):
+        docs = _render(kustomization)
+        (trainer,) = [d for d in _kind(docs, "Deployment") if d["metadata"]["name"] == "trainer"]
+        (container,) = trainer["spec"]["template"]["spec"]["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert container["image"].split(":")[0] == image and env["K4D_TRAINER_LAUNCHER"] == launcher
+        if launcher == "kubernetes":
+            assert env["K4D_TRAINER_IMAGE"] == "k4d/trainer:gpu"
 
 
 def test_training_job_is_elastic_torchrun_on_gpus():

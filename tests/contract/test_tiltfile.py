@@ -117,8 +117,36 @@ def test_deploys_the_dev_overlay(tilt):
     assert (REPO / "infra/k8s/overlays/dev/kustomization.yaml").is_file()
 
 
-def test_every_service_has_an_image_build(tilt):
+BASE_DOCKERFILE = REPO / "infra" / "docker" / "base.Dockerfile"
+
+
+def _service_images(tilt) -> dict[str, dict]:
+    return {ref: b for ref, b in _images(tilt).items() if REPO / b["dockerfile"] != BASE_DOCKERFILE}
+
+
+def test_base_images_are_built_first_and_fed_to_every_service_build(tilt):
+    """One base (issue 19, item 8): Tilt builds infra/docker/base.Dockerfile's targets and
+    passes their refs as the BASE_IMAGE / BUILD_IMAGE arguments every service FROMs."""
     images = _images(tilt)
+    bases = {ref: b for ref, b in images.items() if REPO / b["dockerfile"] == BASE_DOCKERFILE}
+    text = BASE_DOCKERFILE.read_text()
+    for ref, build in bases.items():
+        assert build["context"] == "." and re.search(rf"^FROM \S+ AS {build['target']}$", text, re.M), ref
+        for path in build["only"]:
+            assert (REPO / path).exists(), f"{ref}: only={path} does not exist"
+        # No source of ours in a base: a code change must live-update, not rebuild all.
+        assert not [p for p in build["only"] if p.startswith(("libs/", "services/"))], ref
+    for ref, build in _service_images(tilt).items():
+        args = build["build_args"]
+        assert set(args) == {"BASE_IMAGE", "BUILD_IMAGE"} and set(args.values()) == set(bases), ref
+        assert {bases[args["BASE_IMAGE"]]["target"], bases[args["BUILD_IMAGE"]]["target"]} == {"base", "build"}
+        dockerfile = (REPO / build["dockerfile"]).read_text()
+        for arg in args:
+            assert re.search(rf"^ARG {arg}=", dockerfile, re.M) and f"FROM ${{{arg}}} AS" in dockerfile, (ref, arg)
+
+
+def test_every_service_has_an_image_build(tilt):
+    images = _service_images(tilt)
     # Building an image whose CMD cannot start would only show a crash loop in the Tilt UI.
     assert set(images) == {f"k4d/{name}" for name in _startable_services()}
     for ref, build in images.items():
@@ -135,9 +163,8 @@ def test_every_service_has_an_image_build(tilt):
 
 
 def test_live_update_syncs_existing_sources_into_the_image_venv(tilt):
-    dockerfile_python = re.search(r"python:(\d+\.\d+)-slim",
-                                  (REPO / "services/kinematics/Dockerfile").read_text()).group(1)
-    for ref, build in _images(tilt).items():
+    dockerfile_python = re.search(r"python:(\d+\.\d+)-slim", BASE_DOCKERFILE.read_text()).group(1)
+    for ref, build in _service_images(tilt).items():
         steps = build["live_update"]
         assert steps[0]["step"] == "fall_back_on", "fall_back_on must come first"
         for path in steps[0]["args"][0]:
