@@ -37,6 +37,14 @@ from k4d_model.conditions import (
     first_frame_mask,
     uniform_pointmap,
 )
+from k4d_model.fidelity import (
+    FIRST_FRAME_GIVEN,
+    ROBOT_POINTMAP_KINEMATICS,
+    FidelityOptions,
+    anchor_first_latent,
+    change_mask,
+    compose_relative,
+)
 from k4d_model.memory import ensure_fits, estimate
 from k4d_model.results import GenerationResult, RobotCondition, check_robot
 
@@ -216,8 +224,8 @@ class Kinema4DPipeline:
     # ------------------------------------------------------------ 7. decoding
 
     @torch.no_grad()
-    def decode(self, latents: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-        """(1, 16, F, h, 2w) -> rgb (T, H, W, 3) uint8, pointmap (T, H, W, 3) in [-1, 1]."""
+    def decode_float(self, latents: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        """(1, 16, F, h, 2w) -> rgb, pointmap (T, H, W, 3) float32 in [-1, 1]."""
         half = latents.shape[-1] // 2
         latents = torch.cat([latents[..., :half],
                              latents[..., half:] * POINTMAP_LATENT_STD + POINTMAP_LATENT_MEAN],
@@ -234,8 +242,61 @@ class Kinema4DPipeline:
             video = self.vae.decode(latents).sample.float()[0]  # 3, T, H, 2W
         video = video.clamp(-1.0, 1.0).permute(1, 2, 3, 0).cpu().numpy()
         width = video.shape[2] // 2
-        rgb = np.round((video[:, :, :width] / 2.0 + 0.5) * 255.0).astype(np.uint8)
-        return rgb, video[:, :, width:].astype(np.float32)
+        return video[:, :, :width].astype(np.float32), video[:, :, width:].astype(np.float32)
+
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        """(1, 16, F, h, 2w) -> rgb (T, H, W, 3) uint8, pointmap (T, H, W, 3) in [-1, 1]."""
+        rgb, pointmap = self.decode_float(latents)
+        return _to_uint8(rgb), pointmap
+
+    @torch.no_grad()
+    def static_reconstruction(self, image: np.ndarray) -> np.ndarray:
+        """(T, H, W, 3) float32 in [-1, 1]: what the VAE gives back for the static clip of
+        `image` (nothing moves): the reference of relative decoding for RGB."""
+        frames = self.info.num_frames
+        rgb = torch.from_numpy(np.array(image)).float().div(127.5).sub(1.0)
+        clip = rgb.permute(2, 0, 1)[None, :, None].expand(1, 3, frames, *rgb.shape[:2])
+        latents = self.encode_video(clip.contiguous())
+        latents = (latents * self._vae_std() + self._vae_mean()).to(self.vae.dtype)
+        video = self.vae.decode(latents).sample.float()[0].clamp(-1.0, 1.0)
+        return video.permute(1, 2, 3, 0).cpu().numpy().astype(np.float32)
+
+    @torch.no_grad()
+    def clean_first_latent(self, image: np.ndarray) -> torch.Tensor:
+        """(1, 16, 1, h, w): the normalised latent of the input image alone (latent frame 0
+        of a causal VAE encodes pixel frame 0 alone)."""
+        rgb = torch.from_numpy(np.array(image)).float().div(127.5).sub(1.0)
+        return self.encode_video(rgb.permute(2, 0, 1)[None, :, None].contiguous())
+
+    def finish_output(self, image: np.ndarray, robot: RobotCondition, rgb: np.ndarray,
+                      pointmap: np.ndarray, norm: PointmapNormalization,
+                      initial_pointmap: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """Decoded rgb / pointmap ([-1, 1] floats) -> uint8 RGB and metric pointmap under the
+        model's fidelity options (k4d_model.fidelity)."""
+        opts = FidelityOptions.from_extra(self.info.extra)
+        points = norm.denormalise(pointmap)
+        if opts.relative:
+            generated = (rgb + 1.0) * 127.5
+            reference = (self.static_reconstruction(image) + 1.0) * 127.5
+            first_points = initial_pointmap if initial_pointmap is not None else points[0]
+            mask = None
+            if opts.change_threshold > 0:
+                mask = change_mask(generated - reference, points[..., 2] - points[:1, ..., 2],
+                                   robot.mask, opts)
+            rgb_out = compose_relative(image.astype(np.float32), generated, reference, mask)
+            rgb_out = np.round(np.clip(rgb_out, 0.0, 255.0)).astype(np.uint8)
+            points = compose_relative(first_points.astype(np.float32), points, points[:1],
+                                      mask).astype(np.float32)
+        else:
+            rgb_out = _to_uint8(rgb)
+        if opts.robot_pointmap == ROBOT_POINTMAP_KINEMATICS:
+            points = np.where(robot.mask[..., None], robot.pointmap, points).astype(np.float32)
+        if opts.first_frame == FIRST_FRAME_GIVEN:  # observations win over what is derived
+            rgb_out[0] = image
+            if initial_pointmap is not None:
+                points[0] = initial_pointmap
+        return rgb_out, points
 
     # ------------------------------------------------------------ the call
 
@@ -246,8 +307,13 @@ class Kinema4DPipeline:
                  shift: float | None = None,
                  pointmap_normalization: PointmapNormalization | None = None,
                  callback: ProgressCallback | None = None,
-                 should_cancel: CancelCheck | None = None) -> GenerationResult:
-        """Sample one rollout. See the module docstring for the steps and guidance modes."""
+                 should_cancel: CancelCheck | None = None,
+                 initial_pointmap: np.ndarray | None = None) -> GenerationResult:
+        """Sample one rollout. See the module docstring for the steps and guidance modes.
+
+        initial_pointmap: optional (H, W, 3) float32 metres, camera frame: the scene's points
+        in the first frame (an RGB-D observation). The model does not see it; the output
+        keeps it where nothing changes (k4d_model.fidelity, relative decoding)."""
         started = time.perf_counter()
         robot = RobotCondition(robot_rgb, robot_pointmap, robot_mask)
         num_steps = self.info.num_inference_steps if num_steps is None else int(num_steps)
@@ -255,6 +321,8 @@ class Kinema4DPipeline:
         # 1. check inputs
         self.check_inputs(image, robot, num_steps, guidance, guidance_mode, scheduler, negative,
                           shift)
+        _check_initial_pointmap(initial_pointmap, image.shape[:2])
+        opts = FidelityOptions.from_extra(self.info.extra)
         norm = pointmap_normalization or PointmapNormalization.from_points(robot_pointmap,
                                                                            robot_mask)
         # 2.-4. conditioning
@@ -272,18 +340,25 @@ class Kinema4DPipeline:
         # 6. denoise
         sampler = self.make_scheduler(scheduler, shift)
         sampler.set_timesteps(num_steps, device=self.device)
+        anchor = None
+        if opts.latent_anchor:
+            half = latents.shape[-1] // 2
+            anchor = (self.clean_first_latent(image), latents[:, :, :1, :, :half].clone())
+            latents = anchor_first_latent(latents, *anchor, float(sampler.sigmas[0]))
         for step, t in enumerate(sampler.timesteps):
             if should_cancel is not None and should_cancel():
                 raise Cancelled(f"generation cancelled after {step} of {num_steps} steps")
             velocity = self._denoise_step(latents, condition, t, image_embeds, arm_cond, plan)
             latents = sampler.step(velocity.to(latents.device), t, latents,
                                    return_dict=False)[0]
+            if anchor is not None:
+                latents = anchor_first_latent(latents, *anchor, float(sampler.sigmas[step + 1]))
             if callback is not None:
                 callback(step + 1, num_steps)
         denoised = time.perf_counter()
         # 7. decode and de-normalise
-        rgb, pointmap_normalised = self.decode(latents)
-        pointmap = norm.denormalise(pointmap_normalised)
+        rgb, pointmap = self.finish_output(image, robot, *self.decode_float(latents), norm,
+                                           initial_pointmap)
         metadata = {
             "generator": "kinema4d", "model": self.info.to_dict(), "model_id": self.model_id,
             "backend": self.backend.describe(), "seed": int(seed), "num_steps": num_steps,
@@ -291,6 +366,7 @@ class Kinema4DPipeline:
                 "flow_shift", sampler.config.get("shift", 0.0))),
             "guidance": {k: v for k, v in plan.items() if not isinstance(v, torch.Tensor)},
             "pointmap_units": "metres", "pointmap_normalization": norm.to_dict(),
+            "fidelity": opts.to_dict(), "initial_pointmap": initial_pointmap is not None,
             "fps": self.info.fps,
             "timings_s": {"conditioning": conditioned - started,
                           "denoising": denoised - conditioned,
@@ -304,6 +380,21 @@ class Kinema4DPipeline:
         est = estimate(self.components.transformer.config, self.vae.config, self.info.num_frames,
                        self.info.height, self.info.width, batch, size, str(self.device))
         ensure_fits(est)
+
+
+def _check_initial_pointmap(points: np.ndarray | None, size: tuple[int, int]) -> None:
+    if points is None:
+        return
+    if not (isinstance(points, np.ndarray) and points.shape == (*size, 3)):
+        raise InvalidArgument.for_field("initial_pointmap", f"must be an ({size[0]}, {size[1]}, "
+                                                            "3) array of metres")
+    if not np.isfinite(points).all():
+        raise InvalidArgument.for_field("initial_pointmap", "contains NaN or inf")
+
+
+def _to_uint8(video: np.ndarray) -> np.ndarray:
+    """[-1, 1] floats -> uint8 levels."""
+    return np.round((video / 2.0 + 0.5) * 255.0).astype(np.uint8)
 
 
 def _to_video(frames: np.ndarray) -> torch.Tensor:

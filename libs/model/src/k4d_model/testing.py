@@ -6,6 +6,11 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 
+import numpy as np
+import torch
+
+from k4d_model.results import RobotCondition
+
 
 def tiny_model_factory() -> Callable[[str], tuple]:
     """-> make(variant="act") giving (components, lora) deep copies of the tiny model built
@@ -23,3 +28,32 @@ def tiny_model_factory() -> Callable[[str], tuple]:
         return copy.deepcopy(components), copy.deepcopy(lora)
 
     return make
+
+
+def sliding_box_robot(num_frames=5, height=32, width=48, seed=0):
+    """A box sliding right over a black frame; pointmap ~0.8 m in front of the camera."""
+    rng = np.random.default_rng(seed)
+    mask = np.zeros((num_frames, height, width), bool)
+    for t in range(num_frames):
+        mask[t, 8:20, 6 + 3 * t: 20 + 3 * t] = True
+    rgb = np.where(mask[..., None], rng.integers(60, 255, (num_frames, height, width, 3)), 0)
+    points = np.where(mask[..., None], rng.uniform(0.7, 0.9, (num_frames, height, width, 3)), 0)
+    image = rng.integers(0, 255, size=(height, width, 3), dtype=np.uint8)
+    return image, RobotCondition(rgb.astype(np.uint8), points.astype(np.float32), mask)
+
+
+class CallableDenoiser:
+    """The transformer's forward, as a plain callable: what a backend has to be."""
+
+    def __init__(self, transformer):
+        self.model = transformer
+        self.calls = 0
+
+    @torch.no_grad()
+    def __call__(self, hidden_states, timestep, image_embeds, arm_cond, arm_latent_gain):
+        self.calls += 1
+        return self.model(hidden_states, timestep, image_embeds, arm_cond, arm_latent_gain,
+                          return_dict=False)[0].float()
+
+    def describe(self) -> dict:
+        return {"backend": "callable"}

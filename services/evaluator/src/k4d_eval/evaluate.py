@@ -292,6 +292,7 @@ def metric_values(groups: Mapping[str, FrameStats], psnr_max_db: float = video.P
     values: dict[str, np.ndarray] = {}
     if "psnr" in groups:
         values["psnr"] = video._psnr_compute(groups["psnr"], max_db=psnr_max_db)
+        values["mse"] = video.mse_compute(groups["psnr"])
     if "ssim" in groups:
         values["ssim"] = video._ssim_compute(groups["ssim"])
     for s in SPACES:

@@ -7,7 +7,14 @@
   moving_object  synthetic episodes: where the ground truth differs from frame 0 outside
                  the robot; with object_ids, the pixels of objects that moved, where they
                  are and where they started (object_poses decide which moved, else their
-                 pixels changing)
+                 pixels changing). It holds the frames before they move too, where copying
+                 the input is exact.
+  changed        frame t's pixels outside the robot (in frame t and in frame 0) whose ground
+                 truth differs from frame 0: any RGB channel by more than RGB_CHANGE levels
+                 or depth by more than DEPTH_CHANGE_M (where both depths are valid). What a
+                 model has to generate; copying the input is wrong here by definition.
+  static         the other pixels outside the robot (in frame t and in frame 0): where the
+                 right answer is the input itself.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import numpy as np
 
 from k4d_eval.clip import Clip
 
-REGIONS = ("whole", "robot", "environment", "moving_object")
+REGIONS = ("whole", "robot", "environment", "moving_object", "changed", "static")
 MOVED_M = 0.005          # an object moved when its position changed by more than 5 mm
 MOVED_RAD = np.deg2rad(2.0)  # ... or its orientation by more than 2 degrees
 RGB_CHANGE = 25          # without object ids: a pixel changed by more than this (0-255)
@@ -36,7 +43,22 @@ def build_regions(gt: Clip, condition_robot_mask: np.ndarray | None = None,
         regions["environment"] = ~robot
     if synthetic or gt.object_ids is not None:
         regions["moving_object"] = moving_object_region(gt, robot)
+    if robot is not None:
+        outside = ~robot & ~robot[:1]
+        changed = changed_from_first(gt) & outside
+        regions["changed"] = changed
+        regions["static"] = outside & ~changed
     return regions
+
+
+def changed_from_first(gt: Clip) -> np.ndarray:
+    """(T, H, W) bool: ground truth differs from frame 0 by more than RGB_CHANGE levels in
+    any channel or DEPTH_CHANGE_M of depth (where both depths are valid)."""
+    diff = np.abs(gt.rgb.astype(np.int16) - gt.rgb[:1].astype(np.int16)).max(axis=-1) > RGB_CHANGE
+    if gt.depth is not None:
+        both = (gt.depth > 0) & (gt.depth[:1] > 0)
+        diff |= both & (np.abs(gt.depth - gt.depth[:1]) > DEPTH_CHANGE_M)
+    return diff
 
 
 def moved_objects(object_poses: np.ndarray) -> list[int]:
@@ -63,10 +85,7 @@ def moving_object_region(gt: Clip, robot: np.ndarray | None) -> np.ndarray:
         if not moving:
             return np.zeros(ids.shape, dtype=bool)
         return (np.isin(ids, moving) | np.isin(ids[:1], moving)) & not_robot
-    diff = np.abs(gt.rgb.astype(np.int16) - gt.rgb[:1].astype(np.int16)).max(axis=-1) > RGB_CHANGE
-    if gt.depth is not None:
-        both = (gt.depth > 0) & (gt.depth[:1] > 0)
-        diff |= both & (np.abs(gt.depth - gt.depth[:1]) > DEPTH_CHANGE_M)
+    diff = changed_from_first(gt)
     if robot is not None:
         not_robot = not_robot & ~robot[:1]
     return diff & not_robot

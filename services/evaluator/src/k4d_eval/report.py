@@ -66,6 +66,16 @@ def _per_frame_mean(results: list[EpisodeResult], region: str, psnr_max_db: floa
     return out
 
 
+def first_frame(results: list[EpisodeResult], psnr_max_db: float) -> dict:
+    """Frame 0 against the ground truth's frame 0, which is the image the model was given:
+    whole-frame PSNR, mean and worst over episodes (a model should give it back)."""
+    values = [metric_values(r.stats["whole"], psnr_max_db)["psnr"][0] for r in results
+              if "whole" in r.stats and "psnr" in r.stats["whole"] and r.frames > 0]
+    values = [float(v) for v in values if np.isfinite(v)]
+    return {"psnr_mean": float(np.mean(values)) if values else None,
+            "psnr_min": float(np.min(values)) if values else None, "episodes": len(values)}
+
+
 def section(results: list[EpisodeResult], psnr_max_db: float) -> dict:
     """metrics (whole frame), regions, per_frame and episodes of one method."""
     merged = merge(results)
@@ -76,6 +86,7 @@ def section(results: list[EpisodeResult], psnr_max_db: float) -> dict:
                for region, groups in merged.items()}
     return {
         "metrics": dict(regions.get("whole", {})),
+        "first_frame": first_frame(results, psnr_max_db),
         "regions": regions,
         "per_frame": _per_frame_mean(results, "whole", psnr_max_db),
         "per_frame_regions": {r: _per_frame_mean(results, r, psnr_max_db)
@@ -139,6 +150,8 @@ def _fmt(value, key: str) -> str:
         return "-"
     if key.startswith("psnr") or key in ("fid", "fvd"):
         return f"{value:.2f}"
+    if key == "mse":
+        return f"{value:.1f}"
     return f"{value:.4f}"
 
 
@@ -174,13 +187,18 @@ def summary_markdown(report: Mapping) -> str:
     lines += _table("Geometry, Kinema4D normalisation (comparable with the paper)",
                     GEOMETRY_COLUMNS, rows + paper, "_k4d")
     lines += _table("Geometry, metres", GEOMETRY_COLUMNS, rows, "")
-    region_cols = (("PSNR", "psnr"), ("SSIM", "ssim"), ("CD-L1 m", "chamfer_l1"),
+    region_cols = (("PSNR", "psnr"), ("MSE", "mse"), ("SSIM", "ssim"), ("CD-L1 m", "chamfer_l1"),
                    ("CD-L2 m", "chamfer_l2"), ("F-score m", "fscore"),
                    ("CD-L1 k4d", "chamfer_l1_k4d"), ("AbsRel", "depth_absrel"))
     for name, sec in [(report.get("method", "model"), report)] + (
             [("static-world", report["baseline"])] if report.get("baseline") else []):
         region_rows = [(region, values) for region, values in sec["regions"].items()]
         lines += _table(f"Regions: {name}", region_cols, region_rows, first="region")
+        first = sec.get("first_frame") or {}
+        if first.get("psnr_mean") is not None:
+            lines += [f"Frame 0 (the given image) against the input: PSNR {first['psnr_mean']:.2f}"
+                      f" dB mean, {first['psnr_min']:.2f} dB worst, over {first['episodes']} "
+                      "episode(s).", ""]
     if report.get("policy"):
         policy = report["policy"]
         lines += ["### Policy evaluation agreement", ""]

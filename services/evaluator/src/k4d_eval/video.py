@@ -61,6 +61,11 @@ def _psnr_compute(stats: FrameStats, data_range: float = DATA_RANGE,
     return np.where(np.isnan(mse), np.nan, np.minimum(db, max_db))
 
 
+def mse_compute(stats: FrameStats) -> np.ndarray:
+    """(T,) mean squared error per value (levels squared); NaN where the region is empty."""
+    return safe_ratio(stats["sse"], stats["n"])
+
+
 def ssim_map(pred_frame: np.ndarray, gt_frame: np.ndarray,
              data_range: float = DATA_RANGE) -> np.ndarray:
     """(H, W, C) images -> (H, W) float64 SSIM map averaged over channels. Filters each

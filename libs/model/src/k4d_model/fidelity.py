@@ -1,0 +1,111 @@
+"""Output options that keep what the model was given: the first frame is an observation,
+and where nothing changes the output is the input, not a VAE reconstruction of it.
+
+Each option is a per-model setting in `k4d_model.json` under `extra` (the official
+checkpoints have none of these keys and sample exactly as before):
+
+  first_frame        "given": frame 0 of the output is the input image (and the input
+                     pointmap when one is given), not the decoder's reconstruction of it.
+  latent_anchor      true: the RGB half of latent frame 0 is held at the clean encoding of
+                     the input image through sampling (noised to each step's sigma), as
+                     image-to-video models keep their conditioning frame.
+  decode             "relative": frame t = x_0 + D(z)_t - R_t, where R_t is the decoder's
+                     output for a world in which nothing changed (RGB: the decode of the
+                     encoded static clip of the input image; pointmap: the model's own frame
+                     0, which it had to guess when no pointmap was given). VAE error then
+                     cancels where the scene is the same as in frame 0.
+  change_threshold   with "relative": a pixel keeps x_0 exactly unless its decoded change
+                     exceeds this many RGB levels (0-255) or `change_depth_m` metres of depth,
+                     or the robot covers it now or in frame 0; the mask is grown by
+                     `change_dilate` pixels so the edges of a moving object stay generated.
+  robot_pointmap     "kinematics": the robot's pixels take the robot condition's points,
+                     which kinematics gives exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+FIRST_FRAME_GIVEN = "given"
+DECODE_RELATIVE = "relative"
+ROBOT_POINTMAP_KINEMATICS = "kinematics"
+
+
+@dataclass(frozen=True)
+class FidelityOptions:
+    """The `k4d_model.json` `extra` keys above, with their meaning when absent."""
+
+    first_frame: str = ""
+    latent_anchor: bool = False
+    decode: str = ""
+    change_threshold: float = 0.0
+    change_depth_m: float = 0.02
+    change_dilate: int = 1
+    robot_pointmap: str = ""
+
+    @classmethod
+    def from_extra(cls, extra: dict[str, Any] | None) -> FidelityOptions:
+        extra = extra or {}
+        return cls(first_frame=str(extra.get("first_frame", "")),
+                   latent_anchor=bool(extra.get("latent_anchor", False)),
+                   decode=str(extra.get("decode", "")),
+                   change_threshold=float(extra.get("change_threshold", 0.0)),
+                   change_depth_m=float(extra.get("change_depth_m", 0.02)),
+                   change_dilate=int(extra.get("change_dilate", 1)),
+                   robot_pointmap=str(extra.get("robot_pointmap", "")))
+
+    @property
+    def relative(self) -> bool:
+        return self.decode == DECODE_RELATIVE
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"first_frame": self.first_frame, "latent_anchor": self.latent_anchor,
+                "decode": self.decode, "change_threshold": self.change_threshold,
+                "change_depth_m": self.change_depth_m, "change_dilate": self.change_dilate,
+                "robot_pointmap": self.robot_pointmap}
+
+
+def anchor_first_latent(latents: torch.Tensor, clean_first: torch.Tensor, noise: torch.Tensor,
+                        sigma: float) -> torch.Tensor:
+    """Latents with the RGB half of latent frame 0 replaced by the clean first-frame latent
+    noised to `sigma` (flow matching: x_sigma = (1 - sigma) x_0 + sigma noise)."""
+    half = latents.shape[-1] // 2
+    out = latents.clone()
+    out[:, :, :1, :, :half] = (1.0 - sigma) * clean_first + sigma * noise
+    return out
+
+
+def change_mask(rgb_delta: np.ndarray, depth_delta_m: np.ndarray | None,
+                robot_mask: np.ndarray, options: FidelityOptions) -> np.ndarray:
+    """(T, H, W) bool: where the output shows generated change rather than the input.
+
+    rgb_delta: (T, H, W, 3) decoded change in levels (0-255 scale); depth_delta_m: (T, H, W)
+    or None; robot_mask: (T, H, W) the robot condition (its pixels now and in frame 0 are
+    always generated: the robot moves there, or uncovers what it hid)."""
+    changed = np.abs(rgb_delta).max(axis=-1) > options.change_threshold
+    if depth_delta_m is not None:
+        changed |= np.abs(depth_delta_m) > options.change_depth_m
+    changed |= robot_mask | robot_mask[:1]
+    if options.change_dilate > 0:
+        k = 2 * options.change_dilate + 1
+        grown = F.max_pool2d(torch.from_numpy(changed.astype(np.float32))[:, None], k, stride=1,
+                             padding=options.change_dilate)
+        changed = grown[:, 0].numpy() > 0.5
+    changed[0] = False  # frame 0 is the observation
+    return changed
+
+
+def compose_relative(first: np.ndarray, generated: np.ndarray, reference: np.ndarray,
+                     mask: np.ndarray | None) -> np.ndarray:
+    """x_t = x_0 + (generated_t - reference_t), and x_0 itself outside `mask` (T, H, W).
+
+    first (H, W, C); generated, reference (T, H, W, C) in the units of `first`."""
+    out = first[None] + (generated - reference)
+    if mask is not None:
+        out = np.where(mask[..., None], out, first[None])
+    return out

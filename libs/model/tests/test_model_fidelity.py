@@ -1,0 +1,117 @@
+"""Fidelity options (k4d_model.fidelity): the given frame comes back, unchanged pixels keep the
+input exactly, the robot's points come from kinematics; models without the options sample as
+before."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from k4d.errors import InvalidArgument
+from k4d_model.fidelity import (
+    FidelityOptions,
+    anchor_first_latent,
+    change_mask,
+    compose_relative,
+)
+from k4d_model.pipeline import Kinema4DPipeline
+from k4d_model.testing import CallableDenoiser as Denoiser
+from k4d_model.testing import sliding_box_robot as _robot
+
+ALL_ON = {"first_frame": "given", "latent_anchor": True, "decode": "relative",
+          "change_threshold": 12.0, "change_depth_m": 0.02, "change_dilate": 1,
+          "robot_pointmap": "kinematics"}
+
+
+def _pipe(make_tiny, extra):
+    components = make_tiny("act")[0]
+    components.info.extra = dict(extra)
+    return Kinema4DPipeline(components, backend=Denoiser(components.transformer))
+
+
+def test_options_read_from_extra_and_default_to_off():
+    off = FidelityOptions.from_extra({})
+    assert not off.relative and not off.latent_anchor and off.first_frame == ""
+    on = FidelityOptions.from_extra(ALL_ON)
+    assert on.relative and on.latent_anchor and on.change_threshold == 12.0
+    assert on.to_dict()["robot_pointmap"] == "kinematics"
+
+
+def test_compose_relative_keeps_the_input_outside_the_mask():
+    first = np.full((4, 5, 3), 100.0, np.float32)
+    generated = np.full((3, 4, 5, 3), 60.0, np.float32)
+    reference = np.full((3, 4, 5, 3), 50.0, np.float32)
+    mask = np.zeros((3, 4, 5), bool)
+    mask[1, 2, 3] = True
+    out = compose_relative(first, generated, reference, mask)
+    assert out[1, 2, 3, 0] == 110.0  # input + (generated - reference)
+    assert np.all(out[~mask] == 100.0)
+    assert np.all(compose_relative(first, generated, reference, None) == 110.0)
+
+
+def test_change_mask_covers_change_robot_and_grows():
+    T, H, W = 3, 10, 10
+    delta = np.zeros((T, H, W, 3), np.float32)
+    delta[2, 5, 5, 1] = 40.0   # a changed pixel
+    delta[2, 0, 0, 0] = 5.0    # below the threshold: noise
+    robot = np.zeros((T, H, W), bool)
+    robot[0, 8, 8] = True      # the robot was here in frame 0: uncovered later
+    opts = FidelityOptions.from_extra(ALL_ON)
+    mask = change_mask(delta, None, robot, opts)
+    assert not mask[0].any()              # frame 0 is the observation
+    assert mask[2, 5, 5] and mask[2, 4, 6]  # grown by one pixel
+    assert not mask[2, 0, 0]
+    assert mask[1, 8, 8] and mask[2, 8, 8]
+    depth = np.zeros((T, H, W), np.float32)
+    depth[1, 2, 2] = 0.05
+    assert change_mask(delta, depth, robot, opts)[1, 2, 2]
+
+
+def test_anchor_noises_the_clean_latent_to_sigma():
+    latents = torch.zeros(1, 2, 3, 2, 4)
+    clean, noise = torch.ones(1, 2, 1, 2, 2), torch.full((1, 2, 1, 2, 2), 3.0)
+    out = anchor_first_latent(latents, clean, noise, 0.25)
+    assert torch.allclose(out[:, :, 0, :, :2], torch.full((1, 2, 2, 2), 0.75 + 0.75))
+    assert torch.all(out[:, :, 1:] == 0) and torch.all(out[:, :, :, :, 2:] == 0)
+
+
+def test_given_frame_comes_back_and_unchanged_pixels_are_the_input(make_tiny):
+    image, robot = _robot()
+    initial = np.full((32, 48, 3), 0.0, np.float32)
+    initial[..., 2] = 1.5
+    pipe = _pipe(make_tiny, {**ALL_ON, "change_threshold": 250.0, "change_depth_m": 100.0})
+    out = pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=2,
+               initial_pointmap=initial)
+    assert np.array_equal(out.rgb[0], image)
+    assert np.array_equal(out.pointmap[0], initial)
+    # With thresholds nothing reaches, only the robot's pixels (now or in frame 0) change.
+    grown = change_mask(np.zeros((*robot.mask.shape, 3), np.float32), None, robot.mask,
+                        FidelityOptions.from_extra(ALL_ON))
+    assert np.all(out.rgb[~grown] == np.broadcast_to(image, out.rgb.shape)[~grown])
+    later = robot.mask.copy()
+    later[0] = False  # frame 0 is the observation, robot included
+    assert np.array_equal(out.pointmap[later], robot.pointmap[later])
+    assert out.metadata["fidelity"]["decode"] == "relative"
+    assert out.metadata["initial_pointmap"] is True
+
+
+def test_without_options_the_output_is_the_decoders(make_tiny):
+    image, robot = _robot()
+    plain = _pipe(make_tiny, {})
+    out = plain(image, robot.rgb, robot.pointmap, robot.mask, num_steps=2, seed=1)
+    latents_rgb, latents_pm = None, None  # the decoder's output: frame 0 is not the input
+    assert not np.array_equal(out.rgb[0], image)
+    assert out.metadata["fidelity"]["decode"] == "" and latents_rgb is latents_pm
+
+
+def test_bad_initial_pointmap_is_invalid_argument(make_tiny):
+    image, robot = _robot()
+    pipe = _pipe(make_tiny, ALL_ON)
+    with pytest.raises(InvalidArgument) as exc:
+        pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1,
+             initial_pointmap=np.zeros((5, 5, 3), np.float32))
+    assert exc.value.violations[0].field == "initial_pointmap"
+    bad = np.zeros((32, 48, 3), np.float32)
+    bad[0, 0, 0] = np.nan
+    with pytest.raises(InvalidArgument):
+        pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1, initial_pointmap=bad)

@@ -1,0 +1,52 @@
+"""The changed / static regions (issue 21) and the first-frame figure of a report."""
+
+from __future__ import annotations
+
+import numpy as np
+from k4d_eval.clip import Clip
+from k4d_eval.evaluate import Settings, evaluate_clips
+from k4d_eval.regions import build_regions
+from k4d_eval.report import build_report
+
+
+def _scene(T=4, H=12, W=16):
+    """Grey scene at 1 m; a red block moves right from frame 2; the robot covers the left
+    columns in frame 0 only."""
+    rgb = np.full((T, H, W, 3), 90, np.uint8)
+    depth = np.ones((T, H, W), np.float32)
+    for t in range(T):
+        x = 8 + (2 if t >= 2 else 0)
+        rgb[t, 4:7, x:x + 3] = (200, 20, 20)
+        depth[t, 4:7, x:x + 3] = 0.9
+    robot = np.zeros((T, H, W), bool)
+    robot[0, :, :2] = True
+    robot[3, :, 14:] = True
+    v, u = np.mgrid[0:H, 0:W].astype(np.float32)
+    pointmap = np.stack([(u - 7.5) / 20 * depth, (v - 5.5) / 20 * depth, depth], -1)
+    return Clip(rgb=rgb, pointmap=pointmap.astype(np.float32), valid=depth > 0, depth=depth,
+                robot_mask=robot)
+
+
+def test_changed_is_where_ground_truth_left_frame_0_outside_the_robot():
+    gt = _scene()
+    regions = build_regions(gt)
+    changed, static = regions["changed"], regions["static"]
+    assert not changed[:2].any()                      # nothing moved yet
+    assert changed[2, 5, 8] and changed[2, 5, 12]     # where it was and where it is now
+    assert not changed[2, 5, 10]                      # red both times
+    assert not (changed | static)[:, :, :2].any()     # robot in frame 0: neither region
+    assert not (changed | static)[3, :, 14:].any()    # robot now: neither region
+    outside = ~gt.robot_mask & ~gt.robot_mask[:1]
+    assert np.array_equal(changed | static, outside) and not (changed & static).any()
+
+
+def test_report_has_first_frame_psnr_and_region_mse():
+    gt = _scene()
+    pred = _scene()
+    pred.rgb = pred.rgb.copy()
+    pred.rgb[1:] = 90  # the block vanishes after frame 0; frame 0 is exact
+    result = evaluate_clips(pred, gt, Settings(geometry_pixels=0), condition_robot_mask=gt.robot_mask)
+    report = build_report([result], {"psnr_max_db": 100.0})
+    assert report["first_frame"]["psnr_min"] == 100.0  # exact frame 0, capped
+    changed = report["regions"]["changed"]
+    assert changed["mse"] > 0 and report["regions"]["static"]["psnr"] < 100.0
