@@ -351,7 +351,7 @@ def _build_episode(dataset, episode, episode_id, robot, renderer, cameras, joint
     fps = dataset.fps * (T - 1) / max(length - 1, 1) if T > 1 else dataset.fps
     tasks = episode.get("tasks") or []
     task = "; ".join(str(t) for t in tasks) if isinstance(tasks, list) else str(tasks)
-    source = {"kind": "lerobot", "dataset": str(dataset.root), "episode_index": i,
+    source = {"kind": "lerobot", "dataset": str(dataset.root.resolve()), "episode_index": i,
               "codebase_version": dataset.info.get("codebase_version"), "video_key": video_key,
               "state_key": state_key, "source_frames": pick.tolist(), "source_length": length,
               "state_map": mapping.record(), "dropped_columns": dict(mapping.dropped), "generator": GENERATOR}
