@@ -252,11 +252,12 @@ def test_sigterm_and_cancel_checkpoint_at_the_step_boundary(tmp_path, overfit):
 
 
 def _alive(pid: int) -> bool:
+    """Running (a zombie, dead but not yet reaped by whoever adopted it, counts as gone)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
         return False
-    return True
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _descendants(pid: int) -> list[int]:
@@ -309,3 +310,32 @@ def test_sigterm_to_the_launcher_stops_its_torchrun_workers(tmp_path, overfit):
     status = read_status(str(run))
     assert status.state == "failed" and "SIGTERM" in status.error
     assert (run / "checkpoints" / f"step-{status.step:08d}" / "COMMITTED").exists()
+
+
+def test_sigkill_of_the_launcher_takes_its_torchrun_workers_along(tmp_path, overfit):
+    """torchrun starts its workers in sessions of their own: before the parent-death signals
+    (k4d_trainer.lifeline), a SIGKILL of `k4d train --nproc 2` left the agent and both
+    workers training, and they published a model. Nothing may be left 5 s after it."""
+    path, _ = overfit
+    config = json.loads(Path(path).read_text())
+    config["training"]["steps"] = 100_000
+    config["checkpoint"] = {"every": 0, "keep": 0}
+    recipe_file = tmp_path / "long.json"
+    recipe_file.write_text(json.dumps(config))
+    run = tmp_path / "run"
+    proc = _k4d("train", "--config", str(recipe_file), "--out", str(run), "--nproc", "2")
+    stepped = threading.Event()
+    _when_step(run, 1, stepped.set).join()
+    below = _descendants(proc.pid)
+    try:
+        assert stepped.is_set(), proc.stderr.read()[-3000:] if proc.poll() is not None else ""
+        assert len(below) >= 3, below  # the torchrun agent and two workers
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        time.sleep(5)
+        assert not [pid for pid in below if _alive(pid)]
+    finally:  # never leave workers behind, whatever failed
+        for pid in [proc.pid, *below]:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert read_status(str(run)).state == "running"  # killed: nobody wrote an end state

@@ -6,8 +6,9 @@
     k4d train status RUN_URI
 
 With --nproc > 1 (or an elastic --nnodes) the command re-launches itself under torchrun
-(`python -m torch.distributed.run ... -m k4d.cli.main train ...`); each rank then runs the
-same command with torchrun's environment set. The configuration is validated, and the
+(`python -m k4d_trainer.lifeline ... -m k4d.cli.main train ...`, torchrun under a
+parent-death signal); each rank then runs the same command with torchrun's environment set
+and dies with the torchrun agent, which dies with this launcher (`k4d_trainer.lifeline`). The configuration is validated, and the
 parallel degrees checked against the world size, before anything is launched.
 """
 
@@ -94,7 +95,10 @@ def _launch(args, config, argv: list[str]) -> int:
     min_nodes = int(nnodes.split(":")[0])
     if min_nodes == int(nnodes.split(":")[-1]):
         resolve_degrees(config.parallelism, args.nproc * min_nodes)  # one readable error now
-    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={args.nproc}",
+    from k4d_trainer.lifeline import LAUNCHER_PID_ENV
+
+    # torchrun itself, run in a process that dies with this one (and tells its workers to).
+    command = [sys.executable, "-m", "k4d_trainer.lifeline", f"--nproc-per-node={args.nproc}",
                f"--nnodes={nnodes}", f"--max-restarts={config.parallelism.max_restarts}"]
     if nnodes == "1":
         command.append("--standalone")
@@ -106,6 +110,7 @@ def _launch(args, config, argv: list[str]) -> int:
     command += ["-m", "k4d.cli.main", *argv]
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.nproc)))
+    env[LAUNCHER_PID_ENV] = str(os.getpid())
     return _run_forwarding_signals(command, env)
 
 
@@ -127,6 +132,14 @@ def _run_forwarding_signals(command: list[str], env: dict) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _die_with_torchrun() -> None:
+    """A rank started by torchrun (in a session of its own) ends when the agent ends."""
+    if _under_torchrun():
+        from k4d_trainer.lifeline import worker_start
+
+        worker_start()
 
 
 def _default_out(config_path: str) -> str:
@@ -163,6 +176,7 @@ def run_train(args) -> int:
     if args.steps is not None and args.steps < 1:
         raise InvalidArgument.for_field("steps", f"must be >= 1, got {args.steps}")
     _setup_logging()
+    _die_with_torchrun()
     if (args.nproc > 1 or _nnodes(args, config) != "1") and not _under_torchrun():
         code = _launch(args, config, _train_argv(args, out))
         try:
@@ -200,6 +214,7 @@ def run_encode(args) -> int:
     config = _load(args)
     env_config = load_config("trainer")
     _setup_logging()
+    _die_with_torchrun()
     if args.nproc > 1 and not _under_torchrun():
         argv = ["train", "encode-latents", "--config", args.config]
         for flag, value in (("--data", args.data), ("--out", args.out)):

@@ -1,0 +1,79 @@
+"""Processes that die with their launcher: `k4d train --nproc N` -> torchrun agent -> workers.
+
+torchrun starts each worker in a session of its own (`start_new_session=True`), so neither a
+SIGKILL of `k4d train` nor one of the torchrun agent reached the workers: they kept training
+into the run directory and published a model nobody was waiting for. Each process below the
+launcher therefore asks the kernel for a parent-death signal (Linux `prctl(PR_SET_PDEATHSIG)`;
+elsewhere a thread that watches `os.getppid()`):
+
+- `python -m k4d_trainer.lifeline TORCHRUN_ARGS...` is the torchrun agent under the launcher;
+  it records its own pid for the workers and runs torchrun in this process;
+- `die_with_parent()` is the first thing a worker does.
+
+The signal is SIGKILL: an abrupt end of the launcher (kill -9, the OOM killer) ends the run
+as abruptly, and `--resume` continues from the newest committed checkpoint. A graceful stop
+stays SIGTERM to the launcher, which forwards it (the ranks checkpoint, then stop).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+
+LAUNCHER_PID_ENV = "K4D_TRAIN_LAUNCHER_PID"  # set by `k4d train` for the torchrun agent
+AGENT_PID_ENV = "K4D_TRAIN_AGENT_PID"  # set by the torchrun agent for its workers
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent(expected_parent: int | None, sig: int = signal.SIGKILL) -> None:
+    """Receive `sig` when the parent process exits.
+
+    `expected_parent` is the pid the parent had when it started this process; if the parent
+    is already gone (this process was re-parented before the signal was armed, the race the
+    kernel API leaves open), `sig` is raised now. None: arm the signal without that check.
+    """
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    else:  # no parent-death signal: poll for re-parenting instead
+        parent = expected_parent or os.getppid()
+        threading.Thread(target=_watch_parent, args=(parent, sig), daemon=True,
+                         name="k4d-die-with-parent").start()
+    if expected_parent is not None and os.getppid() != expected_parent:
+        os.kill(os.getpid(), sig)
+
+
+def _watch_parent(parent: int, sig: int, interval_s: float = 0.5) -> None:
+    while os.getppid() == parent:
+        time.sleep(interval_s)
+    os.kill(os.getpid(), sig)
+
+
+def _pid_from_env(name: str) -> int | None:
+    value = os.environ.get(name, "")
+    return int(value) if value.isdigit() else None
+
+
+def worker_start() -> None:
+    """In a torchrun worker: die with the agent. Workers that torchrun started without our
+    agent (`torchrun --no-python k4d train` in a pod) still arm the signal, unchecked."""
+    die_with_parent(_pid_from_env(AGENT_PID_ENV))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The torchrun agent: die with the launcher, then run torchrun here."""
+    die_with_parent(_pid_from_env(LAUNCHER_PID_ENV))
+    os.environ[AGENT_PID_ENV] = str(os.getpid())  # the workers inherit the agent's env
+    from torch.distributed.run import main as torchrun_main
+
+    torchrun_main(sys.argv[1:] if argv is None else argv)
+
+
+if __name__ == "__main__":
+    main()
