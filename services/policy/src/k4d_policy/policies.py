@@ -198,7 +198,7 @@ class ReferencePolicy:
             d = ep.direction
             contact = o - (PUSH_HALF_WIDTH_M + 0.03) * d
             distance = PUSH_DISTANCE_M * (0.42 if ep.near_miss[0] else 1.0)
-            end = contact + (distance + 0.02) * d
+            end = contact + (distance + 0.03) * d
             z = min(max(hz, 0.015), 0.03)
             yaw = (math.atan2(d[1], d[0]) + math.pi / 2 + math.pi / 2) % math.pi - math.pi / 2
             back = end - 0.03 * d
