@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -192,6 +193,29 @@ def test_concurrent_writers_append_without_sharing_an_object(tmp_path):
         writers[1].write_episode(*make_episode("ep00"))
     writers[1].write_episode(*make_episode("ep00", 7), overwrite=True)
     assert open_dataset(uri).meta("ep00").source["seed"] == 7
+
+
+def test_writers_creating_one_dataset_at_once_all_succeed(tmp_path):
+    """Indexed-Job pods start together on a new dataset: a writer that finds another's
+    half-created meta/ waits for its info.json instead of calling it "not a dataset"."""
+    uri = tmp_path / "ds"
+    (uri / "meta").mkdir(parents=True)  # a creator between its mkdir and its info.json
+    timer = threading.Timer(0.2, lambda: DatasetWriter(tmp_path / "elsewhere") and shutil.copy(
+        tmp_path / "elsewhere" / "meta" / "info.json", uri / "meta" / "info.json"))
+    timer.start()
+    try:
+        writer = DatasetWriter(uri)
+    finally:
+        timer.join()
+    writer.write_episode(*make_episode("ep0"))
+    assert open_dataset(uri).episode_ids == ["ep0"]
+    with ThreadPoolExecutor(4) as pool:  # and from scratch, truly at once
+        list(pool.map(lambda i: DatasetWriter(tmp_path / "new").write_episode(*make_episode(f"ep{i}", i)),
+                      range(4)))
+    assert open_dataset(tmp_path / "new").episode_ids == ["ep0", "ep1", "ep2", "ep3"]
+    (tmp_path / "stale" / "meta").mkdir(parents=True)  # never completed: refused, after a wait
+    with pytest.raises(InvalidArgument, match="not a k4d dataset"):
+        DatasetWriter(tmp_path / "stale")
 
 
 def test_committing_one_episode_writes_the_same_bytes_at_any_size(tmp_path, monkeypatch):

@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import json
 import os
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -46,6 +47,7 @@ MANIFEST = "manifest.json"
 SHARD_MANIFESTS = "manifest.d"
 _CHUNK_TARGET_BYTES = 4 << 20
 READ_AHEAD = 256  # index entries fetched per batch by Dataset.meta
+CREATION_WAIT_READS = 12  # about 4 s for a concurrent creator's info.json to appear
 
 
 def _json_bytes(doc) -> bytes:
@@ -209,8 +211,7 @@ class DatasetWriter:
             if old is not None:
                 info = _migrate_layout1(self._loc, old)
             elif self._loc.list_names(""):
-                raise InvalidArgument.for_field(
-                    "out", f"{self.uri} exists, is not empty and is not a k4d dataset (no {INFO})")
+                info = self._info_of_a_concurrent_creation()
             else:
                 info = DatasetInfo(fps=None if fps is None else float(fps))
                 # Same bytes from every creator with the same arguments: concurrent
@@ -221,6 +222,20 @@ class DatasetWriter:
             raise FailedPrecondition(f"{self.uri} has fps {info.fps}; this writer was asked for {fps}")
         self.info = info
         self._complete: set[str] | None = None  # listed lazily: opening stays O(1)
+
+    def _info_of_a_concurrent_creation(self) -> DatasetInfo:
+        """A location holding only meta/ (and episodes/) is a dataset another writer is
+        creating right now (the pods of an Indexed Job start together): wait for its
+        info.json a little. Anything else is not a dataset."""
+        for attempt in range(CREATION_WAIT_READS):
+            if not set(self._loc.list_names("")) <= {"meta", EPISODES}:
+                break
+            info = _read_info(self._loc)
+            if info is not None:
+                return info
+            time.sleep(0.05 * (attempt + 1))
+        raise InvalidArgument.for_field(
+            "out", f"{self.uri} exists, is not empty and is not a k4d dataset (no {INFO})")
 
     @property
     def location(self) -> Location:
