@@ -39,7 +39,7 @@ STAGE_WORKERS = {"kinematics", "projection", "generator", "trainer"}
 APP_USER = "10001:10001"
 # Images that run a batch command as a Kubernetes Job (infra/k8s/jobs/<name>), not a server:
 # no ports, CMD `k4d <command> ...` instead of `k4d serve <name>`: directory -> command.
-JOB_IMAGES = {"datagen": "datagen", "evaluator": "eval"}
+JOB_IMAGES = {"datagen": "datagen", "evaluator": "eval", "policy": "policy-eval"}
 SERVERS = [s for s in SERVICES if s not in JOB_IMAGES]
 
 

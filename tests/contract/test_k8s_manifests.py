@@ -21,7 +21,7 @@ from k4d.testing.modules import load_path_module
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "infra" / "k8s"
 DEFAULT_OVERLAYS = ["base", "overlays/dev", "overlays/prod"]
-KUSTOMIZATIONS = DEFAULT_OVERLAYS + ["jobs/train", "jobs/datagen"]
+KUSTOMIZATIONS = DEFAULT_OVERLAYS + ["jobs/train", "jobs/datagen", "jobs/policy-eval"]
 
 
 def _manifests_tool():
@@ -68,6 +68,7 @@ def test_every_resource_validates(kustomization):
     ("overlays/prod", {"HorizontalPodAutoscaler", "ScaledObject", "Deployment", "Kafka"}),
     ("jobs/train", {"PyTorchJob", "ConfigMap", "ServiceAccount"}),
     ("jobs/datagen", {"Job", "ConfigMap", "ServiceAccount"}),
+    ("jobs/policy-eval", {"Job", "ConfigMap", "ServiceAccount"}),
 ])
 def test_render_holds_the_expected_kinds(kustomization, kinds):
     rendered = {d["kind"] for d in _render(kustomization)}

@@ -25,7 +25,7 @@ DEFAULT_OVERLAYS = ["base", "overlays/dev", "overlays/prod"]
 # component is part of the base).
 OPT_IN_SERVICES: set[str] = set()
 OVERLAYS = DEFAULT_OVERLAYS + [f"{o}+{s}" for o in DEFAULT_OVERLAYS for s in sorted(OPT_IN_SERVICES)]
-WORKLOAD_RENDERS = OVERLAYS + ["jobs/train", "jobs/datagen"]
+WORKLOAD_RENDERS = OVERLAYS + ["jobs/train", "jobs/datagen", "jobs/policy-eval"]
 # Created out of band outside dev (docs/operations.md): allowed to be absent from a render.
 EXTERNAL_SECRETS = {"k4d-s3-credentials", "k4d-minio-config"}
 APP_UID = 10001
@@ -114,7 +114,8 @@ def test_pods_run_unprivileged(kustomization):
             assert sc.get("runAsUser", APP_UID) != 0, where
 
 
-@pytest.mark.parametrize("kustomization", ["base", "overlays/prod", "jobs/train", "jobs/datagen"])
+@pytest.mark.parametrize("kustomization", ["base", "overlays/prod", "jobs/train", "jobs/datagen",
+                                           "jobs/policy-eval"])
 def test_root_filesystem_is_read_only_with_writable_scratch(kustomization):
     for workload, pod in _pod_specs(_render(kustomization)):
         volumes = {v["name"]: v for v in pod.get("volumes", [])}

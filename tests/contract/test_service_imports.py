@@ -20,6 +20,8 @@ MODEL_SRC = REPO / "libs" / "model" / "src"
 COMPOSERS = {
     "k4d_embedded": "the embedded runner: `k4d simulate` runs every stage in one process",
     "k4d_datagen": "the data engine: kinematics + projection over simulated and imported episodes",
+    "k4d_policy": "the policy evaluator: IK for its reference policies, kinematics + projection + the "
+                  "generator's model as the world-model world, MuJoCo physics as the other",
 }
 # Edges that exist today and should not: (importer, imported) -> why, and what removes it.
 # None left: the trainer's last edge (to the generator) went with libs/model (ADR 010).

@@ -133,8 +133,8 @@ class ReferencePolicy:
         self._episode: _Episode | None = None
 
     def reset(self, context: EpisodeContext) -> None:
+        from k4d.robots.descriptions import load_robot
         from k4d.robots.fk import forward_kinematics
-        from k4d_kinematics.robots import load_robot
 
         robot = load_robot(context.robot)
         kind = context.task_kind or _kind_of(context.task)

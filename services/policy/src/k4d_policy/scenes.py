@@ -49,8 +49,8 @@ class RobotBundle:
 
 @functools.lru_cache(maxsize=4)
 def robot_bundle(name: str = "panda") -> RobotBundle:
+    from k4d.robots.descriptions import load_robot
     from k4d.tabletop.scene import link_mesh_files
-    from k4d_kinematics.robots import load_robot
     from k4d_projection.renderer import RobotRenderer
 
     robot = load_robot(name)

@@ -1,0 +1,81 @@
+"""The closed loop and its bad-input paths: malformed chunks end one episode with a line
+naming the policy and the step; they never raise."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from k4d.camera import Camera
+
+
+def _context(sc, bundle, chunk=6):
+    from k4d_policy.policies import EpisodeContext
+
+    return EpisodeContext(sc.episode_id, sc.plan.text, sc.task, "panda", list(bundle.robot.joint_names),
+                          Camera.from_dict(sc.camera_json), 0.5, chunk, 12, None, seed=3)
+
+
+class ScriptedBad:
+    """Acts well at frame 0, then returns `second` (a malformed chunk)."""
+
+    name = "scripted-bad"
+
+    def __init__(self, second):
+        self.second, self.calls = second, 0
+
+    def reset(self, context):
+        self.chunk, self.q0 = context.chunk_length, np.asarray(context.observation.joints)
+
+    def act(self, observation):
+        self.calls += 1
+        if self.calls == 1:
+            return np.repeat(self.q0[None], self.chunk, 0)
+        return self.second(self.q0, self.chunk)
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("bad, words", [
+    (lambda q, n: np.repeat(q[None], n - 1, 0), "shape (5, 8), expected (6, 8)"),
+    (lambda q, n: np.repeat(q[None, :7], n, 0), "shape (6, 7)"),
+    (lambda q, n: np.where(np.arange(8) == 2, np.nan, np.repeat(q[None], n, 0)), "NaN"),
+    (lambda q, n: np.repeat(q[None], n, 0) + np.eye(8)[3] * 5.0, "outside its limits"),
+    (lambda q, n: "left", "not numeric"),
+])
+def test_policy_malformed_chunk_is_one_line_naming_policy_and_step(bad, words, pick_scene, bundle):
+    from k4d_policy.runner import run_episode
+    from k4d_policy.worlds import PhysicsWorld
+
+    policy = ScriptedBad(bad)
+    out = run_episode(policy, PhysicsWorld(pick_scene, bundle, 0.5), _context(pick_scene, bundle))
+    assert out.status == "malformed" and out.success is None
+    assert "'scripted-bad' at step 6" in out.error and words in out.error
+    assert "\n" not in out.error
+
+
+def test_policy_closed_and_open_loop_act_counts(pick_scene, bundle):
+    from k4d_policy.policies import make_policy
+    from k4d_policy.runner import run_episode
+    from k4d_policy.worlds import PhysicsWorld
+
+    closed = run_episode(make_policy("expert"), PhysicsWorld(pick_scene, bundle, 0.5),
+                         _context(pick_scene, bundle, chunk=3), keep_clip=True)
+    opened = run_episode(make_policy("expert"), PhysicsWorld(pick_scene, bundle, 0.5),
+                         _context(pick_scene, bundle, chunk=3), mode="open")
+    assert (closed.status, closed.acts, opened.status, opened.acts) == ("ok", 4, "ok", 1)
+    assert closed.clip["rgb"].shape == (13, 96, 144, 3)
+    assert closed.judge["rule"].startswith("pick:")
+
+
+def test_policy_physics_world_moves_the_robot_exactly_by_the_actions(pick_scene, bundle):
+    from k4d_policy.worlds import PhysicsWorld
+
+    world = PhysicsWorld(pick_scene, bundle, 0.5)
+    world.reset()
+    q = np.array(pick_scene.initial_joints)
+    target = q + np.r_[0.1, -0.1, 0, 0.1, 0, 0, 0, -0.02]
+    obs = world.step(np.stack([q + 0.5 * (target - q), target]))
+    world.close()
+    assert obs.step == 2
+    np.testing.assert_allclose(obs.joints, target)
