@@ -55,3 +55,21 @@ def test_gen_intrinsics_fall_back_to_a_centred_60_degree_camera_without_robot_po
     fx, fy, cx, cy = intrinsics_from_pointmap(np.zeros((2, 32, 48, 3), np.float32), mask)
     assert fx == fy == pytest.approx(24.0 / np.tan(np.radians(30.0)))
     assert (cx, cy) == (23.5, 15.5)
+
+
+def test_static_world_keeps_an_observed_initial_pointmap():
+    import numpy as np
+    from k4d_generator.static_world import StaticWorldGenerator
+
+    T, H, W = 3, 8, 10
+    mask = np.zeros((T, H, W), bool)
+    mask[:, 2:4, 2:4] = True
+    robot_points = np.where(mask[..., None], np.float32(0.5), np.zeros((T, H, W, 3), np.float32))
+    initial = np.zeros((H, W, 3), np.float32)
+    initial[:, :5, 2] = 2.0  # known depth on the left half only
+    out = StaticWorldGenerator()(np.zeros((H, W, 3), np.uint8), np.zeros((T, H, W, 3), np.uint8),
+                                 robot_points, mask, initial_pointmap=initial)
+    assert np.all(out.pointmap[:, 5:, 5:, 2] == out.pointmap[0, 5, 5, 2])   # the plane
+    assert np.all(out.pointmap[:, 6, :2, 2] == 2.0)                        # observed
+    assert np.all(out.pointmap[mask] == 0.5)                               # the robot
+    assert out.metadata["initial_pointmap"] is True

@@ -5,10 +5,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from k4d.camera_proto import camera_from_proto, camera_to_proto
 from k4d.errors import InvalidArgument
 from k4d.tensor_io import to_tensor
-from k4d_projection.camera_proto import camera_to_proto
-from k4d_simulator.camera_proto import camera_from_proto
 from k4d_simulator.validation import validate_spec
 from kinema4d.v1 import common_pb2, kinematics_pb2, simulator_pb2
 
@@ -104,9 +103,22 @@ def test_robot_name_must_not_be_blank():
 
 
 def test_camera_proto_round_trip_of_the_shipped_example():
-    from k4d_projection.camera import Camera
+    from k4d.camera import Camera
 
     camera = Camera.from_dict(json.loads((EXAMPLE / "camera.json").read_text()))
     back = camera_from_proto(camera_to_proto(camera))
     assert back.width == 720 and back.height == 480
     np.testing.assert_allclose(back.T_cam_from_world, camera.T_cam_from_world)
+
+
+def test_initial_depth_is_optional_and_checked():
+    ok = common_pb2.TensorData(inline=to_tensor(np.ones((480, 720), np.float32)))
+    validate_spec(_spec(initial_depth=ok))
+    wrong_size = common_pb2.TensorData(inline=to_tensor(np.ones((48, 72), np.float32)))
+    assert "must match" in _fields(_spec(initial_depth=wrong_size))["spec.initial_depth"]
+    negative = np.ones((480, 720), np.float32)
+    negative[0, 0] = -1.0
+    assert ">= 0" in _fields(_spec(initial_depth=common_pb2.TensorData(
+        inline=to_tensor(negative))))["spec.initial_depth"]
+    as_double = common_pb2.TensorData(inline=to_tensor(np.ones((480, 720), np.float64)))
+    assert "float32" in _fields(_spec(initial_depth=as_double))["spec.initial_depth"]

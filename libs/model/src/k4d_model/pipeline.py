@@ -279,7 +279,10 @@ class Kinema4DPipeline:
         if opts.relative:
             generated = (rgb + 1.0) * 127.5
             reference = (self.static_reconstruction(image) + 1.0) * 127.5
-            first_points = initial_pointmap if initial_pointmap is not None else points[0]
+            first_points = points[0]
+            if initial_pointmap is not None:  # observed points where the depth was known
+                first_points = np.where(initial_pointmap[..., 2:] > 0, initial_pointmap,
+                                        points[0])
             mask = None
             if opts.change_threshold > 0:
                 mask = change_mask(generated - reference, points[..., 2] - points[:1, ..., 2],

@@ -90,6 +90,14 @@ class Camera:
             x_n, y_n = x_d, y_d
         return np.stack([x_n, y_n, np.ones_like(x_n)], axis=-1)
 
+    def points_from_depth(self, depth: np.ndarray) -> np.ndarray:
+        """(H, W) depth along the optical axis, metres (0 = unknown) -> (H, W, 3) float32
+        camera-frame points (zeros where the depth is unknown), lens distortion included."""
+        depth = np.asarray(depth, np.float64)
+        if depth.shape != (self.height, self.width):
+            raise ValueError(f"depth is {depth.shape}, the camera is {(self.height, self.width)}")
+        return (self.ray_directions() * depth[..., None]).astype(np.float32)
+
     def project(self, p_cam: np.ndarray) -> np.ndarray:
         """Camera-frame points (..., 3) -> pixel coordinates (..., 2) (distortion applied)."""
         p = np.asarray(p_cam, np.float64)

@@ -69,6 +69,9 @@ class GeneratorServicer(generator_pb2_grpc.GeneratorServiceServicer):
             validate_key(f"jobs/{request.job_id}", "job_id")
         arrays = {name: from_tensor_data(getattr(request, name), self.store, name)
                   for name in ("image", "robot_rgb", "robot_pointmap", "robot_mask")}
+        initial = None
+        if request.HasField("initial_pointmap") and request.initial_pointmap.WhichOneof("kind"):
+            initial = from_tensor_data(request.initial_pointmap, self.store, "initial_pointmap")
         events: queue.Queue = queue.Queue()
 
         def run() -> None:
@@ -77,7 +80,8 @@ class GeneratorServicer(generator_pb2_grpc.GeneratorServiceServicer):
                     arrays["image"], arrays["robot_rgb"], arrays["robot_pointmap"],
                     arrays["robot_mask"], callback=lambda done, total: events.put(
                         ("progress", done, total)),
-                    should_cancel=lambda: not context.is_active(), **kwargs)
+                    should_cancel=lambda: not context.is_active(),
+                    initial_pointmap=initial, **kwargs)
                 events.put(("result", result))
             except BaseException as exc:  # re-raised in the RPC thread, mapped there
                 events.put(("error", exc))

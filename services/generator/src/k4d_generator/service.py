@@ -130,14 +130,16 @@ class ModelManager:
     def generate(self, image: np.ndarray, robot_rgb: np.ndarray, robot_pointmap: np.ndarray,
                  robot_mask: np.ndarray, *, backend: str = "", num_steps: int | None = None,
                  seed: int = 42, guidance: float | None = None, scheduler: str | None = None,
-                 shift: float | None = None, callback=None, should_cancel=None
-                 ) -> GenerationResult:
+                 shift: float | None = None, callback=None, should_cancel=None,
+                 initial_pointmap: np.ndarray | None = None) -> GenerationResult:
+        """initial_pointmap: optional (H, W, 3) metres, the first frame's points (RGB-D)."""
         robot = {"robot_rgb": robot_rgb, "robot_pointmap": robot_pointmap,
                  "robot_mask": robot_mask}
         if backend == STATIC_WORLD or (self._loaded is None and self.allow_static_world):
             from k4d_generator.static_world import StaticWorldGenerator
 
-            return StaticWorldGenerator()(image, seed=seed, **robot)
+            return StaticWorldGenerator()(image, seed=seed, initial_pointmap=initial_pointmap,
+                                          **robot)
         with waiting():  # queue time: another request or job is sampling
             self._sample_lock.acquire()
         try:
@@ -151,7 +153,8 @@ class ModelManager:
                                          f"it with backend {backend!r} first")
             return current.pipeline(image, num_steps=num_steps, seed=seed, guidance=guidance,
                                     scheduler=scheduler, shift=shift, callback=callback,
-                                    should_cancel=should_cancel, **robot)
+                                    should_cancel=should_cancel,
+                                    initial_pointmap=initial_pointmap, **robot)
         finally:
             self._sample_lock.release()
 

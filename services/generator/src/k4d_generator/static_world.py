@@ -69,10 +69,13 @@ class StaticWorldGenerator:
     def __call__(self, image: np.ndarray, robot_rgb: np.ndarray, robot_pointmap: np.ndarray,
                  robot_mask: np.ndarray,
                  intrinsics: tuple[float, float, float, float] | None = None,
-                 scene_depth_m: float | None = None, seed: int = 0, **_ignored
+                 scene_depth_m: float | None = None, seed: int = 0,
+                 initial_pointmap: np.ndarray | None = None, **_ignored
                  ) -> GenerationResult:
         """image (H, W, 3) uint8; robot_* (T, H, W, ...); intrinsics (fx, fy, cx, cy) pixels,
-        recovered from the robot pointmap when not given."""
+        recovered from the robot pointmap when not given; initial_pointmap (H, W, 3) metres,
+        the first frame's observed points (zeros = unknown): the scene then keeps them, and
+        the plane stands in only where they are unknown."""
         started = time.perf_counter()
         robot = RobotCondition(robot_rgb, robot_pointmap, robot_mask)
         self.check_inputs(image, robot, intrinsics)
@@ -84,11 +87,18 @@ class StaticWorldGenerator:
                                                                             robot_mask)
         mask = robot_mask[..., None]
         rgb = np.where(mask, robot_rgb, image[None]).astype(np.uint8)
-        plane = plane_pointmap(height, width, fx, fy, cx, cy, depth)
-        pointmap = np.where(mask, robot_pointmap, plane[None]).astype(np.float32)
+        scene = plane_pointmap(height, width, fx, fy, cx, cy, depth)
+        if initial_pointmap is not None:
+            if initial_pointmap.shape != scene.shape or not np.isfinite(initial_pointmap).all():
+                raise InvalidArgument.for_field("initial_pointmap",
+                                                f"must be a finite {scene.shape} array of metres")
+            known = initial_pointmap[..., 2:] > 0
+            scene = np.where(known, initial_pointmap, scene).astype(np.float32)
+        pointmap = np.where(mask, robot_pointmap, scene[None]).astype(np.float32)
         metadata = {"generator": self.name, "generated": False, "note": STATIC_WORLD_NOTE,
                     "backend": {"backend": self.name}, "seed": int(seed),
-                    "scene_plane_depth_m": depth, "intrinsics": [fx, fy, cx, cy], "pointmap_units": "metres",
+                    "scene_plane_depth_m": depth,
+                    "initial_pointmap": initial_pointmap is not None, "intrinsics": [fx, fy, cx, cy], "pointmap_units": "metres",
                     "timings_s": {"total": time.perf_counter() - started}}
         return GenerationResult(rgb, pointmap, metadata)
 

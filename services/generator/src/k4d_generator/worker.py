@@ -40,6 +40,7 @@ from k4d.bus.topics import (
 )
 from k4d.bus.worker import PERMANENT_ERRORS
 from k4d.errors import Cancelled, FailedPrecondition
+from k4d.initial_scene import initial_pointmap
 from k4d.model_events import read_model_published
 from k4d.stage_events import (
     is_cancelled,
@@ -86,7 +87,8 @@ class GenerationStage:
             result = self.manager.generate(
                 image, robot["rgb"], robot["pointmap"], robot["mask"],
                 callback=lambda done, total: self._progress(context, done, total),
-                should_cancel=lambda: is_cancelled(self.store, job_id), **kwargs)
+                should_cancel=lambda: is_cancelled(self.store, job_id),
+                initial_pointmap=initial_pointmap(spec, self.store), **kwargs)
         except Cancelled:
             publish_cancelled(self.bus, context)
             return

@@ -191,3 +191,27 @@ def test_out_of_range_numbers_exit_2_with_one_line(args, field, tmp_path, capsys
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and field in err[0], err
+
+
+def test_simulate_with_depth_keeps_the_observed_scene(tmp_path, capsys):
+    capsys.readouterr()
+    from PIL import Image
+
+    depth = np.full((480, 720), 2.0, np.float32)
+    depth[:, :8] = 0.0  # unknown: the stand-in plane fills it
+    np.save(tmp_path / "depth.npy", depth)
+    Image.fromarray((depth * 1000).astype(np.uint16)).save(tmp_path / "depth.png")
+    for name in ("depth.npy", "depth.png"):
+        out = tmp_path / f"out-{name}"
+        assert main(["simulate", *_example_args(), "--depth", str(tmp_path / name),
+                     "--out", str(out), *QUICK]) == 0
+        world, robot = load_npz(out / "pointmap.npz"), load_npz(out / "robot.npz")
+        scene = ~robot["mask"]
+        scene[:, :, :1] = False  # the first downscaled column knew no depth
+        np.testing.assert_allclose(world["pointmap"][..., 2][scene], 2.0, rtol=1e-6)
+    small = np.ones((48, 72), np.float32)
+    np.save(tmp_path / "small.npy", small)
+    assert main(["simulate", *_example_args(), "--depth", str(tmp_path / "small.npy"),
+                 "--out", str(tmp_path / "bad"), *QUICK]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--depth" in err[-1] and "must match" in err[-1]

@@ -45,6 +45,9 @@ def current_traceparent() -> str:
     return headers.get("traceparent", b"").decode()
 
 
+# Inputs a Submit moves into the store (jobs/<id>/submit/<name>): events carry references.
+STORED_INPUTS = ("initial_image", "initial_depth")
+
 class SimulatorServicer(simulator_pb2_grpc.SimulatorServiceServicer):
     def __init__(self, bus, store, table: JobTable, records: JobRecords | None = None, *,
                  watch_poll_s: float = WATCH_POLL_S,
@@ -72,7 +75,9 @@ class SimulatorServicer(simulator_pb2_grpc.SimulatorServiceServicer):
                                                 IDEMPOTENCY_WINDOW_S)
             if not created:
                 if spec is not request.spec:
-                    self.store.delete(job_key(job_id, "submit", "initial_image"))
+                    for name in STORED_INPUTS:
+                        if spec.HasField(name):
+                            self.store.delete(job_key(job_id, "submit", name))
                 self._ensure_published(owner, extra)
                 self.table.apply(ev.TOPIC_REQUESTED, owner, extra)
                 return simulator_pb2.SubmitResponse(job_id=owner.header.job_id,
@@ -117,14 +122,19 @@ class SimulatorServicer(simulator_pb2_grpc.SimulatorServiceServicer):
         self._record_requested(owner)
 
     def _with_stored_image(self, job_id: str, spec):
-        """The spec with its initial image by reference (stored under jobs/<id>/submit/)."""
-        if spec.initial_image.WhichOneof("kind") != "inline":
+        """The spec with its initial image (and depth) by reference (stored under
+        jobs/<id>/submit/): events carry references, not megabytes."""
+        inline = [name for name in STORED_INPUTS
+                  if spec.HasField(name) and getattr(spec, name).WhichOneof("kind") == "inline"]
+        if not inline:
             return spec
-        image = from_tensor_data(spec.initial_image, None, "spec.initial_image")
-        ref = put_array(self.store, job_key(job_id, "submit", "initial_image"), image)
         stored = simulator_pb2.SimulationSpec()
         stored.CopyFrom(spec)
-        stored.initial_image.ref.CopyFrom(ref.to_proto())
+        for name in inline:
+            data = getattr(spec, name)
+            array = from_tensor_data(data, None, f"spec.{name}")
+            ref = put_array(self.store, job_key(job_id, "submit", name), array)
+            getattr(stored, name).ref.CopyFrom(ref.to_proto())
         return stored
 
     # --- reading -------------------------------------------------------------------

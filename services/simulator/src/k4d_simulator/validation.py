@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from k4d.camera_proto import camera_violations
 from k4d.errors import FieldViolation, InvalidArgument
 from k4d.tensor_io import from_tensor
-from k4d_simulator.camera_proto import camera_violations
 from kinema4d.v1 import kinematics_pb2, simulator_pb2
 
 DEFAULT_NUM_FRAMES = 49
@@ -47,6 +47,7 @@ def validate_spec(spec: simulator_pb2.SimulationSpec, prefix: str = "spec") -> N
     else:
         violations.append(FieldViolation(p + "camera", "required"))
     violations += _image_violations(spec, p + "initial_image", camera_size)
+    violations += _depth_violations(spec, p + "initial_depth", camera_size)
     if spec.num_frames > MAX_NUM_FRAMES or spec.num_frames == 1:
         violations.append(FieldViolation(
             p + "num_frames", f"must be 0 (default {DEFAULT_NUM_FRAMES}) or 2..{MAX_NUM_FRAMES}, "
@@ -150,6 +151,33 @@ def _image_violations(spec, p: str, camera_hw: tuple[int, int] | None) -> list[F
         out.append(FieldViolation(p, f"expected shape (H, W, 3), got {shape}"))
     elif camera_hw is not None and shape[:2] != tuple(camera_hw):
         out.append(FieldViolation(p, f"image is {shape[1]}x{shape[0]} (WxH) but the camera is "
+                                     f"{camera_hw[1]}x{camera_hw[0]}; they must match"))
+    return out
+
+
+def _depth_violations(spec, p: str, camera_hw: tuple[int, int] | None) -> list[FieldViolation]:
+    """The optional depth of the initial image: (H, W) float32 metres >= 0, the camera's size."""
+    if not spec.HasField("initial_depth") or spec.initial_depth.WhichOneof("kind") is None:
+        return []
+    out: list[FieldViolation] = []
+    if spec.initial_depth.WhichOneof("kind") == "ref":
+        ref = spec.initial_depth.ref
+        dtype, shape = ref.dtype, tuple(ref.shape)
+        if not ref.uri:
+            out.append(FieldViolation(p + ".ref.uri", "must not be empty"))
+    else:
+        depth = _decoded(spec.initial_depth, p, out)
+        if depth is None:
+            return out
+        dtype, shape = depth.dtype.name, tuple(depth.shape)
+        if dtype == "float32" and (not np.isfinite(depth).all() or depth.min(initial=0) < 0):
+            out.append(FieldViolation(p, "depth must be finite metres >= 0 (0 = unknown)"))
+    if dtype != "float32":
+        out.append(FieldViolation(p, f"expected dtype float32, got {dtype}"))
+    if len(shape) != 2:
+        out.append(FieldViolation(p, f"expected shape (H, W), got {shape}"))
+    elif camera_hw is not None and shape != tuple(camera_hw):
+        out.append(FieldViolation(p, f"depth is {shape[1]}x{shape[0]} (WxH) but the camera is "
                                      f"{camera_hw[1]}x{camera_hw[0]}; they must match"))
     return out
 

@@ -26,7 +26,7 @@ class SamplingParams(_message.Message):
     def __init__(self, num_steps: _Optional[int] = ..., guidance_scale: _Optional[float] = ..., seed: _Optional[int] = ..., scheduler: _Optional[str] = ..., shift: _Optional[float] = ..., backend: _Optional[str] = ..., precision: _Optional[str] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("model", "image", "robot_rgb", "robot_pointmap", "robot_mask", "sampling", "job_id")
+    __slots__ = ("model", "image", "robot_rgb", "robot_pointmap", "robot_mask", "sampling", "job_id", "initial_pointmap")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     IMAGE_FIELD_NUMBER: _ClassVar[int]
     ROBOT_RGB_FIELD_NUMBER: _ClassVar[int]
@@ -34,6 +34,7 @@ class GenerateRequest(_message.Message):
     ROBOT_MASK_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_POINTMAP_FIELD_NUMBER: _ClassVar[int]
     model: _common_pb2.ModelRef
     image: _common_pb2.TensorData
     robot_rgb: _common_pb2.TensorData
@@ -41,7 +42,8 @@ class GenerateRequest(_message.Message):
     robot_mask: _common_pb2.TensorData
     sampling: SamplingParams
     job_id: str
-    def __init__(self, model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., image: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., robot_rgb: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., robot_pointmap: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., robot_mask: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., job_id: _Optional[str] = ...) -> None: ...
+    initial_pointmap: _common_pb2.TensorData
+    def __init__(self, model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., image: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., robot_rgb: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., robot_pointmap: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., robot_mask: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., job_id: _Optional[str] = ..., initial_pointmap: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
     __slots__ = ("progress", "result")

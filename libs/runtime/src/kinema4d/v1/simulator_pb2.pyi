@@ -29,7 +29,7 @@ JOB_STATE_FAILED: JobState
 JOB_STATE_CANCELLED: JobState
 
 class SimulationSpec(_message.Message):
-    __slots__ = ("robot", "actions", "camera", "initial_image", "model", "sampling", "num_frames", "clip_to_limits")
+    __slots__ = ("robot", "actions", "camera", "initial_image", "model", "sampling", "num_frames", "clip_to_limits", "initial_depth")
     ROBOT_FIELD_NUMBER: _ClassVar[int]
     ACTIONS_FIELD_NUMBER: _ClassVar[int]
     CAMERA_FIELD_NUMBER: _ClassVar[int]
@@ -38,6 +38,7 @@ class SimulationSpec(_message.Message):
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     NUM_FRAMES_FIELD_NUMBER: _ClassVar[int]
     CLIP_TO_LIMITS_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_DEPTH_FIELD_NUMBER: _ClassVar[int]
     robot: _common_pb2.RobotRef
     actions: _kinematics_pb2.ActionSequence
     camera: _common_pb2.CameraModel
@@ -46,7 +47,8 @@ class SimulationSpec(_message.Message):
     sampling: _generator_pb2.SamplingParams
     num_frames: int
     clip_to_limits: bool
-    def __init__(self, robot: _Optional[_Union[_common_pb2.RobotRef, _Mapping]] = ..., actions: _Optional[_Union[_kinematics_pb2.ActionSequence, _Mapping]] = ..., camera: _Optional[_Union[_common_pb2.CameraModel, _Mapping]] = ..., initial_image: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., sampling: _Optional[_Union[_generator_pb2.SamplingParams, _Mapping]] = ..., num_frames: _Optional[int] = ..., clip_to_limits: _Optional[bool] = ...) -> None: ...
+    initial_depth: _common_pb2.TensorData
+    def __init__(self, robot: _Optional[_Union[_common_pb2.RobotRef, _Mapping]] = ..., actions: _Optional[_Union[_kinematics_pb2.ActionSequence, _Mapping]] = ..., camera: _Optional[_Union[_common_pb2.CameraModel, _Mapping]] = ..., initial_image: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., sampling: _Optional[_Union[_generator_pb2.SamplingParams, _Mapping]] = ..., num_frames: _Optional[int] = ..., clip_to_limits: _Optional[bool] = ..., initial_depth: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ...) -> None: ...
 
 class SimulationResult(_message.Message):
     __slots__ = ("rgb", "pointmap", "robot_pointmap", "robot_mask", "robot_rgb", "joints", "poses", "rgb_video_uri", "model", "stage_seconds", "presigned_urls", "stages")

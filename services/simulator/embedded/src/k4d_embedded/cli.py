@@ -86,6 +86,10 @@ def _add_spec_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--downscale", type=int, default=1,
                    help="divide image and camera resolution by this integer (quick previews)")
     p.add_argument("--clip", action="store_true", help="clip out-of-limit joints instead of failing")
+    p.add_argument("--depth", type=Path, default=None,
+                   help="optional depth of the image (RGB-D): .npy of metres or 16-bit PNG of "
+                        "millimetres, 0 = unknown; the rollout keeps these points where the "
+                        "scene does not change")
 
 
 def _inputs(args):
@@ -95,7 +99,7 @@ def _inputs(args):
                             camera=args.camera, model=args.model, steps=args.steps,
                             seed=args.seed, guidance=args.guidance, backend=args.backend,
                             frames=args.frames, downscale=args.downscale,
-                            clip_to_limits=args.clip)
+                            clip_to_limits=args.clip, depth=args.depth)
 
 
 def _run_simulate(args) -> int:

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from k4d.action_proto import spec_to_proto
+from k4d.camera_proto import camera_to_proto
 from k4d.errors import InvalidArgument
 from k4d.tensor_io import to_tensor
-from k4d_embedded.actions_proto import spec_to_proto
 from k4d_embedded.shipped import is_shipped_model, verify_shipped_model
-from k4d_projection.camera_proto import camera_to_proto
 from kinema4d.v1 import common_pb2, generator_pb2, simulator_pb2
 
 
@@ -34,6 +34,7 @@ class SimulationInputs:
     frames: int = 0
     downscale: int = 1        # divide image and camera by this (quick previews, tests)
     clip_to_limits: bool = False
+    depth: Path | None = None  # optional depth of the image (.npy metres, 16-bit PNG mm)
 
 
 def load_image(path: Path, field: str = "--image") -> np.ndarray:
@@ -49,8 +50,47 @@ def load_image(path: Path, field: str = "--image") -> np.ndarray:
         raise InvalidArgument.for_field(field, f"not a readable image: {exc}") from None
 
 
+def load_depth(path: Path, size: tuple[int, int], field: str = "--depth") -> np.ndarray:
+    """(H, W) float32 metres (0 = unknown) of a depth file: .npy of metres (float) or a
+    16-bit PNG of millimetres (what RGB-D cameras write); `size` (H, W) of the image."""
+    from PIL import Image, UnidentifiedImageError
+
+    if not path.is_file():
+        raise InvalidArgument.for_field(field, f"no such file: {path}")
+    try:
+        if path.suffix.lower() == ".npy":
+            depth = np.load(path, allow_pickle=False).astype(np.float32)
+        else:
+            with Image.open(path) as img:
+                if img.mode not in ("I;16", "I;16B", "I"):
+                    raise InvalidArgument.for_field(field, f"{path} is a {img.mode} image; a depth "
+                                                           "PNG holds 16-bit millimetres")
+                depth = np.asarray(img, dtype=np.float32) / 1000.0
+    except (ValueError, OSError, UnidentifiedImageError) as exc:
+        raise InvalidArgument.for_field(field, f"not a readable depth file: {exc}") from None
+    if depth.shape != tuple(size):
+        raise InvalidArgument.for_field(field, f"depth is {depth.shape[-1] if depth.ndim else 0}x"
+                                               f"{depth.shape[0] if depth.ndim else 0} (WxH), the "
+                                               f"image {size[1]}x{size[0]}; they must match")
+    if not np.isfinite(depth).all() or depth.min() < 0:
+        raise InvalidArgument.for_field(field, "depth must be finite metres >= 0 (0 = unknown)")
+    return depth
+
+
+def downscale_depth(depth: np.ndarray, factor: int) -> np.ndarray:
+    """Shrink a depth map by an integer factor: the mean of each block's known (> 0) depths,
+    0 where a block knows none."""
+    if factor <= 1:
+        return depth
+    h, w = depth.shape[0] // factor, depth.shape[1] // factor
+    blocks = depth[:h * factor, :w * factor].reshape(h, factor, w, factor)
+    known = (blocks > 0).sum(axis=(1, 3))
+    total = blocks.sum(axis=(1, 3))
+    return np.where(known > 0, total / np.maximum(known, 1), 0.0).astype(np.float32)
+
+
 def load_camera(path: Path, field: str = "--camera"):
-    from k4d_projection.camera import Camera
+    from k4d.camera import Camera
 
     if not path.is_file():
         raise InvalidArgument.for_field(field, f"no such file: {path}")
@@ -68,7 +108,7 @@ def downscale(image: np.ndarray, camera, factor: int):
         return image, camera
     if factor < 1:
         raise InvalidArgument.for_field("--downscale", "must be >= 1")
-    from k4d_projection.camera import Camera
+    from k4d.camera import Camera
     from PIL import Image
 
     h, w = image.shape[0] // factor, image.shape[1] // factor
@@ -88,7 +128,7 @@ def load_actions(path: Path, field: str = "--actions"):
     proto), parsed and validated by the kinematics package's own reader."""
     if not path.is_file():
         raise InvalidArgument.for_field(field, f"no such file: {path}")
-    from k4d_kinematics.actions import parse_actions
+    from k4d.actions import parse_actions
     try:
         document = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -97,7 +137,7 @@ def load_actions(path: Path, field: str = "--actions"):
     return spec, spec_to_proto(spec)
 
 
-_MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")  # k4d_generator.registry's rule
+_MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")  # k4d_model.registry's rule
 
 
 def model_ref(text: str) -> common_pb2.ModelRef:
@@ -130,12 +170,15 @@ def model_ref(text: str) -> common_pb2.ModelRef:
 def build_spec(inputs: SimulationInputs) -> simulator_pb2.SimulationSpec:
     image = load_image(inputs.image)
     camera = load_camera(inputs.camera)
+    depth = load_depth(inputs.depth, image.shape[:2]) if inputs.depth is not None else None
     image, camera = downscale(image, camera, inputs.downscale)
+    if depth is not None:
+        depth = downscale_depth(depth, inputs.downscale)
     actions, actions_proto = load_actions(inputs.actions)
     if actions.robot and actions.robot != inputs.robot:
         raise InvalidArgument.for_field(
             "--robot", f"{inputs.robot!r}, but {inputs.actions} is for robot {actions.robot!r}")
-    return simulator_pb2.SimulationSpec(
+    spec = simulator_pb2.SimulationSpec(
         robot=common_pb2.RobotRef(name=inputs.robot),
         actions=actions_proto,
         camera=camera_to_proto(camera),
@@ -146,3 +189,6 @@ def build_spec(inputs: SimulationInputs) -> simulator_pb2.SimulationSpec:
                                               backend=inputs.backend),
         num_frames=inputs.frames or actions.num_frames,
         clip_to_limits=inputs.clip_to_limits or actions.clip)
+    if depth is not None:
+        spec.initial_depth.inline.CopyFrom(to_tensor(depth))
+    return spec

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from k4d.camera_proto import camera_from_proto
 from k4d.errors import Cancelled, FieldViolation, InvalidArgument
+from k4d.initial_scene import initial_pointmap
 from k4d.store import from_tensor_data
-from k4d_simulator.camera_proto import camera_from_proto
 from k4d_simulator.outcomes import stage_outcomes
 from k4d_simulator.validation import DEFAULT_NUM_FRAMES, validate_spec
 from kinema4d.v1 import common_pb2, simulator_pb2
@@ -108,7 +109,7 @@ class StageCores:
         self._managers: dict[int, Any] = {}  # id(store) -> ModelManager (registry store)
 
     def robot(self, name: str, store=None):
-        from k4d_kinematics.robots import load_robot
+        from k4d.robots.descriptions import load_robot
 
         return load_robot(name, store) if store is not None else load_robot(name)
 
@@ -211,7 +212,8 @@ def run_generation(spec: simulator_pb2.SimulationSpec, image: np.ndarray,
     else:  # the generator worker's static-world path (intrinsics from the robot pointmap)
         manager, kwargs["backend"] = cores.models(store), STATIC_WORLD
     result = manager.generate(image, robot.rgb, robot.pointmap, robot.mask, callback=on_step,
-                              should_cancel=cancelled, **kwargs)
+                              should_cancel=cancelled,
+                              initial_pointmap=initial_pointmap(spec, store), **kwargs)
     meta, seed = result.metadata, kwargs["seed"]
     static = kwargs["backend"] == STATIC_WORLD
     if static:

@@ -1,0 +1,24 @@
+"""The initial scene's optional depth (an RGB-D observation) as the generator takes it: the
+first frame's points in the camera frame. Read the same way by the embedded runner and the
+generator worker, from `SimulationSpec.initial_depth`."""
+
+from __future__ import annotations
+
+import numpy as np
+from kinema4d.v1 import simulator_pb2
+
+from k4d.camera_proto import camera_from_proto
+from k4d.store import from_tensor_data
+
+
+def has_initial_depth(spec: simulator_pb2.SimulationSpec) -> bool:
+    return spec.HasField("initial_depth") and spec.initial_depth.WhichOneof("kind") is not None
+
+
+def initial_pointmap(spec: simulator_pb2.SimulationSpec, store=None) -> np.ndarray | None:
+    """(H, W, 3) float32 metres, zeros where the depth is 0; None without a depth."""
+    if not has_initial_depth(spec):
+        return None
+    depth = from_tensor_data(spec.initial_depth, store, "spec.initial_depth")
+    camera = camera_from_proto(spec.camera, "spec.camera")
+    return camera.points_from_depth(np.asarray(depth, np.float32))
