@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_policy_env_passes_check_env_on_a_tiny_model(tiny_model_dir):
@@ -28,15 +32,16 @@ def test_policy_env_passes_check_env_on_a_tiny_model(tiny_model_dir):
 
 
 @pytest.mark.slow
-def test_policy_env_makes_on_the_demo_scene_with_no_arguments():
+def test_policy_env_makes_on_the_demo_scene_with_no_arguments(monkeypatch):
     """The shipped default model and demo scene (examples/demo_heldout)."""
+    monkeypatch.delenv("K4D_DEFAULT_MODEL", raising=False)  # the session pins static-world
     import gymnasium as gym
     from gymnasium.utils.env_checker import check_env
     from PIL import Image
 
     env = gym.make("k4d_policy.envs:k4d/WorldModel-v0")
     obs, info = env.reset(seed=0)
-    scene = np.asarray(Image.open("examples/demo_heldout/scene.png").convert("RGB"))
+    scene = np.asarray(Image.open(REPO / "examples/demo_heldout/scene.png").convert("RGB"))
     assert info["task"] == "pick up the orange cube and place it on the blue marker"
     assert np.abs(obs["rgb"].astype(int) - scene).mean() < 2.0
     check_env(env.unwrapped, skip_render_check=True)

@@ -28,6 +28,7 @@ from gymnasium import spaces
 from k4d.tabletop.tasks import DURATION_S
 
 ENV_ID = "k4d/WorldModel-v0"
+POINT_RANGE_M = 100.0  # pointmap bounds (metres; a generated point beyond is clipped)
 
 
 @functools.lru_cache(maxsize=2)
@@ -59,7 +60,7 @@ class WorldModelEnv(gym.Env):
         self.lower, self.upper = np.asarray(robot_model.lower, np.float64), np.asarray(robot_model.upper, np.float64)
         self.observation_space = spaces.Dict({
             "rgb": spaces.Box(0, 255, (H, W, 3), np.uint8),
-            "pointmap": spaces.Box(-np.inf, np.inf, (H, W, 3), np.float32),
+            "pointmap": spaces.Box(-POINT_RANGE_M, POINT_RANGE_M, (H, W, 3), np.float32),
             "joints": spaces.Box(self.lower, self.upper, dtype=np.float64),
         })
         self.action_space = spaces.Box(self.lower, self.upper, dtype=np.float64)
@@ -68,7 +69,7 @@ class WorldModelEnv(gym.Env):
 
     def _obs(self, obs) -> dict:
         self._last = obs
-        return {"rgb": np.asarray(obs.rgb, np.uint8), "pointmap": np.asarray(obs.pointmap, np.float32),
+        return {"rgb": np.asarray(obs.rgb, np.uint8), "pointmap": np.clip(np.nan_to_num(np.asarray(obs.pointmap, np.float32)), -POINT_RANGE_M, POINT_RANGE_M),
                 "joints": np.clip(np.asarray(obs.joints, np.float64), self.lower, self.upper)}
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):

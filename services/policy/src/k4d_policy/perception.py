@@ -30,6 +30,9 @@ ROBOT_CLEARANCE_M = 0.05  # points this close to a robot link origin are the rob
 SHADE = (0.3, 1.25)     # how much darker / brighter than its palette colour a surface renders
 MAX_COLOUR_RESIDUAL = 0.22
 TOP_FACE_M = 0.008
+# Measured on 24 held-out objects (seed 7000): the top face's visible centre lies 0.44 x the
+# object's half height nearer the camera than the true centre (1.0 cm on average).
+VIEW_BIAS = 0.44
 
 
 @dataclass
@@ -106,6 +109,7 @@ def find_object(rgb: np.ndarray, pointmap: np.ndarray, T_cam_from_world: np.ndar
     if flat:  # the table is everywhere at table height: only pixels of the colour itself
         keep &= residual < MAX_COLOUR_RESIDUAL
     pts, res = p[keep], residual[keep]
+    eye_xy = np.linalg.inv(T_cam_from_world)[:2, 3]
     best: Seen | None = None
     for idx in _blobs(pts):
         blob_res = float(np.median(res[idx]))
@@ -118,7 +122,11 @@ def find_object(rgb: np.ndarray, pointmap: np.ndarray, T_cam_from_world: np.ndar
         top = float(np.percentile(pts[idx, 2], 90))
         # The top face's centre: side faces seen at an angle pull a plain median towards the camera.
         face = idx if flat else idx[pts[idx, 2] >= top - TOP_FACE_M]
-        seen = Seen(np.median(pts[face, :2], axis=0), top, len(idx), blob_res)
+        xy = np.median(pts[face, :2], axis=0)
+        if not flat:  # the far half of the object is hidden: its visible points sit nearer the camera
+            away = xy - eye_xy
+            xy = xy + VIEW_BIAS * max(top / 2.0, 0.01) * away / max(np.linalg.norm(away), 1e-9)
+        seen = Seen(xy, top, len(idx), blob_res)
         if best is None or (seen.pixels, -seen.residual) > (best.pixels, -best.residual):
             best = seen
     return best
