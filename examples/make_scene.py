@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 
 import numpy as np
-from k4d_projection.camera import look_at_transform
+from k4d.camera import look_at_transform
 
 WIDTH, HEIGHT = 720, 480
 FOCAL_PX = 520.0

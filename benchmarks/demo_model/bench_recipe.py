@@ -27,7 +27,7 @@ import torch
 
 
 def candidates():
-    from k4d_generator.model.configs import _transformer_kwargs, get_model_config
+    from k4d_model.model.configs import _transformer_kwargs, get_model_config
 
     tiny, small = get_model_config("tiny"), get_model_config("small")
     yield "tiny 5x32x48", tiny
@@ -54,8 +54,8 @@ def time_it(fn, reps: int) -> float:
 
 def measure(name, config, reps: int, batch: int, vae_too: bool = True) -> dict:
     from diffusers import AutoencoderKLWan
-    from k4d_generator.model.configs import latent_shape
-    from k4d_generator.model.transformer import Kinema4DTransformer3DModel
+    from k4d_model.model.configs import latent_shape
+    from k4d_model.model.transformer import Kinema4DTransformer3DModel
 
     torch.manual_seed(0)
     f, h, w = config.num_frames, config.height, config.width

@@ -29,8 +29,8 @@ import torch
 
 
 def _build(config_name: str):
-    from k4d_generator.checkpoints import build_components
-    from k4d_generator.model.configs import get_model_config
+    from k4d_model.checkpoints import build_components
+    from k4d_model.model.configs import get_model_config
 
     config = get_model_config(config_name)
     components, _ = build_components(config, seed=0)
@@ -38,7 +38,7 @@ def _build(config_name: str):
 
 
 def _latent_grid(config):
-    from k4d_generator.model.configs import latent_shape
+    from k4d_model.model.configs import latent_shape
 
     return latent_shape(config.num_frames, config.height, config.width)
 
@@ -161,8 +161,8 @@ def peak_memory_child(config_name: str, mode: str) -> None:
     """Runs in a fresh process: one full sample; prints JSON with the RSS growth during
     sampling (peak minus the RSS with the model loaded and warmed up)."""
     import psutil
-    from k4d_generator import memory
     from k4d_generator.pipeline import Kinema4DPipeline
+    from k4d_model import memory
 
     config, components = _build(config_name)
     pipe = Kinema4DPipeline.from_components(components)

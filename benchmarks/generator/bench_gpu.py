@@ -32,7 +32,7 @@ def _random_transformer(config: dict, dtype: torch.dtype, device: str, layers: i
     """The transformer with random weights built directly on `device` in `dtype`
     (never materialised in fp32 on the host)."""
     from diffusers.models.transformers.transformer_wan import WanRotaryPosEmbed
-    from k4d_generator.model import Kinema4DTransformer3DModel
+    from k4d_model.model import Kinema4DTransformer3DModel
 
     config = dict(config, num_layers=layers or config["num_layers"])
     with torch.device("meta"):
@@ -69,7 +69,7 @@ def _median_seconds(fn, inputs, repeats: int, device: str) -> float:
 def bench_steps(model_config, device: str, trt_layers: int, repeats: int) -> dict:
     from k4d_generator.backends import create_backend, is_tensorrt_available
     from k4d_generator.backends.onnx_export import example_inputs
-    from k4d_generator.model.configs import latent_shape
+    from k4d_model.model.configs import latent_shape
 
     lf, lh, lw = latent_shape(model_config.num_frames, model_config.height, model_config.width)
     report = {"config": model_config.name, "latent": [lf, lh, 2 * lw], "trt_layers": trt_layers}
@@ -109,13 +109,13 @@ def bench_rollout(model_config, device: str) -> dict:
     import numpy as np
     from diffusers import AutoencoderKLWan
     from k4d_generator.backends.torch_backend import TorchBackend
-    from k4d_generator.checkpoints import (
+    from k4d_generator.pipeline import Kinema4DPipeline
+    from k4d_model.checkpoints import (
         ModelComponents,
         ModelInfo,
         default_image_processor,
         default_scheduler,
     )
-    from k4d_generator.pipeline import Kinema4DPipeline
     from transformers import CLIPVisionConfig, CLIPVisionModel
 
     transformer = _random_transformer(model_config.transformer, torch.bfloat16, device, None)
@@ -158,7 +158,7 @@ def main() -> None:
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("bench_gpu: skipped: no CUDA GPU (smoke run on CPU: --config tiny --device cpu)")
         return
-    from k4d_generator.model.configs import get_model_config
+    from k4d_model.model.configs import get_model_config
 
     model_config = get_model_config(args.config)
     report = {"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",

@@ -20,10 +20,10 @@ import time
 import warnings
 
 import numpy as np
+from k4d.robots.descriptions import load_robot
+from k4d.robots.fk import forward_kinematics
 from k4d_kinematics.chain import build_chain
-from k4d_kinematics.fk import forward_kinematics
 from k4d_kinematics.ik import IKOptions, IkpyFrameSolver, solve_ik
-from k4d_kinematics.robots import load_robot
 
 
 def timed(fn, repeats: int) -> float:

@@ -37,10 +37,10 @@ def machine() -> str:
 
 
 def bench_stages(repeats: int = 3) -> None:
+    from k4d.camera_proto import camera_from_proto
     from k4d_embedded.pipeline import StageCores, run_kinematics, run_projection
     from k4d_embedded.testing.localcluster import example_spec
     from k4d_projection.testing.mujoco_reference import MujocoReference
-    from k4d_simulator.camera_proto import camera_from_proto
 
     spec = example_spec(EXAMPLE, None, frames=49, downscale=1)
     cores = StageCores()

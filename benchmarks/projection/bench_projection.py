@@ -18,9 +18,9 @@ import time
 os.environ.setdefault("MUJOCO_GL", "osmesa")
 
 import numpy as np  # noqa: E402
-from k4d_kinematics.fk import forward_kinematics  # noqa: E402
-from k4d_kinematics.robots import load_robot  # noqa: E402
-from k4d_projection.camera import Camera  # noqa: E402
+from k4d.camera import Camera  # noqa: E402
+from k4d.robots.descriptions import load_robot  # noqa: E402
+from k4d.robots.fk import forward_kinematics  # noqa: E402
 from k4d_projection.renderer import (  # noqa: E402
     DEFAULT_OUTPUTS,
     RenderWorkspace,

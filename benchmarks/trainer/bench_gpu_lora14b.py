@@ -35,8 +35,8 @@ def main() -> int:
     args = parser.parse_args()
 
     import torch.distributed as dist
-    from k4d_generator.model.configs import get_model_config
-    from k4d_generator.model.transformer import Kinema4DTransformer3DModel
+    from k4d_model.model.configs import get_model_config
+    from k4d_model.model.transformer import Kinema4DTransformer3DModel
     from k4d_trainer import model as model_lib
     from k4d_trainer.objective import flow_matching_loss
     from k4d_trainer.parallel import DistInfo, parallelize

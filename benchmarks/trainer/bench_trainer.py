@@ -34,8 +34,8 @@ RUNS = (("1 process", 1, {"dp_replicate": -1, "dp_shard": 1}),
 
 
 def prepare(root: Path, size: str, episodes: int) -> tuple[Path, dict]:
-    from k4d_generator.checkpoints import build_components, save_official
-    from k4d_generator.model.configs import get_model_config
+    from k4d_model.checkpoints import build_components, save_official
+    from k4d_model.model.configs import get_model_config
     from k4d_trainer.synthetic import write_dataset
 
     config = get_model_config(size)

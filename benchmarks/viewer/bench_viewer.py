@@ -46,12 +46,12 @@ def _timed(fn, repeats: int) -> tuple[float, object]:
 
 
 def bench_outputs(repeats: int) -> dict:
+    from k4d.camera_proto import camera_from_proto
     from k4d_embedded.embedded import build_summary
     from k4d_embedded.inputs import SimulationInputs, build_spec
     from k4d_embedded.outputs import robot_link_meshes, write_recording, write_rollout
     from k4d_embedded.pipeline import StageCores, _robot_name, run_embedded
     from k4d_embedded.viewer import write_viewer
-    from k4d_simulator.camera_proto import camera_from_proto
 
     inputs = SimulationInputs(robot="panda", actions=EXAMPLE / "actions.json",
                               image=EXAMPLE / "scene.png", camera=EXAMPLE / "camera.json")

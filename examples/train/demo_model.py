@@ -48,7 +48,7 @@ def _metrics(run: Path) -> list[dict]:
 def export(config_path: str, run: Path, out: Path, label: str, name: str,
            default: bool = False) -> dict:
     import torch.distributed.checkpoint as dcp
-    from k4d_generator.registry import build_manifest
+    from k4d_model.registry import build_manifest
     from k4d_trainer import model as model_lib
     from k4d_trainer.config import load_config_file
     from k4d_trainer.observe import write_loss_curves

@@ -103,9 +103,9 @@ def test_the_model_library_imports_no_service_package():
 
 def test_the_import_scan_sees_lazy_and_importlib_imports(tmp_path):
     source = tmp_path / "mod.py"
-    source.write_text("import importlib\n\ndef f():\n    from k4d_generator.model import X\n"
+    source.write_text("import importlib\n\ndef f():\n    from k4d_generator.pipeline import X\n"
                       "    return importlib.import_module('k4d_projection.codecs')\n")
-    assert {"k4d_generator.model", "k4d_projection.codecs"} <= imported_modules(source)
+    assert {"k4d_generator.pipeline", "k4d_projection.codecs"} <= imported_modules(source)
 
 
 def test_test_only_packages_are_not_imported_by_serving_code():

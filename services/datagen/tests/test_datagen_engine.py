@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from k4d.camera import Camera
 from k4d.episodes.dataset import validate_arrays
+from k4d.tabletop.tasks import judge
 from k4d_datagen.engine import EpisodeConfig, depth_to_pointmap, generate_episode
-from k4d_datagen.tasks import judge
-from k4d_projection.camera import Camera
 
 T, H, W = 7, 64, 96
 

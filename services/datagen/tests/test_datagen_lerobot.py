@@ -13,11 +13,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from k4d.camera import Camera
 from k4d.cli.main import main
 from k4d.episodes import open_dataset
+from k4d.robots.fk import forward_kinematics
 from k4d_datagen.engine import robot_and_renderer
-from k4d_kinematics.fk import forward_kinematics
-from k4d_projection.camera import Camera
 
 H, W, FPS = 64, 96, 10
 LENGTHS = (12, 9)

@@ -16,11 +16,11 @@ import pyarrow.parquet as pq
 import pytest
 from k4d.cli.main import main
 from k4d.episodes import open_dataset
+from k4d.robots.fk import forward_kinematics
 from k4d.rotations import so3_log
 from k4d_datagen.engine import robot_and_renderer
 from k4d_datagen.lerobot import MAX_IK_FAILED_FRACTION, EpisodeRefused, _episode_joints
 from k4d_datagen.state_map import parse_spec, resolve
-from k4d_kinematics.fk import forward_kinematics
 
 FIXTURE = Path(__file__).parent / "fixtures" / "lerobot-v3.0-panda9"
 TRUTH = json.loads((FIXTURE / "truth.json").read_text())

@@ -6,8 +6,6 @@ matches no architecture, a missing file or a wrong sha256 is one line."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 from k4d.cli.main import main  # noqa: E402
+from k4d.testing.modules import load_path_module  # noqa: E402
 from k4d_eval import backbones, learned  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 
@@ -203,11 +202,7 @@ def test_standard_weights_through_k4d_eval_pair(tmp_path, rng, frames, capsys):
 
 def _converter():
     path = Path(__file__).resolve().parents[3] / "tools" / "convert_metric_weights.py"
-    spec = importlib.util.spec_from_file_location("convert_metric_weights", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_path_module(path, "convert_metric_weights")
 
 
 def test_converter_from_official_lpips_layout(tmp_path, capsys):

@@ -310,20 +310,8 @@ def test_gen_registry_fetch_reuses_verified_cache_without_rehashing(make_tiny, t
     assert load_model(local).info.version == "1"
 
 
-def test_gen_old_module_names_are_the_model_library_modules():
-    """`k4d_generator.{checkpoints, ..., model.configs}` moved to `k4d_model`; the old names are
-    the same module objects (the embedded runner, benchmarks and examples still use them), so
-    monkeypatching either name patches both."""
-    import importlib
-
-    import k4d_model.model.configs
-    import k4d_model.model.transformer
-
-    for name in ("checkpoints", "conditions", "lora", "memory", "registry", "results"):
-        assert importlib.import_module(f"k4d_generator.{name}") is importlib.import_module(
-            f"k4d_model.{name}")
-    assert importlib.import_module("k4d_generator.model.configs") is k4d_model.model.configs
-    assert importlib.import_module("k4d_generator.model.transformer") is k4d_model.model.transformer
+def test_gen_pipeline_is_the_model_library_pipeline_with_loaders():
+    """The serving pipeline is the model library's pipeline plus the loading constructors."""
     from k4d_generator.pipeline import Kinema4DPipeline
     from k4d_model.pipeline import Kinema4DPipeline as Core
 

@@ -3,10 +3,10 @@ resampling, and validation of malformed documents."""
 
 import numpy as np
 import pytest
+from k4d.actions import PRESETS, parse_actions
 from k4d.errors import InvalidArgument
-from k4d_kinematics.actions import PRESETS, parse_actions
-from k4d_kinematics.fk import forward_kinematics
-from k4d_kinematics.robots import load_robot
+from k4d.robots.descriptions import load_robot
+from k4d.robots.fk import forward_kinematics
 from k4d_kinematics.trajectory import solve_actions
 from scipy.spatial.transform import Rotation
 

@@ -7,7 +7,7 @@ import zipfile
 
 import pytest
 from k4d.errors import InvalidArgument
-from k4d_kinematics.bundles import BundleLimits, safe_extract
+from k4d.robots.bundles import BundleLimits, safe_extract
 
 
 def _zip(path, entries):

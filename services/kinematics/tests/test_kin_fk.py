@@ -3,8 +3,8 @@ mimic handling are correct."""
 
 import numpy as np
 import pytest
-from k4d_kinematics.fk import forward_kinematics
-from k4d_kinematics.robots import builtin_names, load_robot
+from k4d.robots.descriptions import builtin_names, load_robot
+from k4d.robots.fk import forward_kinematics
 
 pin = pytest.importorskip("pinocchio")
 

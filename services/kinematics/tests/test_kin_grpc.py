@@ -11,10 +11,10 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 from k4d.config import Config
 from k4d.grpc_server import create_server
+from k4d.robots.descriptions import load_robot
+from k4d.robots.fk import forward_kinematics
 from k4d.store import LocalStore, from_tensor_data
 from k4d.tensor_io import to_tensor
-from k4d_kinematics.fk import forward_kinematics
-from k4d_kinematics.robots import load_robot
 from k4d_kinematics.server import register_service
 from kinema4d.v1 import common_pb2, kinematics_pb2, kinematics_pb2_grpc
 

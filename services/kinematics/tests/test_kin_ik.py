@@ -4,10 +4,10 @@ with residuals, trajectory mode warm-starts, ikpy stays selectable."""
 import numpy as np
 import pytest
 from k4d.errors import InvalidArgument
+from k4d.robots.descriptions import builtin_names, load_robot
+from k4d.robots.fk import forward_kinematics
 from k4d_kinematics.chain import ChainWorkspace, build_chain, chain_fk, chain_jacobian
-from k4d_kinematics.fk import forward_kinematics
 from k4d_kinematics.ik import IKOptions, solve_ik
-from k4d_kinematics.robots import builtin_names, load_robot
 
 
 def _targets(model, count, seed=0):
@@ -134,7 +134,7 @@ PERMUTED = """<robot name="permuted">
 def test_chain_with_a_mimic_driven_from_outside_the_chain(tmp_path):
     # Joint m (on the chain to tip) mimics z (off the chain, a later actuated index), so the
     # chain's variables [a, b, z] are not in chain order [a, m, b].
-    from k4d_kinematics.robots import load_robot_file
+    from k4d.robots.descriptions import load_robot_file
 
     path = tmp_path / "permuted" / "urdf" / "permuted.urdf"
     path.parent.mkdir(parents=True)

@@ -6,10 +6,10 @@ import zipfile
 import numpy as np
 import pytest
 from k4d.errors import InvalidArgument, NotFound
+from k4d.robots.descriptions import load_robot
+from k4d.robots.fk import forward_kinematics
+from k4d.robots.registry import RobotRegistry
 from k4d.store import LocalStore
-from k4d_kinematics.fk import forward_kinematics
-from k4d_kinematics.registry import RobotRegistry
-from k4d_kinematics.robots import load_robot
 
 URDF = """<robot name="twolink">
   <link name="base"><visual><geometry><mesh filename="package://twolink/meshes/base.stl"/></geometry></visual></link>

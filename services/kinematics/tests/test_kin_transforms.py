@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 from k4d.errors import InvalidArgument
+from k4d.robots.validation import validate_targets
+from k4d.rotations import quat_to_matrix, rpy_to_matrix, so3_exp, so3_log
 from k4d_kinematics.lm import _rotation_error
-from k4d_kinematics.transforms import quat_to_matrix, rpy_to_matrix, so3_exp, so3_log
-from k4d_kinematics.validation import validate_targets
 from scipy.spatial.transform import Rotation
 
 

@@ -4,9 +4,9 @@ with InvalidArgument naming the element."""
 import numpy as np
 import pytest
 from k4d.errors import InvalidArgument
-from k4d_kinematics.fk import forward_kinematics
-from k4d_kinematics.robots import load_robot, load_robot_file
-from k4d_kinematics.urdf import parse_urdf
+from k4d.robots.descriptions import load_robot, load_robot_file
+from k4d.robots.fk import forward_kinematics
+from k4d.robots.urdf import parse_urdf
 
 GOOD = """<robot name="toy">
   <material name="red"><color rgba="1 0 0 1"/></material>

@@ -7,11 +7,11 @@ import numpy as np
 from k4d.bus import InProcessBus, event_headers
 from k4d.bus.topics import SIM_FAILED, SIM_KINEMATICS, SIM_REQUESTED, dlq
 from k4d.config import Config
+from k4d.robots.descriptions import load_robot
+from k4d.robots.fk import forward_kinematics
 from k4d.store import LocalStore, get_array
 from k4d.tensor_io import TensorRef, to_tensor
 from k4d.testing.bus import drain
-from k4d_kinematics.fk import forward_kinematics
-from k4d_kinematics.robots import load_robot
 from k4d_kinematics.worker import build_worker
 from kinema4d.v1 import common_pb2, events_pb2, kinematics_pb2, simulator_pb2
 
@@ -73,8 +73,8 @@ def test_stage_stores_outputs_and_emits_completion(tmp_path):
 def test_robot_ref_outside_the_store_names_the_field(tmp_path):
     import pytest
     from k4d.errors import InvalidArgument
+    from k4d.robots.registry import RobotRegistry
     from k4d_kinematics.proto_actions import robot_from_ref
-    from k4d_kinematics.registry import RobotRegistry
 
     registry = RobotRegistry(LocalStore(tmp_path / "store"), cache_dir=tmp_path / "cache")
     assert robot_from_ref(common_pb2.RobotRef(name="panda"), registry).name == "panda"

@@ -9,9 +9,9 @@ import pytest
 from k4d.bus import event_headers
 from k4d.bus.topics import SIM_KINEMATICS, SIM_REQUESTED
 from k4d.config import Config
+from k4d.robots.descriptions import load_robot
 from k4d.store import get_array
 from k4d.tensor_io import TensorRef, to_tensor
-from k4d_kinematics.robots import load_robot
 from k4d_kinematics.worker import build_worker
 from kinema4d.v1 import common_pb2, events_pb2, kinematics_pb2, simulator_pb2
 

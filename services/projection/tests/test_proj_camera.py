@@ -3,8 +3,8 @@ import math
 
 import numpy as np
 import pytest
+from k4d.camera import Camera, euler_xyz_to_matrix, invert_rigid, look_at_transform
 from k4d.errors import InvalidArgument
-from k4d_projection.camera import Camera, euler_xyz_to_matrix, invert_rigid, look_at_transform
 
 
 def test_from_fovy_uses_pixel_centre_convention():

@@ -5,10 +5,10 @@ import sys
 
 import numpy as np
 import pytest
+from k4d.camera import Camera
 from k4d.cli.main import main
-from k4d_kinematics.robots import BUILTIN_ROBOTS, load_robot
+from k4d.robots.descriptions import BUILTIN_ROBOTS, load_robot
 from k4d_projection import codecs
-from k4d_projection.camera import Camera
 
 USER_URDF = """<?xml version="1.0"?>
 <robot name="two_link">

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
+from k4d.camera import look_at_transform
 from k4d.errors import InvalidArgument
 from k4d_projection import codecs
-from k4d_projection.camera import look_at_transform
 
 
 def synthetic(T=4, H=24, W=32, seed=0):

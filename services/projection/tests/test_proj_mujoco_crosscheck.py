@@ -15,9 +15,9 @@ import pytest  # noqa: E402
 
 pytest.importorskip("mujoco", reason="optional extra k4d-projection[bench] not installed")
 
-from k4d_kinematics.fk import forward_kinematics  # noqa: E402
-from k4d_kinematics.robots import load_robot  # noqa: E402
-from k4d_projection.camera import Camera  # noqa: E402
+from k4d.camera import Camera  # noqa: E402
+from k4d.robots.descriptions import load_robot  # noqa: E402
+from k4d.robots.fk import forward_kinematics  # noqa: E402
 from k4d_projection.renderer import RobotRenderer  # noqa: E402
 from k4d_projection.testing.mujoco_reference import MujocoReference  # noqa: E402
 
@@ -59,7 +59,7 @@ def test_mask_iou_and_depth_match_mujoco(seed, eye, fovy):
 
 def test_linearisation_recovers_a_plane_at_known_depth():
     """A box face at exactly 1.25 m in front of the camera reads back as 1.25 m."""
-    from k4d_kinematics.model import LinkGeometry
+    from k4d.robots.model import LinkGeometry
 
     geom = LinkGeometry("a", 0, None, "box", (2.0, 2.0, 0.5), np.eye(4), (1, 1, 1), (1, 1, 1, 1))
     renderer = RobotRenderer(["a"], [geom])

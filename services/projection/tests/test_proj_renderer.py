@@ -4,9 +4,9 @@ the ray culling against brute-force casting, distortion, engines, colours, bad i
 import numpy as np
 import pytest
 import trimesh
+from k4d.camera import Camera, invert_rigid, look_at_transform
 from k4d.errors import InvalidArgument, NotFound, ResourceExhausted
-from k4d_kinematics.model import LinkGeometry
-from k4d_projection.camera import Camera, invert_rigid, look_at_transform
+from k4d.robots.model import LinkGeometry
 from k4d_projection.engines import is_embree_available
 from k4d_projection.meshes import _unit_scale, build_link_meshes
 from k4d_projection.renderer import RobotRenderer, estimate_bytes
@@ -203,8 +203,8 @@ def test_bad_inputs_are_rejected_clearly():
 
 
 def test_panda_visual_meshes_equal_brute_force():
-    from k4d_kinematics.fk import forward_kinematics
-    from k4d_kinematics.robots import load_robot
+    from k4d.robots.descriptions import load_robot
+    from k4d.robots.fk import forward_kinematics
 
     model = load_robot("panda")
     renderer = RobotRenderer.from_robot(model)

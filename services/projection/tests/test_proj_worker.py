@@ -6,14 +6,14 @@ import threading
 import numpy as np
 from k4d.bus import InProcessBus, event_headers
 from k4d.bus.topics import SIM_FAILED, SIM_KINEMATICS, SIM_PROJECTED, dlq
+from k4d.camera import Camera
+from k4d.camera_proto import camera_to_proto
 from k4d.config import Config
+from k4d.robots.descriptions import load_robot
+from k4d.robots.fk import forward_kinematics
 from k4d.store import LocalStore, get_array, put_array
 from k4d.tensor_io import TensorRef
 from k4d.testing.bus import drain
-from k4d_kinematics.fk import forward_kinematics
-from k4d_kinematics.robots import load_robot
-from k4d_projection.camera import Camera
-from k4d_projection.camera_proto import camera_to_proto
 from k4d_projection.renderer import RobotRenderer
 from k4d_projection.worker import build_worker
 from kinema4d.v1 import common_pb2, events_pb2, simulator_pb2

@@ -85,9 +85,10 @@ def _positive(name: str, value: int, upper: int | None = None) -> int:
 
 
 def _synthetic(args: argparse.Namespace) -> int:
+    from k4d.tabletop.tasks import check_task
+
     from k4d_datagen.engine import EpisodeConfig
     from k4d_datagen.runner import generate_dataset, shard_indices
-    from k4d_datagen.tasks import check_task
 
     # 1. check every input before anything is written
     _positive("--episodes", args.episodes)

@@ -22,10 +22,8 @@ from k4d.tabletop.physics import (  # noqa: F401 - re-exported (tests, benchmark
     object_id_image,
 )
 from k4d.tabletop.physics import Simulation as _PhysicsSimulation
-
-from k4d_datagen import GENERATOR
-from k4d_datagen.scene import SceneSpec, sample_scene
-from k4d_datagen.tasks import (
+from k4d.tabletop.scene import SceneSpec, sample_scene
+from k4d.tabletop.tasks import (
     DURATION_S,
     HOME_JOINTS,
     TASKS,
@@ -35,6 +33,8 @@ from k4d_datagen.tasks import (
     plan_task,
     sample_noise,
 )
+
+from k4d_datagen import GENERATOR
 
 MAX_ATTEMPTS = 25
 MIN_ROBOT_PIXELS_FRACTION = 0.01
@@ -60,7 +60,7 @@ class EpisodeConfig:
 @functools.lru_cache(maxsize=4)
 def robot_and_renderer(name: str):
     """The kinematics robot model and our projection renderer (built once per process)."""
-    from k4d_kinematics.robots import load_robot
+    from k4d.robots.descriptions import load_robot
     from k4d_projection.renderer import RobotRenderer
 
     model = load_robot(name)
@@ -69,7 +69,7 @@ def robot_and_renderer(name: str):
 
 @functools.lru_cache(maxsize=4)
 def robot_mesh_files(name: str) -> dict[int, str]:
-    from k4d_datagen.scene import link_mesh_files
+    from k4d.tabletop.scene import link_mesh_files
 
     model, renderer = robot_and_renderer(name)
     return link_mesh_files(renderer.link_meshes, name)
@@ -98,9 +98,9 @@ class Rollout:
 
 def plan_episode(config: EpisodeConfig, rng) -> Rollout:
     """Sample scenes until one is feasible: IK reaches every target and the camera sees the robot."""
-    from k4d_kinematics.fk import forward_kinematics
+    from k4d.camera import Camera
+    from k4d.robots.fk import forward_kinematics
     from k4d_kinematics.ik import solve_ik
-    from k4d_projection.camera import Camera
 
     model, renderer = robot_and_renderer(config.robot)
     task, kind = _choose(config, rng)
@@ -143,7 +143,7 @@ def generate_episode(config: EpisodeConfig, *, verify: bool = False) -> tuple[Ep
     """Arrays in the k4d.episodes schema and their meta. verify=True adds
     `_mujoco_robot_mask` (T, H, W) (MuJoCo's robot-only segmentation) and
     `_mujoco_robot_depth` for the agreement checks of tests and benchmarks."""
-    from k4d_projection.camera import Camera
+    from k4d.camera import Camera
     from k4d_projection.renderer import CONDITION_OUTPUTS
 
     rng = episode_rng(config.seed, config.index)

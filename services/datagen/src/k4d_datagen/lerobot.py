@@ -134,7 +134,7 @@ def load_cameras(path: str | os.PathLike) -> dict:
 
 
 def _camera_for(cameras: dict, episode_index: int):
-    from k4d_projection.camera import Camera
+    from k4d.camera import Camera
 
     doc = cameras["episodes"].get(str(episode_index), cameras["default"])
     if doc is None:
@@ -334,8 +334,8 @@ def _episode_joints(robot, mapping: StateMapping, data: dict[str, np.ndarray], i
 
 def _build_episode(dataset, episode, episode_id, robot, renderer, cameras, joints, pick, video_key,
                    video_cache, state_key, mapping: StateMapping, ik: dict | None):
-    from k4d_kinematics.fk import forward_kinematics
-    from k4d_kinematics.validation import validate_joints
+    from k4d.robots.fk import forward_kinematics
+    from k4d.robots.validation import validate_joints
     from k4d_projection.renderer import CONDITION_OUTPUTS
 
     i = int(episode["episode_index"])

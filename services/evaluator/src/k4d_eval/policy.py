@@ -5,7 +5,7 @@
   object in a clip by its colour in frame 0 (its pixels there come from ground truth
   object_ids, what the initial scene shows), reads the object's 3D position from the
   clip's pointmap in that region frame by frame (median of its points, in the world frame
-  of the camera JSON) and applies the data engine's rules (k4d_datagen.tasks.judge) as far
+  of the camera JSON) and applies the data engine's rules (k4d.tabletop.tasks.judge) as far
   as pointmaps show them:
     pick   lifted > LIFT_M at some frame and resting again at the end (final height within
            REST_M of the start); the place marker's position is not in the episode

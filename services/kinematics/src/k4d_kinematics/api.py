@@ -12,21 +12,21 @@ import os
 import tempfile
 
 import numpy as np
+from k4d.actions import ActionSpec
 from k4d.errors import InvalidArgument
+from k4d.robots.bundles import BundleLimits
+from k4d.robots.descriptions import BUILTIN_ROBOTS, load_robot
+from k4d.robots.fk import forward_kinematics
+from k4d.robots.registry import PREFIX, RobotRegistry
+from k4d.robots.validation import validate_joints, validate_seed, validate_targets
 from k4d.store import from_tensor_data, to_tensor_data
 from k4d.tensor_io import INLINE_LIMIT_BYTES
 from kinema4d.v1 import kinematics_pb2 as kpb
 from kinema4d.v1 import kinematics_pb2_grpc
 
-from .actions import ActionSpec
-from .bundles import BundleLimits
-from .fk import forward_kinematics
 from .ik import solve_ik
 from .proto_actions import action_spec_from_proto, ik_options, robot_from_ref
-from .registry import PREFIX, RobotRegistry
-from .robots import BUILTIN_ROBOTS, load_robot
 from .trajectory import solve_actions
-from .validation import validate_joints, validate_seed, validate_targets
 
 MAX_FRAMES = 100_000  # FK frames per request
 MAX_IK_FRAMES = 10_000

@@ -12,9 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from k4d.errors import InvalidArgument
-
-from .model import JOINT_FIXED, JOINT_PRISMATIC, RobotModel
-from .transforms import skew
+from k4d.robots.model import JOINT_FIXED, JOINT_PRISMATIC, RobotModel
+from k4d.rotations import skew
 
 
 @dataclass(frozen=True, eq=False)

@@ -19,14 +19,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from k4d.actions import parse_actions
 from k4d.errors import InvalidArgument
+from k4d.robots import descriptions as robot_registry
+from k4d.robots.fk import forward_kinematics
+from k4d.robots.validation import validate_joints, validate_seed, validate_targets
 from k4d.tensor_io import read_array_file, save_npz
 
-from . import robots as robot_registry
-from .actions import parse_actions
-from .fk import forward_kinematics
 from .ik import MODES, SOLVERS, solve_ik
-from .validation import validate_joints, validate_seed, validate_targets
 
 
 def register(subparsers) -> None:
@@ -96,7 +96,7 @@ def run_robots_list(args) -> int:
     for name, spec in robot_registry.BUILTIN_ROBOTS.items():
         print(f"{name:<12} builtin     {spec.description}")
     try:
-        from .registry import RobotRegistry
+        from k4d.robots.registry import RobotRegistry
 
         registered = RobotRegistry(_store(args)).names()
     except Exception as exc:  # an unreachable store must not hide the builtin list
@@ -134,7 +134,7 @@ def describe(model) -> dict:
 
 
 def run_robots_register(args) -> int:
-    from .registry import RobotRegistry
+    from k4d.robots.registry import RobotRegistry
 
     model = RobotRegistry(_store(args)).register(args.bundle, name=args.name)
     print(f"registered {model.name}: {model.num_joints} joints, {len(model.link_names)} links, "

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from k4d.errors import InvalidArgument
+from k4d.robots.model import RobotModel
 
 from .chain import ChainWorkspace, SerialChain, build_chain
 from .lm import LMSettings, pose_residual, solve_one
-from .model import RobotModel
 
 SOLVERS = ("ours", "ikpy")
 MODES = ("trajectory", "independent")

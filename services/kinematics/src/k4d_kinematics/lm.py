@@ -14,9 +14,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from k4d.rotations import pose_error, so3_log
 
 from .chain import ChainWorkspace, SerialChain, chain_fk
-from .transforms import pose_error, so3_log
 
 
 @dataclass(frozen=True)

@@ -14,14 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from k4d.actions import ActionSpec, validate_spec
 from k4d.errors import InvalidArgument
+from k4d.robots.fk import forward_kinematics
+from k4d.robots.model import RobotModel
+from k4d.robots.validation import validate_joints
 from scipy.spatial.transform import Rotation, Slerp
 
-from .actions import ActionSpec, validate_spec
-from .fk import forward_kinematics
 from .ik import IKOptions, solve_ik
-from .model import RobotModel
-from .validation import validate_joints
 
 
 @dataclass

@@ -14,6 +14,7 @@ import time
 
 from k4d.bus import StageWorker
 from k4d.bus.topics import SIM_KINEMATICS, SIM_REQUESTED
+from k4d.robots.registry import RobotRegistry
 from k4d.stage_events import (
     is_cancelled,
     publish_cancelled,
@@ -24,7 +25,6 @@ from k4d.store import from_tensor_data, job_key, put_array
 from kinema4d.v1 import events_pb2
 
 from .proto_actions import action_spec_from_proto, ik_options, robot_from_ref
-from .registry import RobotRegistry
 from .trajectory import solve_actions
 
 STAGE = "kinematics"

@@ -6,10 +6,10 @@ from __future__ import annotations
 import sys
 
 import numpy as np
+from k4d.camera import Camera
 from k4d.errors import InvalidArgument
 from k4d.tensor_io import read_array_file, save_npz
 
-from k4d_projection.camera import Camera
 from k4d_projection.renderer import DEFAULT_MEMORY_BUDGET_BYTES, DEFAULT_OUTPUTS, RobotRenderer
 
 

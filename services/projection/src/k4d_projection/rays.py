@@ -11,8 +11,7 @@ link covers is cast. Everything is vectorised across frames.
 from __future__ import annotations
 
 import numpy as np
-
-from k4d_projection.camera import Camera
+from k4d.camera import Camera
 
 _Z_EPS = 1e-6
 _MARGIN_PX = 1.0  # widen every span so float rounding can never drop a boundary pixel

@@ -28,9 +28,9 @@ GOLDEN = "golden.json"
 
 def _tiny_shipped(folder: Path, default: bool = False) -> Path:
     """A shipped-model folder around a random `tiny` model, written as the demo's is."""
-    from k4d_generator.checkpoints import build_components, save_k4d
-    from k4d_generator.model.configs import get_model_config
-    from k4d_generator.registry import build_manifest
+    from k4d_model.checkpoints import build_components, save_k4d
+    from k4d_model.model.configs import get_model_config
+    from k4d_model.registry import build_manifest
 
     components, _ = build_components(get_model_config("tiny"), seed=0, name="tiny-shipped")
     save_k4d(components, folder / "weights")

@@ -10,10 +10,10 @@ Optional dependency: `pip install mujoco` (extra `k4d-projection[bench]`) plus D
 from __future__ import annotations
 
 import numpy as np
+from k4d.camera import Camera, invert_rigid
 from k4d.errors import InvalidArgument
 from k4d.mujoco_gl import import_mujoco, linearize_depth
 
-from k4d_projection.camera import Camera, invert_rigid
 from k4d_projection.meshes import LinkMesh
 
 _EXTENT_M = 1.0  # MuJoCo clip planes are relative to the model extent; we fix it

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from google.protobuf import json_format
+from k4d.camera_proto import camera_from_proto
 from k4d.errors import InvalidArgument
 from k4d_embedded.inputs import SimulationInputs, build_spec
 from k4d_embedded.outputs import robot_link_meshes, write_rollout
@@ -22,7 +23,6 @@ from k4d_embedded.pipeline import (
 )
 from k4d_embedded.shipped import shipped_notice
 from k4d_embedded.viewer import STATIC_WORLD_NOTICE
-from k4d_simulator.camera_proto import camera_from_proto
 from k4d_simulator.outcomes import STATIC_WORLD_WARNING, warnings_of
 
 log = logging.getLogger("k4d.simulate")

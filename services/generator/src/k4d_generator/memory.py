@@ -1,8 +1,0 @@
-"""Moved to the shared model library: `k4d_model.memory`. This name is the same module object,
-so existing imports, private names and monkeypatching keep working."""
-
-import sys
-
-from k4d_model import memory as _moved
-
-sys.modules[__name__] = _moved
