@@ -1,0 +1,173 @@
+"""One name per module: no aliases (issue 19 point 1).
+
+A module that moved lives under its new name only. Two ways of keeping an old name alive are
+forbidden in our sources (libs, services, tests, benchmarks, examples, tools, infra):
+- aliasing: `sys.modules[name] = other_module` (or `sys.modules.update/setdefault`), which
+  makes two import paths one module object;
+- a re-export module: a module whose body is only imports (plus a docstring and `__all__`).
+  A package's `__init__.py` may gather names of its own submodules; it may not forward
+  another package's names.
+
+The one exception is the loader of repository scripts used by tests, which registers a module
+it has just executed from a file (what `importlib` itself does), not a second name.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCANNED = ("libs", "services", "tests", "benchmarks", "examples", "tools", "infra", "models")
+SKIPPED_DIRS = {"__pycache__", "node_modules", "build", "dist"}
+# path -> why it may assign into sys.modules
+ALLOWED_SYS_MODULES = {
+    "libs/runtime/src/k4d/testing/modules.py":
+        "load_path_module registers the module it executes from a script file (importlib's own "
+        "protocol, so dataclasses and pickling can find it); it creates no second name",
+}
+
+
+def our_sources() -> list[Path]:
+    """Every .py file under the scanned roots, untracked ones included (a shim being added
+    fails before it is committed), generated protobuf stubs and virtualenvs excluded."""
+    found = []
+    for top in SCANNED:
+        for dirpath, dirnames, filenames in os.walk(REPO / top):
+            dirnames[:] = [d for d in dirnames if not d.startswith(".") and d not in SKIPPED_DIRS
+                           and not d.endswith(".egg-info")]
+            found += [Path(dirpath) / f for f in filenames
+                      if f.endswith(".py") and not f.endswith(("_pb2.py", "_pb2_grpc.py"))]
+    return sorted(found)
+
+
+def _is_sys_modules(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr == "modules"
+            and isinstance(node.value, ast.Name) and node.value.id == "sys")
+
+
+def sys_modules_writes(source: str) -> list[int]:
+    """Line numbers of writes into `sys.modules`: item assignment, `update`, `setdefault`."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        targets = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        if any(isinstance(t, ast.Subscript) and _is_sys_modules(t.value) for t in targets):
+            lines.append(node.lineno)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in ("update", "setdefault", "__setitem__")
+              and _is_sys_modules(node.func.value)):
+            lines.append(node.lineno)
+    return sorted(lines)
+
+
+def _is_docstring_or_all(node: ast.stmt) -> bool:
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+        return True
+    targets = node.targets if isinstance(node, ast.Assign) else \
+        [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+    return bool(targets) and all(isinstance(t, ast.Name) and t.id == "__all__" for t in targets)
+
+
+def reexport_problem(source: str, package: str | None) -> str | None:
+    """Why this module is a re-export shim, or None.
+
+    `package` is the dotted package an `__init__.py` defines (None for any other module): an
+    `__init__` may import from its own submodules only; any other module whose body is only
+    imports is a second name for someone else's code."""
+    body = [node for node in ast.parse(source).body if not _is_docstring_or_all(node)]
+    imports = [node for node in body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    if not body or len(imports) != len(body):
+        return None
+    if package is None:
+        return "its body is only imports (a re-export module): import the names from their home"
+    foreign = []
+    for node in imports:
+        if isinstance(node, ast.ImportFrom):
+            if node.level or node.module == "__future__":
+                continue  # relative imports stay inside the package
+            modules = [node.module]
+        else:
+            modules = [alias.name for alias in node.names]
+        foreign += [m for m in modules if m != package and not m.startswith(package + ".")]
+    if foreign:
+        return f"its __init__ only forwards other packages' names ({', '.join(sorted(foreign))})"
+    return None
+
+
+def package_of_init(path: Path) -> str:
+    """The dotted package an `__init__.py` defines: its path below the nearest `src/` (our
+    installed packages), else below the repository."""
+    parts = path.parent.relative_to(REPO).parts
+    if "src" in parts:
+        parts = parts[len(parts) - parts[::-1].index("src"):]
+    return ".".join(parts)
+
+
+def test_no_module_is_aliased_into_sys_modules():
+    offences = []
+    for path in our_sources():
+        rel = path.relative_to(REPO).as_posix()
+        if rel in ALLOWED_SYS_MODULES:
+            continue
+        offences += [f"{rel}:{line}" for line in sys_modules_writes(path.read_text())]
+    assert not offences, f"module aliasing (a second name for a module) is not allowed: {offences}"
+
+
+def test_no_module_only_re_exports():
+    offences = []
+    for path in our_sources():
+        package = package_of_init(path) if path.name == "__init__.py" else None
+        problem = reexport_problem(path.read_text(), package)
+        if problem:
+            offences.append(f"{path.relative_to(REPO).as_posix()}: {problem}")
+    assert not offences, "\n".join(offences)
+
+
+def test_the_allowed_loader_still_exists():
+    """An exception that is no longer needed is removed, so the list only shrinks."""
+    for rel in ALLOWED_SYS_MODULES:
+        assert sys_modules_writes((REPO / rel).read_text()), rel
+
+
+def test_the_checks_catch_the_shims_that_were_removed():
+    """The shapes that kept old names alive (issue 19) are caught; ordinary code is not."""
+    alias = ("import sys\n\nfrom k4d.robots import fk as _moved\n\nsys.modules[__name__] = _moved\n")
+    assert sys_modules_writes(alias) == [5]
+    several = ("import sys\nimport k4d_model.model as m\nfrom k4d_model.model import configs\n"
+               "for n, mod in (('configs', configs),):\n    sys.modules[f'{__name__}.{n}'] = mod\n"
+               "sys.modules.update(x=m)\nsys.modules.setdefault('y', m)\n")
+    assert sys_modules_writes(several) == [5, 6, 7]
+    assert sys_modules_writes("import sys\nloaded = 'rerun' in sys.modules\n"
+                              "sys.modules.pop('plugin', None)\n") == []
+
+    reexport = ('"""Moved."""\n\nfrom k4d.camera_proto import camera_from_proto  # noqa: F401\n'
+                '__all__ = ["camera_from_proto"]\n')
+    assert reexport_problem(reexport, None)
+    assert reexport_problem("from k4d.camera import Camera\n", "k4d_projection")
+    own = "from k4d.recording.writer import LinkMesh\nfrom .layout import APPLICATION_ID\n"
+    assert reexport_problem(own, "k4d.recording") is None
+    assert reexport_problem("from k4d.camera import Camera\n\n\ndef f():\n    return Camera\n",
+                            None) is None
+    assert reexport_problem('"""Only a docstring."""\n', None) is None
+
+
+def test_a_reintroduced_shim_file_is_found(tmp_path, monkeypatch):
+    """The scan over files (not only strings) sees a new, uncommitted shim."""
+    package = tmp_path / "services" / "demo" / "src" / "k4d_demo"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("from k4d.camera import Camera\n")
+    (package / "fk.py").write_text("import sys\nfrom k4d.robots import fk\nsys.modules[__name__] = fk\n")
+    monkeypatch.setattr(f"{__name__}.REPO", tmp_path)
+    assert [p.name for p in our_sources()] == ["__init__.py", "fk.py"]
+    assert package_of_init(package / "__init__.py") == "k4d_demo"
+    with pytest.raises(AssertionError, match=r"k4d_demo/fk.py:3"):
+        test_no_module_is_aliased_into_sys_modules()
+    with pytest.raises(AssertionError, match=r"k4d_demo/__init__.py: .*k4d.camera"):
+        test_no_module_only_re_exports()
