@@ -8,7 +8,8 @@ DatasetWriter.commit did: json.dumps of all metas, one atomic replace or PUT).
 The datasets hold index entries only, no zarr groups: a commit never reads the groups,
 and the figure is the listing cost alone. Each EpisodeMeta is a datagen-sized one (49
 frames, 9 joints, per-frame joint targets). Also reported: opening the dataset and
-reading every EpisodeMeta (`Dataset.counts()`), the read side of the same change.
+reading every EpisodeMeta (`Dataset.counts()`), the read side of the same change, before
+and after `DatasetWriter.compact()` (the snapshot a datagen run writes once at its end).
 
     .venv/bin/python benchmarks/datagen/bench_manifest.py [--sizes 10,1000,10000]
         [--repeats 20] [--s3] [--json out.json]
@@ -67,6 +68,8 @@ def measure(root: str, n: int, repeats: int, config=None) -> dict:
     v2 = [timed(lambda r=r: writer.commit([dataclasses.replace(template, episode_id=f"new{r:04d}")]))
           for r in range(repeats)]
     open_s = timed(lambda: open_dataset(writer.uri, config=config).counts())
+    compact_s = timed(writer.compact)  # what `k4d datagen synthetic` does once, at the end
+    compacted_open_s = timed(lambda: open_dataset(writer.uri, config=config).counts())
     # layout 1 anchor: the same metas, one manifest rewritten per commit
     loc = open_location(f"{root}/v1-{n}", config)
     if hasattr(loc, "ensure_bucket"):
@@ -84,6 +87,7 @@ def measure(root: str, n: int, repeats: int, config=None) -> dict:
             "ratio_layout1_over_layout2": statistics.median(v1) / statistics.median(v2),
             "bytes_per_commit_layout2": entry_bytes, "bytes_per_commit_layout1": manifest_bytes,
             "open_and_count_s_layout2": open_s, "open_and_count_s_layout1": v1_open_s,
+            "compact_s_layout2": compact_s, "open_and_count_s_layout2_compacted": compacted_open_s,
             "fill_s_layout2": fill_s}
 
 
@@ -122,7 +126,9 @@ def main() -> None:
             print(f"  N={row['episodes']:>6}: {row['commit_ms_layout2']:8.2f} ms "
                   f"({row['bytes_per_commit_layout2']} B) vs {row['commit_ms_layout1']:9.2f} ms "
                   f"({row['bytes_per_commit_layout1']} B), x{row['ratio_layout1_over_layout2']:.1f}; "
-                  f"open+counts {row['open_and_count_s_layout2']:.3f} s vs {row['open_and_count_s_layout1']:.3f} s")
+                  f"open+counts {row['open_and_count_s_layout2']:.3f} s "
+                  f"({row['open_and_count_s_layout2_compacted']:.3f} s after a {row['compact_s_layout2']:.2f} s "
+                  f"compact) vs {row['open_and_count_s_layout1']:.3f} s")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

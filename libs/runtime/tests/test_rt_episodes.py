@@ -6,6 +6,7 @@ import dataclasses
 import json
 import shutil
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -114,6 +115,13 @@ def test_s3_concurrent_writers_and_layout1_migration(s3_server):
     ds = open_dataset(uri, config=config)
     assert ds.episode_ids == [f"ep{i}" for i in range(6)]
     assert ds.counts() == {"episodes": 6, "frames": 6 * T}  # one concurrent batch of GETs
+    writers[0].compact()  # S3 ETags as versions: the snapshot serves them all
+    snap = open_dataset(uri, config=config)
+    writers[1].write_episode(*make_episode("ep0", 9), overwrite=True)
+    assert open_dataset(uri, config=config).meta("ep0").source["seed"] == 9  # new ETag
+    assert [m.source["seed"] for m in snap.metas()] == [0, 1, 2, 3, 4, 5]
+    writers[1].write_episode(*make_episode("ep0", 0), overwrite=True)
+    ds = open_dataset(uri, config=config)
 
     loc = writers[0].location  # the same dataset rewritten into layout 1 by hand
     metas = [m.to_dict() for m in ds.metas()]
@@ -216,6 +224,37 @@ def test_writers_creating_one_dataset_at_once_all_succeed(tmp_path):
     (tmp_path / "stale" / "meta").mkdir(parents=True)  # never completed: refused, after a wait
     with pytest.raises(InvalidArgument, match="not a k4d dataset"):
         DatasetWriter(tmp_path / "stale")
+
+
+def test_snapshot_serves_reads_in_one_request_and_never_a_stale_meta(tmp_path, monkeypatch):
+    uri = tmp_path / "ds"
+    writer = DatasetWriter(uri)
+    for i in range(4):
+        writer.write_episode(*make_episode(f"ep{i}", i))
+    assert writer.compact() == 4
+    reads = []
+    original = LocalLocation.read_many
+
+    def counting(self, rels):
+        reads.extend(rels)
+        return original(self, rels)
+
+    monkeypatch.setattr(LocalLocation, "read_many", counting)
+    assert open_dataset(uri).counts() == {"episodes": 4, "frames": 4 * T} and reads == []
+    # Commits, an overwrite and an unlisting after the snapshot: those entries are read.
+    writer.write_episode(*make_episode("ep4", 4))
+    time.sleep(0.01)  # a distinct mtime for the rewritten entry
+    writer.write_episode(*make_episode("ep1", 9), overwrite=True)
+    (uri / "meta" / "episodes" / "ep2.json").unlink()
+    ds = open_dataset(uri)
+    assert ds.episode_ids == ["ep0", "ep1", "ep3", "ep4"]
+    assert ds.meta("ep1").source["seed"] == 9 and sorted(reads) == ["meta/episodes/ep1.json",
+                                                                    "meta/episodes/ep4.json"]
+    # A damaged snapshot is only a missed cache.
+    (uri / "meta" / "episodes.snapshot.json").write_text("{not json")
+    reads.clear()
+    assert [m.episode_id for m in open_dataset(uri).metas()] == ["ep0", "ep1", "ep3", "ep4"]
+    assert len(reads) == 4
 
 
 def test_committing_one_episode_writes_the_same_bytes_at_any_size(tmp_path, monkeypatch):

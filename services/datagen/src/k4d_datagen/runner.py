@@ -96,4 +96,6 @@ def generate_dataset(uri: str, template: EpisodeConfig, indices: list[int], *, w
     finally:
         flush()  # list what is complete, also when another episode failed
         bar.close()
+    if summary.generated:
+        writer.compact()  # readers then get every EpisodeMeta in one request
     return summary

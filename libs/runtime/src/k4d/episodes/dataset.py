@@ -40,6 +40,7 @@ FORMAT = "k4d.episodes"
 LAYOUT = 2
 INFO = "meta/info.json"
 INDEX = "meta/episodes"
+SNAPSHOT = "meta/episodes.snapshot.json"
 EPISODES = "episodes"
 META_ATTR = "k4d_episode"
 # Layout 1, read (and migrated) only.
@@ -103,11 +104,32 @@ def _index_rel(episode_id: str) -> str:
     return f"{INDEX}/{episode_id}.json"
 
 
-def _list_index(loc: Location) -> list[str]:
-    """Episode ids with an index entry (one listing; hidden temp files of writes in flight
-    are skipped)."""
-    return sorted(name[:-5] for name in loc.list_names(INDEX)
-                  if name.endswith(".json") and not name.startswith("."))
+def _list_index(loc: Location) -> dict[str, str]:
+    """Episode id -> version of its index entry, from one listing (hidden temp files of
+    writes in flight are skipped)."""
+    return {name[:-5]: version for name, version in loc.list_versions(INDEX).items()
+            if name.endswith(".json") and not name.startswith(".")}
+
+
+def _write_snapshot(loc: Location, entries: Mapping[str, tuple[str, EpisodeMeta]]) -> None:
+    doc = {"format": FORMAT, "layout": LAYOUT,
+           "entries": {i: {"version": v, "meta": m.to_dict()} for i, (v, m) in entries.items()}}
+    loc.write_atomic(SNAPSHOT, (json.dumps(doc, sort_keys=True) + "\n").encode())
+
+
+def _read_snapshot(loc: Location, versions: Mapping[str, str]) -> dict[str, dict]:
+    """Raw EpisodeMeta dicts from the snapshot, for the entries whose version it recorded
+    is still the current one. The snapshot is only a cache: absent, unreadable or stale,
+    the entries themselves are read instead."""
+    data = loc.read_bytes(SNAPSHOT)
+    if data is None:
+        return {}
+    try:
+        doc = json.loads(data)
+        entries = doc["entries"] if doc.get("format") == FORMAT and doc.get("layout") == LAYOUT else {}
+        return {i: e["meta"] for i, e in entries.items() if versions.get(i) == e["version"]}
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return {}
 
 
 def _parse_entry(data: bytes, where: str) -> EpisodeMeta:
@@ -152,6 +174,10 @@ def _migrate_layout1(loc: Location, episodes: Mapping[str, EpisodeMeta]) -> Data
     and migrates again on the next writer's open."""
     for meta in episodes.values():
         loc.write_atomic(_index_rel(meta.episode_id), _json_bytes(meta.to_dict()))
+    # The snapshot keeps reading a migrated dataset one request, as its manifest was. Until
+    # info.json exists no layout-2 writer touches the entries, so these versions are ours.
+    versions = _list_index(loc)
+    _write_snapshot(loc, {i: (versions[i], m) for i, m in episodes.items() if i in versions})
     fps = {float(m.fps) for m in episodes.values()}
     info = DatasetInfo(fps=fps.pop() if len(fps) == 1 else None)
     loc.write_atomic(INFO, _json_bytes(info.to_dict()))
@@ -284,6 +310,18 @@ class DatasetWriter:
             if self._complete is not None:
                 self._complete.add(meta.episode_id)
 
+    def compact(self) -> int:
+        """Write meta/episodes.snapshot.json: every listed EpisodeMeta with the version of
+        its entry, so that a reader gets them in one request instead of one per episode
+        (what matters on S3). Run once at the end of a run, not per commit: it reads only
+        entries changed since the last snapshot but writes all. Readers use a snapshot
+        entry only while its version is current, so concurrent commits, overwrites and
+        compactions stay correct (last snapshot written wins). Returns the entry count."""
+        versions = _list_index(self._loc)  # listed before reading: a newer entry mismatches
+        metas = Dataset(self._loc, self.info, versions).metas()
+        _write_snapshot(self._loc, {m.episode_id: (versions[m.episode_id], m) for m in metas})
+        return len(metas)
+
     def _write_group(self, meta: EpisodeMeta, arrays: dict[str, np.ndarray]) -> None:
         import zarr
         from zarr.codecs import BloscCodec
@@ -340,17 +378,20 @@ class Episode:
 
 class Dataset:
     """A read-only view of the complete episodes of a dataset. Opening lists the index
-    (layout 2) or reads the manifests (layout 1); EpisodeMetas are fetched when first
-    asked for, all at once (concurrently on S3) by `metas()` or `counts()`."""
+    (layout 2) and reads its snapshot if there is one, or reads the manifests (layout 1);
+    EpisodeMetas the snapshot does not hold are fetched when first asked for, in batches
+    (concurrently on S3), all at once by `metas()` or `counts()`."""
 
-    def __init__(self, loc: Location, info: DatasetInfo, episode_ids: list[str],
+    def __init__(self, loc: Location, info: DatasetInfo, versions: Mapping[str, str],
                  metas: dict[str, EpisodeMeta] | None = None):
+        """versions: episode id -> version of its index entry (layout 1: any string)."""
         self._loc = loc
         self.uri = loc.uri
         self.info = info
-        self._ids = sorted(episode_ids)
+        self._ids = sorted(versions)
         self._known = set(self._ids)
         self._metas: dict[str, EpisodeMeta] = dict(metas or {})
+        self._cached = {} if metas is not None else _read_snapshot(loc, versions)
 
     @property
     def episode_ids(self) -> list[str]:
@@ -373,7 +414,7 @@ class Dataset:
             # batched round trips, not N sequential ones.
             start = bisect.bisect_left(self._ids, episode_id)
             batch = [i for i in self._ids[start:start + READ_AHEAD] if i not in self._metas]
-            self._fetch(batch)
+            self._fetch([episode_id] + [i for i in batch if i != episode_id])
         return self._metas[episode_id]
 
     def metas(self, episode_ids: list[str] | None = None) -> list[EpisodeMeta]:
@@ -387,6 +428,9 @@ class Dataset:
         return {"episodes": len(self._ids), "frames": sum(m.frames for m in self.metas())}
 
     def _fetch(self, episode_ids: list[str]) -> None:
+        for episode_id in [i for i in episode_ids if i in self._cached]:
+            self._metas[episode_id] = EpisodeMeta.from_dict(self._cached.pop(episode_id))
+        episode_ids = [i for i in episode_ids if i not in self._metas]
         if not episode_ids:
             return
         got = self._loc.read_many([_index_rel(i) for i in episode_ids])
@@ -415,7 +459,8 @@ def open_dataset(uri: str | os.PathLike, config=None) -> Dataset:
     if old is None:
         raise NotFound(f"{loc.uri} is not a k4d episode dataset (no {INFO} or {MANIFEST})")
     fps = {float(m.fps) for m in old.values()}
-    return Dataset(loc, DatasetInfo(fps=fps.pop() if len(fps) == 1 else None), list(old), old)
+    return Dataset(loc, DatasetInfo(fps=fps.pop() if len(fps) == 1 else None),
+                   dict.fromkeys(old, MANIFEST), old)
 
 
 def is_dataset(uri: str | os.PathLike, config=None) -> bool:

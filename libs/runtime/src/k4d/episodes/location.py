@@ -42,6 +42,11 @@ class Location(ABC):
     def list_names(self, rel: str = "") -> list[str]:
         """Names directly below `rel` (files and folders), sorted; [] when absent."""
 
+    @abstractmethod
+    def list_versions(self, rel: str = "") -> dict[str, str]:
+        """Objects directly below `rel` -> a tag that changes whenever the object is
+        rewritten (S3: its ETag; local: size and mtime), from one listing."""
+
     def read_many(self, rels: list[str]) -> dict[str, bytes | None]:
         """Several small objects at once (S3: concurrent GETs); None for absent ones."""
         return {rel: self.read_bytes(rel) for rel in rels}
@@ -93,6 +98,18 @@ class LocalLocation(Location):
     def list_names(self, rel=""):
         path = self._path(rel)
         return sorted(p.name for p in path.iterdir()) if path.is_dir() else []
+
+    def list_versions(self, rel=""):
+        path = self._path(rel)
+        if not path.is_dir():
+            return {}
+        out = {}
+        with os.scandir(path) as entries:
+            for entry in entries:
+                if entry.is_file():
+                    st = entry.stat()
+                    out[entry.name] = f"{st.st_size}-{st.st_mtime_ns}"
+        return out
 
     def remove_tree(self, rel):
         path = self._path(rel)
@@ -206,6 +223,16 @@ class S3Location(Location):
         except FileNotFoundError:
             return []
         return sorted(e.rstrip("/").rsplit("/", 1)[-1] for e in entries)
+
+    @_s3_errors
+    def list_versions(self, rel=""):
+        try:
+            entries = self.fs.ls(self._path(rel), detail=True, refresh=True)
+        except FileNotFoundError:
+            return {}
+        return {e["name"].rstrip("/").rsplit("/", 1)[-1]:
+                str(e.get("ETag") or e.get("etag") or f"{e.get('size')}-{e.get('LastModified')}")
+                for e in entries if e.get("type") == "file"}
 
     @_s3_errors
     def remove_tree(self, rel):
