@@ -45,7 +45,7 @@ class Location(ABC):
     @abstractmethod
     def list_versions(self, rel: str = "") -> dict[str, str]:
         """Objects directly below `rel` -> a tag that changes whenever the object is
-        rewritten (S3: its ETag; local: size and mtime), from one listing."""
+        rewritten (S3: its ETag; local: inode, size and mtime), from one listing."""
 
     def read_many(self, rels: list[str]) -> dict[str, bytes | None]:
         """Several small objects at once (S3: concurrent GETs); None for absent ones."""
@@ -107,8 +107,10 @@ class LocalLocation(Location):
         with os.scandir(path) as entries:
             for entry in entries:
                 if entry.is_file():
+                    # Every write is a new file renamed into place: a new inode, even
+                    # where timestamps are coarse.
                     st = entry.stat()
-                    out[entry.name] = f"{st.st_size}-{st.st_mtime_ns}"
+                    out[entry.name] = f"{st.st_ino}-{st.st_size}-{st.st_mtime_ns}"
         return out
 
     def remove_tree(self, rel):
