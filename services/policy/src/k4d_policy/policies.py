@@ -70,7 +70,8 @@ class Policy(Protocol):
 # --- the reference policies -------------------------------------------------------------
 
 GRASP_OPENING = 0.25  # commanded opening when closed on an object (fingers meet it first)
-PUSH_HALF_WIDTH_M = 0.028  # the pushed objects' largest half width (boxes, cylinders)
+PUSH_HALF_WIDTH_M = 0.028
+PUSH_OPENING = 0.45  # a 3.6 cm gap between the fingers: narrower than every pushed object  # the pushed objects' largest half width (boxes, cylinders)
 LIFT_Z_M = 0.2
 
 
@@ -198,13 +199,16 @@ class ReferencePolicy:
             d = ep.direction
             contact = o - (PUSH_HALF_WIDTH_M + 0.03) * d
             distance = PUSH_DISTANCE_M * (0.42 if ep.near_miss[0] else 1.0)
-            end = contact + (distance + 0.03) * d
+            end = contact + (distance + 0.065) * d  # the object sits partly between the fingers
             z = min(max(hz, 0.015), 0.03)
-            yaw = (math.atan2(d[1], d[0]) + math.pi / 2 + math.pi / 2) % math.pi - math.pi / 2
+            # Fingers spread across the push, half open: the object (wider than the gap)
+            # rests against both, so a round object cannot slip out sideways.
+            yaw = (math.atan2(d[1], d[0]) + math.pi / 2) % math.pi - math.pi / 2
             back = end - 0.03 * d
-            keys = [(0.0, start, 0.0, 1.0), (1.0, (*contact, 0.12), yaw, 0.0), (1.5, (*contact, z), yaw, 0.0),
-                    (4.0, (*end, z), yaw, 0.0), (4.5, (*back, z), yaw, 0.0), (5.0, (*back, 0.15), yaw, 0.0),
-                    (6.0, (*back, 0.15), yaw, 0.0)]
+            g = PUSH_OPENING
+            keys = [(0.0, start, 0.0, 1.0), (1.0, (*contact, 0.12), yaw, g), (1.5, (*contact, z), yaw, g),
+                    (4.0, (*end, z), yaw, g), (4.5, (*back, z), yaw, g), (5.0, (*back, 0.15), yaw, g),
+                    (6.0, (*back, 0.15), yaw, g)]
         else:
             if ctx.task_kind == "pick":
                 goal = est.goal.xy if est.goal is not None else o
