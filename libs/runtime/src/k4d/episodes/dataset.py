@@ -318,9 +318,14 @@ class DatasetWriter:
         entry only while its version is current, so concurrent commits, overwrites and
         compactions stay correct (last snapshot written wins). Returns the entry count."""
         versions = _list_index(self._loc)  # listed before reading: a newer entry mismatches
-        metas = Dataset(self._loc, self.info, versions).metas()
-        _write_snapshot(self._loc, {m.episode_id: (versions[m.episode_id], m) for m in metas})
-        return len(metas)
+        dataset, entries = Dataset(self._loc, self.info, versions), {}
+        for episode_id in dataset.episode_ids:
+            try:
+                entries[episode_id] = (versions[episode_id], dataset.meta(episode_id))
+            except NotFound:  # unlisted meanwhile by another writer's overwrite: skip it
+                continue
+        _write_snapshot(self._loc, entries)
+        return len(entries)
 
     def _write_group(self, meta: EpisodeMeta, arrays: dict[str, np.ndarray]) -> None:
         import zarr
