@@ -5,6 +5,7 @@ Layout of a dataset root (a local path, `file:///path` or `s3://bucket/prefix`):
 
     <root>/meta/info.json                  format, layout, schema, fps, path templates (written once)
     <root>/meta/episodes/<episode_id>.json one entry per COMPLETE episode (its EpisodeMeta), written last
+    <root>/meta/episodes.snapshot.json     optional: every entry at once, a cache for readers
     <root>/episodes/<episode_id>/          one zarr v3 group per episode (arrays + attrs)
 
 Datasets of the earlier layout (manifest.json + manifest.d/) are read as they are and
