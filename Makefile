@@ -11,7 +11,7 @@ PACKAGES := -e libs/runtime[local,dev,viz] -e services/kinematics[bench] -e serv
 STAMP := $(VENV)/.setup-stamp
 PYTEST_ARGS ?=
 
-.PHONY: help setup test test-all lint demo protos proto-baseline constraints bench clean
+.PHONY: help setup test test-all lint demo protos proto-baseline constraints bench bench-gpu clean
 
 help:
 	@echo "make setup   create $(VENV) and install every package (pinned by constraints.txt)"
@@ -22,6 +22,7 @@ help:
 	@echo "make demo-model  generate data, train, export and evaluate the demo model (hours; resumable)"
 	@echo "make protos  regenerate the committed gRPC/protobuf stubs"
 	@echo "make bench   run every benchmark under benchmarks/ (GPU ones skip without a GPU)"
+	@echo "make bench-gpu  everything that needs a GPU, one <= 9 min call, one JSON file (benchmarks/gpu/run.sh)"
 
 setup: $(STAMP)
 
@@ -67,6 +68,12 @@ constraints:
 
 bench: setup
 	$(PY) benchmarks/run.py
+
+# On a lent GPU machine (no venv there): BENCH_GPU_ARGS="--out FILE". Here: first
+# BENCH_GPU_ARGS=prepare (builds benchmarks/gpu/wheels/ for it), or --dry-run (CPU check).
+BENCH_GPU_ARGS ?=
+bench-gpu:
+	bash benchmarks/gpu/run.sh $(BENCH_GPU_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
