@@ -268,11 +268,11 @@ def _lora_step_peak(ctx: Context, config, layers: int, steps: int) -> dict:
     from k4d_trainer.objective import flow_matching_loss
     from k4d_trainer.parallel import DistInfo, parallelize
 
-    _reset_peak(ctx.device)
     device = torch.device(ctx.device)
     with torch.device("meta"):
         transformer = Kinema4DTransformer3DModel(**dict(config.transformer, num_layers=layers))
-    transformer.to_empty(device=device)
+    # bf16 while still on the meta device: 40 blocks in fp32 would be 56 GB on the GPU.
+    transformer.to(torch.bfloat16).to_empty(device=device)
     generator = torch.Generator(device=device).manual_seed(0)
     with torch.no_grad():
         for param in transformer.parameters():
@@ -291,6 +291,7 @@ def _lora_step_peak(ctx: Context, config, layers: int, steps: int) -> dict:
     optimizer = torch.optim.AdamW(trainable, lr=2e-5, weight_decay=1e-4)
     hidden, timestep, image, arm, gain = _inputs(transformer, config, ctx.device)
     target = torch.randn(hidden.shape[0], 16, *hidden.shape[2:], device=device)
+    _reset_peak(ctx.device)  # the step's peak: weights, optimizer state, activations
     times = []
     for _ in range(steps):
         if ctx.device == "cuda":
