@@ -105,3 +105,26 @@ def test_policy_eval_end_to_end_is_resumable(tiny_model_dir, tmp_path, capsys):
     capsys.readouterr()
     assert main(argv) == 0  # resumed: nothing left to run
     assert "0 run, 2 already recorded" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_policy_eval_shards_into_s3_and_reports_from_the_records(tiny_model_dir, s3_server, monkeypatch, capsys):
+    """Two Indexed-Job shards write episode records under one s3:// prefix; --report-only
+    reads them all back."""
+    from k4d.cli.main import main
+    from k4d.store import open_store
+
+    for name, value in (("K4D_S3_ENDPOINT", s3_server.endpoint), ("K4D_S3_ACCESS_KEY", s3_server.access_key),
+                        ("K4D_S3_SECRET_KEY", s3_server.secret_key), ("K4D_S3_REGION", s3_server.region)):
+        monkeypatch.setenv(name, value)
+    uri = "s3://k4d-policy-test/run"
+    common = ["policy-eval", "--policies", "expert", "--tasks", "push", "--scenes", "2", "--seed", "7001",
+              "--model", str(tiny_model_dir), "--chunk", "2", "--out", uri, "--no-progress", "--no-recordings"]
+    for shard in ("0", "1"):
+        assert main([*common, "--shard-index", shard, "--shard-count", "2"]) == 0
+    store = open_store(uri)
+    assert sorted(store.list("episodes/")) == ["episodes/expert__push__0000.json", "episodes/expert__push__0001.json"]
+    assert not store.exists("report.json")  # a shard writes records only
+    assert main([*common, "--report-only"]) == 0
+    report = json.loads(store.get_bytes("report.json"))
+    assert report["policies"][0]["n"] == 2 and report["episodes"]["recorded"] == 2
