@@ -136,3 +136,31 @@ def test_policy_slow_server_times_out_naming_the_address(pick_scene, bundle):
         server.stop(0)
     assert out.status == "not_evaluated"
     assert f"127.0.0.1:{port}" in out.error and "within 0.5 s" in out.error
+
+
+def test_policy_serve_command_serves_until_sigterm(pick_scene, bundle, first_obs):
+    """`k4d policy serve expert --port 0`: prints its address, answers health and Act, exits
+    0 on SIGTERM."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from k4d.grpc_client import wait_healthy
+    from k4d_policy.remote import GrpcPolicy
+
+    proc = subprocess.Popen([sys.executable, "-m", "k4d.cli.main", "policy", "serve", "expert", "--port", "0",
+                             "--host", "127.0.0.1"], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        line = proc.stdout.readline()
+        address = line.rsplit(" ", 1)[-1].strip()
+        assert address.startswith("127.0.0.1:"), line
+        wait_healthy(address, "kinema4d.v1.PolicyService", timeout_s=60)
+        policy = GrpcPolicy(address, timeout_s=30)
+        policy.reset(_context(pick_scene, bundle, first_obs))
+        assert policy.act(first_obs).shape == (6, 8)
+        policy.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0

@@ -58,10 +58,20 @@ def _serve(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise InvalidArgument.for_field("--port", f"must be in [0, 65535], got {args.port}")
     register = policy_register_fn(args.name)
-    config = load_config(grpc_port=args.port, grpc_host=args.host, metrics_port=0,
+    port = args.port or _free_port(args.host)
+    config = load_config(grpc_port=port, grpc_host=args.host, metrics_port=0,
                          service_name=f"policy-{args.name}")
-    print(f"serving policy {args.name!r} (kinema4d.v1.PolicyService) on {args.host}:{args.port}", flush=True)
+    print(f"serving policy {args.name!r} (kinema4d.v1.PolicyService) on {args.host}:{port}", flush=True)
     return serve(config, [register])
+
+
+def _free_port(host: str) -> int:
+    """A port free now, so that the one printed is the one served (--port 0)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
 
 
 def _list_described(args: argparse.Namespace) -> int:
