@@ -40,7 +40,7 @@ def main() -> None:
     Image.fromarray(arrays["rgb"][0]).save(args.out / "scene.png")
 
     # Camera: scaled to cover the clip, then centre-cropped (as resize_crop does).
-    camera = dict(meta.camera)
+    camera = meta.camera.to_dict()
     scale = scale_to_cover(meta.height, meta.width, clip)
     new_h, new_w = round(meta.height * scale), round(meta.width * scale)
     top, left = (new_h - args.height) // 2, (new_w - args.width) // 2

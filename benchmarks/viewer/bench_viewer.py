@@ -59,7 +59,7 @@ def bench_outputs(repeats: int) -> dict:
     cores = StageCores()
     result = run_embedded(spec, None, cores=cores)
     summary = build_summary(inputs, spec, result, 0.0)
-    camera = camera_from_proto(spec.camera).to_dict()
+    camera = camera_from_proto(spec.camera)
     meshes = robot_link_meshes(cores.renderer(cores.robot(_robot_name(spec))))
     gen = result.generation
     T, H, W = gen.rgb.shape[:3]
@@ -71,7 +71,7 @@ def bench_outputs(repeats: int) -> dict:
                                                     fps=24.0, camera=camera,
                                                     link_meshes=meshes), repeats)
         html_s, html = _timed(lambda: write_viewer(
-            out / "viewer.html", gen.rgb, gen.pointmap, title="bench", focal_px=camera["fy"],
+            out / "viewer.html", gen.rgb, gen.pointmap, title="bench", focal_px=camera.fy,
             focus=result.projection.mask), repeats)
         rest_s, _ = _timed(lambda: write_rollout(out / "rest", result, summary, record=False),
                            repeats)

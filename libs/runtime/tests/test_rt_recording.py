@@ -2,12 +2,14 @@
 and its chunk reader), holds the entity paths, frames and full-resolution points promised
 in docs/viewing.md; bad input is one InvalidArgument naming the field."""
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from k4d.camera import Camera
 from k4d.errors import FailedPrecondition, InvalidArgument
 from k4d.recording import (
     LinkMesh,
@@ -20,15 +22,14 @@ from k4d.recording import (
 pytest.importorskip("rerun", reason="rerun-sdk (k4d-runtime[viz]) not installed")
 
 T, H, W = 4, 12, 16
-CAMERA = {"width": W, "height": H, "fx": 20.0, "fy": 20.0, "cx": (W - 1) / 2,
-          "cy": (H - 1) / 2, "T_cam_from_world": np.eye(4).tolist()}
+CAMERA = Camera(width=W, height=H, fx=20.0, fy=20.0, cx=(W - 1) / 2, cy=(H - 1) / 2)
 
 
 def _clip(seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     v, u = np.mgrid[0:H, 0:W].astype(np.float32)
     depth = np.full((H, W), 2.0, np.float32)
-    pointmap = np.stack([(u - CAMERA["cx"]) / 20 * depth, (v - CAMERA["cy"]) / 20 * depth,
+    pointmap = np.stack([(u - CAMERA.cx) / 20 * depth, (v - CAMERA.cy) / 20 * depth,
                          depth], -1)
     pointmap = np.repeat(pointmap[None], T, axis=0)
     pointmap[:, 0, :] = 0  # the top row has no points
@@ -98,9 +99,9 @@ def test_comparison_recording_has_both_clips_and_the_metrics(tmp_path):
 def test_per_frame_camera_moves_the_camera_each_frame(tmp_path):
     cameras = []
     for t in range(T):
-        cam = dict(CAMERA, T_cam_from_world=np.eye(4).tolist())
-        cam["T_cam_from_world"][0][3] = 0.1 * t
-        cameras.append(cam)
+        T_cam_from_world = np.eye(4)
+        T_cam_from_world[0, 3] = 0.1 * t
+        cameras.append(dataclasses.replace(CAMERA, T_cam_from_world=T_cam_from_world))
     index = read_recording_index(write_episode_recording(
         tmp_path / "ep.rrd", rgb=_clip()["rgb"], camera=cameras))
     assert index.frames["/world/camera"] == list(range(T))
@@ -112,8 +113,9 @@ def test_per_frame_camera_moves_the_camera_each_frame(tmp_path):
     ({"robot_mask": np.zeros((T + 1, H, W), bool)}, "robot_mask"),
     ({"joints": np.zeros((T, 3)), "joint_names": ["a"]}, "joint_names"),
     ({"joints": np.zeros((T + 2, 1)), "joint_names": ["a"]}, "joints"),
-    ({"camera": dict(CAMERA, width=W * 2)}, "camera.width"),
-    ({"camera": {k: v for k, v in CAMERA.items() if k != "fx"}}, "camera.fx"),
+    ({"camera": dataclasses.replace(CAMERA, width=W * 2)}, "camera.width"),
+    ({"camera": [CAMERA] * (T - 1)}, "camera"),
+    ({"camera": CAMERA.to_dict()}, "camera"),  # the JSON form: parse it with Camera.from_dict
     ({"link_poses": np.zeros((T, 2, 4, 4)), "link_names": ["a"]}, "link_names"),
     ({"metrics": {"psnr": np.zeros(T - 1)}}, "metrics.psnr"),
     ({"fps": 0.0}, "fps"),

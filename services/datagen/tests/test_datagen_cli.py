@@ -83,7 +83,7 @@ def test_export_npz_and_robo4d(dataset, tmp_path):
         ep = open_dataset(dataset).open("ep000001")
         for key in ("rgb", "depth", "pointmap", "robot_mask", "robot_rgb", "robot_pointmap", "joints"):
             assert np.array_equal(z[key], ep.read(key)), key  # lossless
-        assert json.loads(str(z["camera"])) == ep.meta.camera and str(z["robot"]) == "panda"
+        assert json.loads(str(z["camera"])) == ep.meta.to_dict()["camera"] and str(z["robot"]) == "panda"
         assert json.loads(str(z["actions"]))["type"] == "joint_position"
         assert int(z["success"]) == int(ep.meta.success) and str(z["task"]) == ep.meta.task
     assert k4d("datagen", "export", ref, "--format", "robo4d", tmp_path / "r4d") == 0
@@ -177,7 +177,7 @@ def test_export_lerobot_whole_dataset_and_back(dataset, tmp_path):
         "ep000000").joint_names
     assert [k for k, f in info["features"].items() if f["dtype"] == "video"] == [
         "observation.images.front", "observation.robot_mask.front", "observation.depth.front"]
-    cameras = {"episodes": {str(i): ds.meta(e).camera for i, e in enumerate(ds.episode_ids)}}
+    cameras = {"episodes": {str(i): ds.meta(e).camera.to_dict() for i, e in enumerate(ds.episode_ids)}}
     (tmp_path / "cams.json").write_text(json.dumps(cameras))
     assert k4d("datagen", "import-lerobot", out, "--robot", "panda", "--camera", tmp_path / "cams.json",
                "--out", tmp_path / "back", "--frames", 5, "--no-progress") == 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from k4d.camera import Camera
 from k4d.episodes.dataset import validate_arrays
 from k4d.tabletop.tasks import judge
 from k4d_datagen.engine import EpisodeConfig, depth_to_pointmap, generate_episode
@@ -48,7 +47,7 @@ def test_robot_mask_and_pointmap_agree_with_mujoco(episode):
     err = np.abs(arrays["robot_pointmap"][..., 2] - arrays["_mujoco_robot_depth"])[both]
     assert np.median(err) <= 1e-3 and np.percentile(err, 95) <= 1e-3
     # The stored scene pointmap is MuJoCo's depth back-projected through the episode camera.
-    camera = Camera.from_dict(meta.camera)
+    camera = meta.camera
     np.testing.assert_allclose(arrays["pointmap"], depth_to_pointmap(arrays["depth"], camera), atol=1e-6)
     np.testing.assert_allclose(arrays["pointmap"][..., 2], arrays["depth"], atol=1e-6)
     # Scene pixels of the unoccluded robot agree with our projection's robot depth.

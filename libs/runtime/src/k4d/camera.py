@@ -53,6 +53,13 @@ class Camera:
         if self.distortion is not None:
             object.__setattr__(self, "distortion", tuple(float(k) for k in self.distortion))
 
+    def __eq__(self, other) -> bool:
+        # The generated __eq__ compares the 4x4 arrays with `==` (ambiguous truth value);
+        # two cameras are equal when their JSON forms are (EpisodeMeta round trips compare).
+        if not isinstance(other, Camera):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
     # ---- derived quantities -------------------------------------------------
     @property
     def K(self) -> np.ndarray:

@@ -98,7 +98,6 @@ class Rollout:
 
 def plan_episode(config: EpisodeConfig, rng) -> Rollout:
     """Sample scenes until one is feasible: IK reaches every target and the camera sees the robot."""
-    from k4d.camera import Camera
     from k4d.robots.fk import forward_kinematics
     from k4d_kinematics.ik import solve_ik
 
@@ -119,7 +118,7 @@ def plan_episode(config: EpisodeConfig, rng) -> Rollout:
             continue
         joints = ik.joints.copy()
         joints[:, gripper] = model.lower[gripper] + opening * travel
-        camera = Camera.from_dict(scene.camera.camera_json())
+        camera = scene.camera.camera()
         mask = renderer.render(forward_kinematics(model, joints[[0, len(joints) // 2]]), camera,
                                outputs=["mask"]).mask
         if mask.mean(axis=(1, 2)).min() < MIN_ROBOT_PIXELS_FRACTION:
@@ -143,7 +142,6 @@ def generate_episode(config: EpisodeConfig, *, verify: bool = False) -> tuple[Ep
     """Arrays in the k4d.episodes schema and their meta. verify=True adds
     `_mujoco_robot_mask` (T, H, W) (MuJoCo's robot-only segmentation) and
     `_mujoco_robot_depth` for the agreement checks of tests and benchmarks."""
-    from k4d.camera import Camera
     from k4d_projection.renderer import CONDITION_OUTPUTS
 
     rng = episode_rng(config.seed, config.index)
@@ -174,8 +172,7 @@ def generate_episode(config: EpisodeConfig, *, verify: bool = False) -> tuple[Ep
         sim.run(frame_times, on_frame)
     finally:
         scene_cam.close()
-    camera_json = rollout.scene.camera.camera_json()
-    camera = Camera.from_dict(camera_json)
+    camera = rollout.scene.camera.camera()
     robot = sim.renderer.render(poses, camera, outputs=CONDITION_OUTPUTS)
     success, how = judge(rollout.plan, rollout.scene, object_poses)
     fps = (T - 1) / DURATION_S if T > 1 else 1.0 / DURATION_S
@@ -190,7 +187,7 @@ def generate_episode(config: EpisodeConfig, *, verify: bool = False) -> tuple[Ep
     meta = EpisodeMeta(
         episode_id=config.episode_id, frames=T, height=H, width=W, fps=fps, task=rollout.plan.text,
         task_kind=rollout.plan.task, success=bool(success), success_judge=how, robot=config.robot,
-        joint_names=list(sim.robot.joint_names), actions=actions, camera=camera_json,
+        joint_names=list(sim.robot.joint_names), actions=actions, camera=camera,
         object_names=[o.label for o in rollout.scene.objects],
         source={"kind": "synthetic", "seed": config.seed, "index": config.index, "generator": GENERATOR,
                 "failure": rollout.kind, "physics_dt": PHYSICS_DT, "duration_s": DURATION_S,

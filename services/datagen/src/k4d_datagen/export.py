@@ -30,10 +30,6 @@ def open_episode(ref: str, config=None) -> Episode:
     return open_dataset(uri, config=config).open(episode_id)
 
 
-def first_camera(meta) -> dict:
-    return meta.camera_at(0)
-
-
 def export_npz(episode: Episode, out: str | os.PathLike) -> Path:
     """Keys rgb, depth, pointmap, robot_mask, robot_rgb, robot_pointmap, joints, joint_names,
     camera (JSON string), robot, actions (JSON string), task, success; plus fps, episode_id,
@@ -45,7 +41,7 @@ def export_npz(episode: Episode, out: str | os.PathLike) -> Path:
         if name in episode:
             arrays[name] = episode.read(name)
     arrays.update(
-        joint_names=np.array(meta.joint_names), camera=np.array(json.dumps(meta.camera)),
+        joint_names=np.array(meta.joint_names), camera=np.array(json.dumps(meta.to_dict()["camera"])),
         robot=np.array(meta.robot), actions=np.array(json.dumps(meta.actions)), task=np.array(meta.task),
         success=np.array(-1 if meta.success is None else int(meta.success), np.int8),
         fps=np.array(meta.fps), episode_id=np.array(meta.episode_id),
@@ -74,7 +70,7 @@ def export_simulate_inputs(episode: Episode, out_dir: str | os.PathLike) -> Path
     joints = episode.read("joints")
     actions = {**meta.actions, "robot": meta.robot, "type": "joint_position", "num_frames": meta.frames,
                "dt": 1.0 / meta.fps, "initial_joints": joints[0].tolist(), "steps": joints.tolist()}
-    files = {"actions.json": actions, "camera.json": meta.camera,
+    files = {"actions.json": actions, "camera.json": meta.camera.to_dict(),
              "inputs.json": {"robot": meta.robot, "frames": meta.frames, "height": meta.height,
                              "width": meta.width, "episode_id": meta.episode_id, "task": meta.task}}
     for name, doc in files.items():

@@ -134,12 +134,13 @@ def load_cameras(path: str | os.PathLike) -> dict:
 
 
 def _camera_for(cameras: dict, episode_index: int):
+    """The Camera of one episode (its own entry, else the default)."""
     from k4d.camera import Camera
 
     doc = cameras["episodes"].get(str(episode_index), cameras["default"])
     if doc is None:
         raise InvalidArgument.for_field("camera", f"no camera for episode {episode_index} and no default")
-    return doc, Camera.from_dict(doc, field_prefix="camera.")
+    return Camera.from_dict(doc, field_prefix="camera")
 
 
 def _episode_features(dataset: LeRobotDataset, episode: dict, keys: list[str], cache: dict) -> dict[str, np.ndarray]:
@@ -270,7 +271,7 @@ def import_lerobot(path, *, robot_name: str, camera_path, out_uri: str, episodes
     if missing:
         raise InvalidArgument.for_field("episodes", f"episodes {missing} are not in {dataset.root} (it has {sorted(known)})")
     for i in wanted:
-        _, camera = _camera_for(cameras, i)
+        camera = _camera_for(cameras, i)
         shape = dataset.info["features"][video_key].get("shape", [camera.height, camera.width, 3])
         if (camera.height, camera.width) != (int(shape[0]), int(shape[1])):
             raise InvalidArgument.for_field("camera", f"camera is {camera.width}x{camera.height} but video "
@@ -340,7 +341,7 @@ def _build_episode(dataset, episode, episode_id, robot, renderer, cameras, joint
 
     i = int(episode["episode_index"])
     joints = validate_joints(robot, joints, clip=False, field=f"episode {i} {state_key}")
-    camera_doc, camera = _camera_for(cameras, i)
+    camera = _camera_for(cameras, i)
     rendered = renderer.render(forward_kinematics(robot, joints), camera, outputs=CONDITION_OUTPUTS)
     if not rendered.mask.any():
         raise InvalidArgument.for_field("camera", f"the camera sees no robot in episode {i} "
@@ -363,7 +364,7 @@ def _build_episode(dataset, episode, episode_id, robot, renderer, cameras, joint
         robot=robot.name, joint_names=list(robot.joint_names),
         actions={"robot": robot.name, "type": "joint_position", "dt": 1.0 / fps, "num_frames": T,
                  "initial_joints": joints[0].tolist(), "steps": joints.tolist()},
-        camera=camera_doc, object_names=[], source=source)
+        camera=camera, object_names=[], source=source)
     arrays = {"rgb": rgb, "robot_mask": rendered.mask, "robot_rgb": rendered.rgb,
               "robot_pointmap": rendered.pointmap, "joints": joints}
     return meta, arrays

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from k4d.camera import Camera
 
 
 @dataclass
@@ -22,6 +23,7 @@ class Clip:
     object_ids: (T, H, W) int16 (-1 background, 0 robot, k >= 1 object k), synthetic only.
     object_poses: (T, K, 7) world xyz + quaternion xyzw of objects 1..K, synthetic only.
     T_cam_from_world: (T, 4, 4) camera extrinsics when known (judging in the world frame).
+    camera: the clip's Camera (one, or one per frame) when known (episodes; the recording).
     """
 
     rgb: np.ndarray
@@ -32,6 +34,7 @@ class Clip:
     object_ids: np.ndarray | None = None
     object_poses: np.ndarray | None = None
     T_cam_from_world: np.ndarray | None = None
+    camera: Camera | list[Camera] | None = None
     meta: dict = field(default_factory=dict)
 
     @property

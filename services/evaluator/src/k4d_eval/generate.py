@@ -35,7 +35,7 @@ def write_episode_inputs(dataset, episode_id: str, where: Path) -> dict[str, str
     where.mkdir(parents=True, exist_ok=True)
     first = dataset.open(episode_id)["rgb"][0:1][0]
     Image.fromarray(first).save(where / "image.png")
-    (where / "camera.json").write_text(json.dumps(meta.camera_at(0)))
+    (where / "camera.json").write_text(json.dumps(meta.camera_at(0).to_dict()))
     (where / "actions.json").write_text(json.dumps(meta.actions))
     return {"--robot": meta.robot, "--image": str(where / "image.png"),
             "--camera": str(where / "camera.json"), "--actions": str(where / "actions.json"),

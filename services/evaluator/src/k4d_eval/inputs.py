@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
+from k4d.camera import Camera
 from k4d.errors import InvalidArgument
 from k4d.tensor_io import load_npz
 
@@ -135,13 +136,10 @@ def load_npz_clip(path: str | Path) -> Clip:
 
 
 # ---- cameras --------------------------------------------------------------------------
-def camera_extrinsics(camera: dict | list, frames: int) -> np.ndarray:
-    """DESIGN.md camera JSON (or a per-frame list) -> (T, 4, 4) T_cam_from_world."""
+def camera_extrinsics(camera: Camera | list[Camera], frames: int) -> np.ndarray:
+    """A Camera (or one per frame) -> (T, 4, 4) T_cam_from_world."""
     cameras = camera if isinstance(camera, list) else [camera] * frames
-    out = np.empty((frames, 4, 4))
-    for t, cam in enumerate(cameras):
-        out[t] = np.asarray(cam.get("T_cam_from_world", np.eye(4)), dtype=np.float64)
-    return out
+    return np.stack([cam.T_cam_from_world for cam in cameras])
 
 
 def to_first_camera(pointmap: np.ndarray, valid: np.ndarray,
@@ -166,20 +164,6 @@ def depth_in_own_camera(pointmap_cam0: np.ndarray, valid: np.ndarray,
         z = np.einsum("tj,thwj->thw", T_cam_from_cam0[:, 2, :3], pointmap_cam0.astype(np.float64))
         z = z + T_cam_from_cam0[:, None, None, 2, 3]
     return np.where(valid, z, 0).astype(np.float32)
-
-
-def backproject(depth: np.ndarray, camera: dict | list) -> np.ndarray:
-    """(T, H, W) metres -> (T, H, W, 3) points in each frame's camera (pinhole)."""
-    T, H, W = depth.shape
-    cameras = camera if isinstance(camera, list) else [camera] * T
-    out = np.zeros((T, H, W, 3), dtype=np.float32)
-    v, u = np.mgrid[0:H, 0:W].astype(np.float64)
-    for t, cam in enumerate(cameras):
-        z = depth[t].astype(np.float64)
-        out[t, ..., 0] = (u - cam["cx"]) / cam["fx"] * z
-        out[t, ..., 1] = (v - cam["cy"]) / cam["fy"] * z
-        out[t, ..., 2] = z
-    return out
 
 
 # ---- k4d simulate output directories ----------------------------------------------------
@@ -224,10 +208,15 @@ def load_episode(dataset, episode_id: str) -> Clip:
               ("rgb", "depth", "pointmap", "robot_mask", "object_ids", "object_poses")
               if name in episode.arrays}
     if "pointmap" not in arrays and "depth" in arrays:
-        arrays["pointmap"] = backproject(arrays["depth"], meta.camera)
+        try:  # the camera's rays, lens distortion included
+            arrays["pointmap"] = np.stack([meta.camera_at(t).points_from_depth(depth)
+                                           for t, depth in enumerate(arrays["depth"])])
+        except ValueError as exc:
+            raise InvalidArgument.for_field(f"{episode_id}:depth", str(exc)) from None
     if "pointmap" in arrays and "depth" in arrays:
         arrays["mask"] = arrays["depth"] > 0
     clip = clip_from_arrays(arrays, f"{episode_id}")
+    clip.camera = meta.camera
     clip.T_cam_from_world = camera_extrinsics(meta.camera, meta.frames)
     if clip.pointmap is not None:
         clip.pointmap = to_first_camera(clip.pointmap, clip.valid, clip.T_cam_from_world)

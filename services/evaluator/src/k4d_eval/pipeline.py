@@ -122,7 +122,7 @@ def run_episode(job: EpisodeJob) -> EpisodeResult:
                             condition_robot_mask=condition, synthetic=synthetic)
     result.info["policy"] = policy.episode_labels(pred, gt)
     if job.record:  # before the cache: a cached result implies its recording
-        recording.write_comparison(job.recording, pred, gt, gt.meta["camera"], result,
+        recording.write_comparison(job.recording, pred, gt, gt.camera, result,
                                    psnr_max_db=job.settings.psnr_max_db, method=job.method,
                                    fps=float(gt.meta.get("fps") or 24.0))
     job.cache.parent.mkdir(parents=True, exist_ok=True)

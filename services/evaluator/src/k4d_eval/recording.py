@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 
 import numpy as np
+from k4d.camera import Camera
 from k4d.errors import FailedPrecondition, InvalidArgument
-from k4d.recording import check_camera
 
 from k4d_eval.clip import Clip
 from k4d_eval.evaluate import EpisodeResult, metric_values
@@ -35,17 +35,27 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def load_camera(path: Path, frames: int, height: int, width: int) -> dict | list:
-    """`--camera CAM.json`: the DESIGN.md camera object (or a per-frame list), checked
-    against the clips before any evaluation runs."""
+def load_camera(path: Path, frames: int, height: int, width: int) -> Camera | list[Camera]:
+    """`--camera CAM.json`: the DESIGN.md camera object (or a per-frame list), parsed by
+    `Camera.from_dict` and checked against the clips before any evaluation runs."""
     try:
-        camera = json.loads(Path(path).read_text())
+        doc = json.loads(Path(path).read_text())
     except OSError as exc:
         raise InvalidArgument.for_field("camera", f"cannot read {path}: {exc.strerror}") from None
     except ValueError as exc:
         raise InvalidArgument.for_field("camera", f"{path} is not JSON: {exc}") from None
-    check_camera(camera, frames, height, width)
-    return camera
+    if isinstance(doc, list):
+        if len(doc) != frames:
+            raise InvalidArgument.for_field("camera", f"a per-frame camera list needs {frames} "
+                                                      f"entries, got {len(doc)}")
+        cameras = [Camera.from_dict(d, field_prefix=f"camera[{i}]") for i, d in enumerate(doc)]
+    else:
+        cameras = [Camera.from_dict(doc, field_prefix="camera")]
+    for cam in cameras:
+        if (cam.width, cam.height) != (width, height):
+            raise InvalidArgument.for_field(
+                "camera.width", f"camera is {cam.width}x{cam.height}, the frames {width}x{height}")
+    return cameras if isinstance(doc, list) else cameras[0]
 
 
 def per_frame_metrics(result: EpisodeResult, psnr_max_db: float) -> dict[str, np.ndarray]:
@@ -73,7 +83,7 @@ def _clip_arrays(clip: Clip, T_cam_from_world: np.ndarray | None) -> dict[str, n
     return arrays
 
 
-def write_comparison(path: Path, pred: Clip, gt: Clip, camera: dict | list,
+def write_comparison(path: Path, pred: Clip, gt: Clip, camera: Camera | list[Camera],
                      result: EpisodeResult, *, psnr_max_db: float, method: str = "model",
                      fps: float = 24.0) -> Path:
     """Write one episode's (or pair's) comparison recording to `path`."""

@@ -72,12 +72,14 @@ def write_recording(path: Path, result, camera_path, robot_path, fps: float) -> 
     robot's joints and link frames when the robot NPZ has them (a `k4d project` or
     `k4d simulate` robot.npz does). A camera JSON without extrinsics puts the camera at
     the world origin."""
+    from k4d.camera import Camera
     from k4d.recording import write_episode_recording
     from k4d.tensor_io import load_npz
 
     T, H, W = result.rgb.shape[:3]
-    camera = dict(json.loads(Path(camera_path).read_text()), width=W, height=H)
-    camera.setdefault("T_cam_from_world", np.eye(4).tolist())
+    doc = dict(json.loads(Path(camera_path).read_text()), width=W, height=H)
+    doc.setdefault("T_cam_from_world", np.eye(4).tolist())
+    camera = Camera.from_dict(doc, field_prefix="camera")
     robot = load_npz(robot_path)
     kinematics = {}
     if {"joints", "joint_names"} <= set(robot) and len(robot["joints"]) == T:

@@ -210,7 +210,7 @@ def write_recordings(cfg: EvalConfig, records: list[dict], store) -> tuple[list[
             path = Path(tmp) / f"{name}.rrd"
             write_comparison_recording(
                 path, ground_truth={"rgb": clips["physics_rgb"]}, prediction={"rgb": clips["world_model_rgb"]},
-                camera=sc.camera_json, joints=clips["physics_joints"], fps=1.0 / cfg.dt_s,
+                camera=sc.scene.camera.camera(), joints=clips["physics_joints"], fps=1.0 / cfg.dt_s,
                 title=f"policy-eval {name}: physics (left) vs world model (right)", info=info)
             key = f"recordings/{name}.rrd"
             store.put_file(key, path)

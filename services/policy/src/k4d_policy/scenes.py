@@ -36,7 +36,7 @@ class Scenario:
 
     @property
     def camera_json(self) -> dict:
-        return self.scene.camera.camera_json()
+        return self.scene.camera.camera().to_dict()
 
 
 @dataclass
@@ -61,7 +61,6 @@ def robot_bundle(name: str = "panda") -> RobotBundle:
 
 def _feasible(bundle: RobotBundle, scene: SceneSpec, plan: Plan, q0: np.ndarray) -> bool:
     """The scripted plan's keyframes are reachable and the camera sees the robot."""
-    from k4d.camera import Camera
     from k4d.robots.fk import forward_kinematics
     from k4d.tabletop.tasks import tcp_pose
     from k4d_kinematics.ik import solve_ik
@@ -70,7 +69,7 @@ def _feasible(bundle: RobotBundle, scene: SceneSpec, plan: Plan, q0: np.ndarray)
     ik = solve_ik(bundle.robot, targets, link=bundle.tcp_link, seed=q0, mode="trajectory")
     if not ik.success.all():
         return False
-    camera = Camera.from_dict(scene.camera.camera_json())
+    camera = scene.camera.camera()
     mask = bundle.renderer.render(forward_kinematics(bundle.robot, q0[None]), camera, outputs=["mask"]).mask
     return float(mask.mean()) >= MIN_ROBOT_PIXELS_FRACTION
 

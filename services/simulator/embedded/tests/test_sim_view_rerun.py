@@ -8,6 +8,7 @@ import urllib.request
 
 import numpy as np
 import pytest
+from k4d.camera import Camera
 from k4d.cli.main import main
 from k4d.recording import read_recording_index, write_episode_recording
 from k4d.testing.browser import BrowserError, HeadlessBrowser, find_chromium
@@ -16,14 +17,13 @@ from k4d_embedded.view import find_recordings, has_display, is_episode_dir, reco
 pytest.importorskip("rerun", reason="rerun-sdk (k4d-runtime[viz]) not installed")
 
 T, H, W = 3, 48, 64
-CAMERA = {"width": W, "height": H, "fx": 60.0, "fy": 60.0, "cx": (W - 1) / 2,
-          "cy": (H - 1) / 2, "T_cam_from_world": np.eye(4).tolist()}
+CAMERA = Camera(width=W, height=H, fx=60.0, fy=60.0, cx=(W - 1) / 2, cy=(H - 1) / 2)
 
 
 def _green_wall() -> dict[str, np.ndarray]:
     """A green wall 2 m in front of the camera, filling the image."""
     v, u = np.mgrid[0:H, 0:W].astype(np.float32)
-    pointmap = np.stack([(u - CAMERA["cx"]) / 60 * 2, (v - CAMERA["cy"]) / 60 * 2,
+    pointmap = np.stack([(u - CAMERA.cx) / 60 * 2, (v - CAMERA.cy) / 60 * 2,
                          np.full_like(u, 2.0)], -1)
     rgb = np.zeros((T, H, W, 3), np.uint8)
     rgb[..., 1] = 230

@@ -1,14 +1,17 @@
 """EpisodeMeta: the per-episode metadata, stored as the zarr group's attrs and echoed in
-the manifest. Plain JSON types only, so other languages read it too."""
+the manifest. Stored as plain JSON (`to_dict`), so other languages read it too; in memory the
+camera is a `k4d.camera.Camera` (the one camera type and its one validator)."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from k4d.camera import Camera
 from k4d.episodes.schema import SCHEMA_VERSION
 from k4d.errors import InvalidArgument
 
@@ -27,7 +30,8 @@ def validate_episode_id(episode_id: str, field_name: str = "episode_id") -> str:
 class EpisodeMeta:
     """Metadata of one episode (docs/data.md lists every field).
 
-    camera: the DESIGN.md camera JSON, or a list of them (one per frame) for a moving camera.
+    camera: a Camera, or a list of them (one per frame) for a moving camera; the DESIGN.md
+    camera JSON (or a list of it) is accepted and parsed by `Camera.from_dict`.
     actions: the `k4d simulate` actions JSON document reproducing the episode.
     success: None when unknown (imports without a label); success_judge says how it was judged.
     """
@@ -44,14 +48,21 @@ class EpisodeMeta:
     robot: str
     joint_names: list[str]
     actions: dict
-    camera: dict | list
+    camera: Camera | list[Camera]
     object_names: list[str] = field(default_factory=list)
     source: dict = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
     arrays: list[str] = field(default_factory=list)
 
+    def __post_init__(self):
+        self.camera = _as_cameras(self.camera)
+
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Plain JSON types: the camera in its DESIGN.md JSON form."""
+        out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        out["camera"] = ([_camera_json(c) for c in self.camera] if isinstance(self.camera, list)
+                         else _camera_json(self.camera))
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EpisodeMeta:
@@ -92,9 +103,7 @@ class EpisodeMeta:
         for name in ("actions", "source"):
             if not isinstance(getattr(self, name), dict):
                 raise InvalidArgument.for_field(f"meta.{name}", "must be an object")
-        cameras = self.camera if isinstance(self.camera, list) else [self.camera]
-        if not cameras or not all(isinstance(c, dict) for c in cameras):
-            raise InvalidArgument.for_field("meta.camera", "must be a camera object or a list of them")
+        self.camera = _as_cameras(self.camera)  # a field may have been replaced since __init__
         if isinstance(self.camera, list) and len(self.camera) != self.frames:
             raise InvalidArgument.for_field(
                 "meta.camera", f"a per-frame camera list needs {self.frames} entries, got {len(self.camera)}")
@@ -103,6 +112,29 @@ class EpisodeMeta:
                 "meta.schema_version", f"this reader knows schema {SCHEMA_VERSION}, got {self.schema_version!r}")
         return self
 
-    def camera_at(self, t: int) -> dict:
-        """The camera JSON of frame t (the same one for a static camera)."""
+    def camera_at(self, t: int) -> Camera:
+        """The camera of frame t (the same one for a static camera)."""
         return self.camera[t] if isinstance(self.camera, list) else self.camera
+
+
+def _camera_json(camera):
+    # A field set after construction is passed on as it is; `validate` names what is wrong.
+    return camera.to_dict() if isinstance(camera, Camera) else copy.deepcopy(camera)
+
+
+def _as_cameras(camera) -> Camera | list[Camera]:
+    """A Camera or a non-empty list of them; JSON forms are parsed (fields named
+    `meta.camera.fx`, `meta.camera[3].fx`)."""
+    if isinstance(camera, list):
+        if not camera:
+            raise InvalidArgument.for_field("meta.camera", "must be a camera object or a list of them")
+        return [_as_camera(c, f"meta.camera[{i}]") for i, c in enumerate(camera)]
+    return _as_camera(camera, "meta.camera")
+
+
+def _as_camera(camera, field: str) -> Camera:
+    if isinstance(camera, Camera):
+        return camera
+    if isinstance(camera, dict):
+        return Camera.from_dict(camera, field_prefix=field)
+    raise InvalidArgument.for_field(field, "must be a camera object or a list of them")

@@ -127,7 +127,7 @@ def write_episode(root: str | os.PathLike, episode, name: str | None = None) -> 
     meta = episode.meta
     T_world_from_cam = None
     if isinstance(meta.camera, list):
-        T_world_from_cam = invert_rigid(np.asarray([c["T_cam_from_world"] for c in meta.camera], np.float64))
+        T_world_from_cam = invert_rigid(np.stack([c.T_cam_from_world for c in meta.camera]))
     return write_sample(root, name or meta.episode_id, rgb=episode.read("rgb"),
                         robot_rgb=episode.read("robot_rgb"), robot_mask=episode.read("robot_mask"),
                         robot_pointmap=episode.read("robot_pointmap"), fps=meta.fps,

@@ -14,13 +14,8 @@ from k4d.recording.actions import actions_per_frame
 from k4d.recording.episodes import record_episode
 from k4d.recording.layout import APPLICATION_ID, RECORDING_FILE, is_rerun_available, require_rerun
 from k4d.recording.reader import RecordingIndex, read_recording_index
-from k4d.recording.writer import (
-                                  LinkMesh,
-                                  check_camera,
-                                  write_comparison_recording,
-                                  write_episode_recording,
-)
+from k4d.recording.writer import LinkMesh, write_comparison_recording, write_episode_recording
 
 __all__ = ["APPLICATION_ID", "RECORDING_FILE", "LinkMesh", "RecordingIndex", "actions_per_frame",
-           "check_camera", "is_rerun_available", "read_recording_index", "record_episode", "require_rerun",
+           "is_rerun_available", "read_recording_index", "record_episode", "require_rerun",
            "write_comparison_recording", "write_episode_recording"]

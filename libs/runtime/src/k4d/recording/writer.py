@@ -26,7 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
+from k4d.camera import Camera
 from k4d.errors import InvalidArgument
+from k4d.pointmap_codec import invert_rigid
 from k4d.recording import layout
 from k4d.recording.actions import actions_per_frame
 from k4d.recording.blueprint import build_blueprint
@@ -48,7 +50,7 @@ class LinkMesh:
 
 
 def write_episode_recording(
-        path, *, rgb: np.ndarray, camera: dict | list[dict],
+        path, *, rgb: np.ndarray, camera: Camera | Sequence[Camera],
         pointmap: np.ndarray | None = None, mask: np.ndarray | None = None,
         robot_pointmap: np.ndarray | None = None, robot_mask: np.ndarray | None = None,
         joints: np.ndarray | None = None, joint_names: Sequence[str] | None = None,
@@ -59,8 +61,8 @@ def write_episode_recording(
         info: Mapping[str, object] | None = None, recording_id: str | None = None) -> Path:
     """Write one clip's recording to `path` (.rrd); returns the path.
 
-    rgb (T, H, W, 3) uint8. camera: the DESIGN.md camera JSON (fx, fy, cx, cy, width,
-    height, T_cam_from_world, optional T_world_from_base), or a list of T of them.
+    rgb (T, H, W, 3) uint8. camera: a `k4d.camera.Camera` of the frames' size (its
+    T_world_from_base, when set, places the robot), or a list of T of them (moving camera).
     pointmap (T, H, W, 3) float32 metres in the frame's camera frame, zeros where invalid;
     mask (T, H, W) bool valid points (default: finite with z > 0). robot_pointmap and
     robot_mask: the same for the robot alone. joints (T, J) with joint_names (J).
@@ -80,7 +82,7 @@ def write_episode_recording(
 
 def write_comparison_recording(
         path, *, ground_truth: Mapping[str, np.ndarray], prediction: Mapping[str, np.ndarray],
-        camera: dict | list[dict], metrics: Mapping[str, np.ndarray] | None = None,
+        camera: Camera | Sequence[Camera], metrics: Mapping[str, np.ndarray] | None = None,
         joints: np.ndarray | None = None, joint_names: Sequence[str] | None = None,
         actions: np.ndarray | Mapping | None = None, action_names: Sequence[str] | None = None,
         link_poses: np.ndarray | None = None, link_names: Sequence[str] | None = None,
@@ -145,29 +147,22 @@ def _check_series(name: str, values, frames: int, names=None,
     return values
 
 
-def _camera_at(camera, t: int) -> dict:
-    return camera[t] if isinstance(camera, list) else camera
-
-
-def check_camera(camera, frames: int, height: int, width: int) -> None:
-    """Raise InvalidArgument unless `camera` (DESIGN.md form, or one per frame) fits the clips.
-    No rerun needed: callers check a user's camera before any work."""
-    cameras = camera if isinstance(camera, list) else [camera]
-    if isinstance(camera, list) and len(camera) != frames:
+def _cameras(camera, frames: int, height: int, width: int) -> list[Camera]:
+    """One Camera (a fixed camera: a list of one) or one per frame, each of the frames' size.
+    The camera itself was validated when it was built (`Camera`): only the fit is checked."""
+    cameras = [camera] if isinstance(camera, Camera) else list(camera) \
+        if isinstance(camera, Sequence) and not isinstance(camera, str | Mapping) else None
+    if cameras is None or not all(isinstance(c, Camera) for c in cameras):
+        raise InvalidArgument.for_field("camera", "must be a k4d.camera.Camera or one per frame "
+                                                  "(Camera.from_dict parses the JSON form)")
+    if not isinstance(camera, Camera) and len(cameras) != frames:
         raise InvalidArgument.for_field("camera", f"a per-frame camera list needs {frames} "
-                                                  f"entries, got {len(camera)}")
+                                                  f"entries, got {len(cameras)}")
     for cam in cameras:
-        if not isinstance(cam, Mapping):
-            raise InvalidArgument.for_field("camera", "must be a camera object (DESIGN.md form)")
-        for key in ("fx", "fy", "cx", "cy", "T_cam_from_world"):
-            if key not in cam:
-                raise InvalidArgument.for_field(f"camera.{key}", "is required")
-        if (int(cam.get("width", width)), int(cam.get("height", height))) != (width, height):
+        if (cam.width, cam.height) != (width, height):
             raise InvalidArgument.for_field(
-                "camera.width", f"camera is {cam.get('width')}x{cam.get('height')}, the frames "
-                                f"{width}x{height}")
-        if np.asarray(cam["T_cam_from_world"], np.float64).shape != (4, 4):
-            raise InvalidArgument.for_field("camera.T_cam_from_world", "must be 4x4")
+                "camera.width", f"camera is {cam.width}x{cam.height}, the frames {width}x{height}")
+    return cameras
 
 
 # 2. write -----------------------------------------------------------------------------
@@ -180,7 +175,7 @@ def _write(path, clips: dict[str, dict[str, np.ndarray]], *, camera, joints, joi
     T, H, W = first.shape[:3]
     if not (np.isfinite(fps) and fps > 0):
         raise InvalidArgument.for_field("fps", f"must be a finite number > 0, got {fps}")
-    check_camera(camera, T, H, W)
+    cameras = _cameras(camera, T, H, W)
     series = {}
     if joints is not None:
         series["joints"] = (_check_series("joints", joints, T, joint_names,
@@ -215,10 +210,11 @@ def _write(path, clips: dict[str, dict[str, np.ndarray]], *, camera, joints, joi
         rec.log(layout.WORLD, rr.ViewCoordinates.RIGHT_HAND_Z_UP, static=True)
         rec.log(layout.NOTES, rr.TextDocument(_notes(title, notice, info, T, H, W, fps),
                                               media_type=rr.MediaType.MARKDOWN), static=True)
-        T_world_from_base = np.asarray(_camera_at(camera, 0).get("T_world_from_base", np.eye(4)),
-                                       np.float64)
+        first_camera = cameras[0]
+        T_world_from_base = np.eye(4) if first_camera.T_world_from_base is None \
+            else first_camera.T_world_from_base
         for root in clips:
-            _log_camera(rr, rec, root, camera, T, H, W, frame_index)
+            _log_camera(rr, rec, root, cameras, W, H, frame_index)
         if link_poses is not None:
             _log_robot(rr, rec, T_world_from_base @ link_poses, link_names, link_meshes,
                        frame_index)
@@ -250,13 +246,12 @@ def _notes(title, notice, info, T, H, W, fps) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _log_camera(rr, rec, root: str, camera, T: int, H: int, W: int, frame_index) -> None:
-    """The camera pose (T_world_from_cam) and its pinhole: once when fixed, else per frame."""
-    cameras = [_camera_at(camera, t) for t in range(T)] if isinstance(camera, list) else [camera]
-    T_world_from_cam = np.stack([np.linalg.inv(np.asarray(c["T_cam_from_world"], np.float64))
-                                 for c in cameras])
-    K = np.stack([[[c["fx"], 0.0, c["cx"]], [0.0, c["fy"], c["cy"]], [0.0, 0.0, 1.0]]
-                  for c in cameras]).astype(np.float32)
+def _log_camera(rr, rec, root: str, cameras: list[Camera], W: int, H: int,
+                frame_index) -> None:
+    """The camera pose (T_world_from_cam) and its pinhole: once when fixed (a list of one),
+    else per frame."""
+    T_world_from_cam = invert_rigid(np.stack([c.T_cam_from_world for c in cameras]))
+    K = np.stack([c.K for c in cameras]).astype(np.float32)
     cam, image = f"{root}/{layout.CAMERA}", f"{root}/{layout.IMAGE}"
     if len(cameras) == 1:
         rec.log(cam, rr.Transform3D(translation=T_world_from_cam[0, :3, 3],

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from k4d.camera import Camera
+
 TABLE_TOP_Z = 0.0
 SHAPES = ("box", "cylinder", "mug", "bowl")
 BOWL_SEGMENTS = 12
@@ -60,14 +62,9 @@ class CameraSpec:
     width: int
     height: int
 
-    def camera_json(self) -> dict:
-        from k4d.camera import look_at_transform
-
-        f = self.height / 2 / math.tan(math.radians(self.fovy_deg) / 2)
-        T = look_at_transform(self.eye, self.target)
-        return {"width": self.width, "height": self.height, "fx": f, "fy": f,
-                "cx": (self.width - 1) / 2, "cy": (self.height - 1) / 2,
-                "T_cam_from_world": T.tolist()}
+    def camera(self) -> Camera:
+        return Camera.look_at(self.eye, self.target, width=self.width, height=self.height,
+                              fovy_deg=self.fovy_deg)
 
 
 @dataclass
@@ -297,7 +294,6 @@ def link_mesh_files(link_meshes, robot_name: str) -> dict[int, str]:
 def build_model(scene: SceneSpec, link_meshes, link_names: list[str], mesh_files: dict[int, str]):
     """-> (mujoco, MjModel, robot_body_ids: {link index: body id}). Robot links are mocap
     bodies in geom group 1 (their meshes' convex hulls collide with the objects)."""
-    from k4d.camera import Camera
     from k4d.mujoco_gl import import_mujoco
     from k4d.pointmap_codec import invert_rigid
 
@@ -312,7 +308,7 @@ def build_model(scene: SceneSpec, link_meshes, link_names: list[str], mesh_files
         body.add_geom(type=mujoco.mjtGeom.mjGEOM_MESH, meshname=f"mesh_{name}", mass=1.0,
                       group=ROBOT_GROUP, rgba=[*rgb.tolist(), 1.0], friction=[1.5, 0.01, 0.001],
                       condim=4)
-    camera = Camera.from_dict(scene.camera.camera_json())
+    camera = scene.camera.camera()
     T_world_from_cam = invert_rigid(camera.T_cam_from_world)
     R_mj = T_world_from_cam[:3, :3] @ np.diag([1.0, -1.0, -1.0])  # MuJoCo cameras look along -z, y up
     quat = np.empty(4)

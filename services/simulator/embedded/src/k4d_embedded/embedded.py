@@ -144,7 +144,7 @@ def simulate_to_directory(inputs: SimulationInputs, out_dir: Path, *, fps: float
     meshes = robot_link_meshes(cores.renderer(cores.robot(_robot_name(spec), store)))
     paths = write_rollout(out_dir, result, summary, fps=fps, viewer_points=viewer_points,
                           focal_px=spec.camera.intrinsics.fx, record=record,
-                          camera=camera_from_proto(spec.camera).to_dict(), link_meshes=meshes)
+                          camera=camera_from_proto(spec.camera), link_meshes=meshes)
     log.info("wrote outputs in %.2f s", time.perf_counter() - write_start)
     if static:
         log.warning("outputs in %s come from the STATIC-WORLD backend (not generated dynamics)",

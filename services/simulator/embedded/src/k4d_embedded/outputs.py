@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+from k4d.camera import Camera
 from k4d.pointmap_video import POINTMAP_VIDEO, POINTMAP_VIDEO_META  # noqa: F401 - re-exported
 from k4d.pointmap_video import write_pointmap_video as _write_pointmap_video
 from k4d.recording import RECORDING_FILE, LinkMesh, is_rerun_available
@@ -123,7 +124,7 @@ def model_note(summary: dict) -> dict:
     return {"about the model": f"{model['description']}{label}"}
 
 
-def write_recording(path, result, summary: dict, *, fps: float, camera: dict,
+def write_recording(path, result, summary: dict, *, fps: float, camera: Camera,
                     link_meshes=()) -> Path:
     """rollout.rrd: the generated world, the robot condition, FK link frames and meshes,
     joints and actions (docs/viewing.md)."""
@@ -145,10 +146,10 @@ def write_recording(path, result, summary: dict, *, fps: float, camera: dict,
 
 def write_rollout(out_dir: str | os.PathLike, result, summary: dict, *, fps: float = 24.0,
                   viewer_points: int | None = None, focal_px: float | None = None,
-                  camera: dict | None = None, link_meshes=(),
+                  camera: Camera | None = None, link_meshes=(),
                   record: bool = True) -> dict[str, Path]:
     """Write every output file of an EmbeddedResult; returns name -> path. rollout.rrd is
-    written when `record`, a `camera` JSON is given and rerun-sdk is installed. It is
+    written when `record`, a `camera` is given and rerun-sdk is installed. It is
     written in turn with the other files: on a thread beside them it added +34 % wall time
     for +3 % CPU on the loaded 2-core VM, in turn +11 % wall, +2 % CPU
     (docs/benchmarks/viewer.md)."""
