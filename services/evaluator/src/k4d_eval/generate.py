@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from k4d.errors import FailedPrecondition, InvalidArgument
+from k4d.generation import STATIC_WORLD
 
 from k4d_eval.inputs import SIM_SUMMARY_JSON
 from k4d_eval.pipeline import BASELINE, MODEL, eval_dataset, resolve_episodes
@@ -23,7 +24,6 @@ from k4d_eval.pipeline import BASELINE, MODEL, eval_dataset, resolve_episodes
 PREDICTIONS_DIR = "predictions"
 BASELINE_DIR = "static-world"
 INPUTS_DIR = "inputs"
-STATIC_WORLD_ID = "static-world"  # summary.json model id of the static-world backend
 MODEL_FILE = "k4d_model.json"  # a k4d model directory's description (docs/generator.md)
 
 
@@ -66,7 +66,7 @@ def simulate(spec: dict[str, str], out: Path, *, model: str = "", backend: str =
         lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
         raise FailedPrecondition(f"`k4d simulate` failed for {out.name}: "
                                  f"{lines[-1] if lines else f'exit code {proc.returncode}'}")
-    if model and _model_id(out) == STATIC_WORLD_ID:
+    if model and _model_id(out) == STATIC_WORLD:
         # Never score the floor under a model's name (a model string simulate did not
         # resolve falls back to static-world); the directory stays incomplete.
         (out / SIM_SUMMARY_JSON).unlink()
@@ -142,7 +142,7 @@ def generate_baseline(gt_uri: str, out: Path, episodes: Sequence[str] | None, wo
 
     dataset = open_dataset(gt_uri)
     ids = resolve_episodes(dataset, episodes)
-    return generate(dataset, ids, Path(out), BASELINE_DIR, backend="static-world",
+    return generate(dataset, ids, Path(out), BASELINE_DIR, backend=STATIC_WORLD,
                     workers=workers, progress=progress)
 
 
@@ -160,7 +160,7 @@ def run_and_evaluate(model: str, data_uri: str, out: Path, settings, *,
     check_clip_sizes(model, dataset, ids)
     pred = generate(dataset, ids, out, PREDICTIONS_DIR, model=model, backend=backend,
                     steps=steps, workers=workers, progress=progress)
-    base = generate(dataset, ids, out, BASELINE_DIR, backend="static-world", workers=workers,
+    base = generate(dataset, ids, out, BASELINE_DIR, backend=STATIC_WORLD, workers=workers,
                     progress=progress) if baseline else None
     return eval_dataset(str(pred), data_uri, out, settings,
                         baseline_uri=str(base) if base else None, episodes=ids,

@@ -16,11 +16,12 @@ import threading
 import time
 
 from k4d.errors import FailedPrecondition, InvalidArgument
+from k4d.generation import STATIC_WORLD
 from k4d.store import from_tensor_data, job_key, to_tensor_data, validate_key
 from k4d.tensor_io import sha256_bytes
 from kinema4d.v1 import common_pb2, generator_pb2, generator_pb2_grpc
 
-from k4d_generator.service import STATIC_WORLD, ModelManager, model_ref_string
+from k4d_generator.service import ModelManager, model_ref_string
 
 STAGE = "generation"
 BACKENDS = ("", "torch", "onnx", "tensorrt", STATIC_WORLD)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 from k4d.errors import FailedPrecondition, InvalidArgument, NotFound
+from k4d.generation import STATIC_WORLD
 from k4d.metrics import waiting
 from k4d.telemetry import get_logger
 from k4d.tensor_io import sha256_bytes
@@ -32,7 +33,6 @@ from k4d_model.results import GenerationResult
 
 from k4d_generator.metrics import generator_metrics
 
-STATIC_WORLD = "static-world"
 log = get_logger(__name__)
 
 

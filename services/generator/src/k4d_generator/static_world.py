@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 from k4d.errors import InvalidArgument
+from k4d.generation import STATIC_WORLD
 from k4d_model.results import GenerationResult, RobotCondition, check_robot
 
 STATIC_WORLD_NOTE = ("static-world: the initial image with the robot render composited; the "
@@ -64,7 +65,7 @@ def _centred_60_degree_intrinsics(height: int, width: int) -> tuple[float, float
 class StaticWorldGenerator:
     """Composites the robot condition onto the unchanged initial scene."""
 
-    name = "static-world"
+    name = STATIC_WORLD
 
     def __call__(self, image: np.ndarray, robot_rgb: np.ndarray, robot_pointmap: np.ndarray,
                  robot_mask: np.ndarray,

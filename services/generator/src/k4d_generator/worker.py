@@ -40,6 +40,7 @@ from k4d.bus.topics import (
 )
 from k4d.bus.worker import PERMANENT_ERRORS
 from k4d.errors import Cancelled, FailedPrecondition
+from k4d.generation import STATIC_WORLD
 from k4d.initial_scene import initial_pointmap
 from k4d.model_events import read_model_published
 from k4d.stage_events import (
@@ -55,7 +56,7 @@ from kinema4d.v1 import common_pb2, events_pb2, simulator_pb2
 
 from k4d_generator.api import model_info_proto, sampling_kwargs
 from k4d_generator.server import generator_settings
-from k4d_generator.service import STATIC_WORLD, ModelManager, model_ref_string
+from k4d_generator.service import ModelManager, model_ref_string
 
 STAGE = "generation"
 GROUP_ID = "k4d-generator"

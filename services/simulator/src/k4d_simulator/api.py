@@ -17,6 +17,7 @@ import uuid
 
 from k4d.bus import event_headers
 from k4d.errors import InvalidArgument, NotFound
+from k4d.generation import STATIC_WORLD
 from k4d.stage_events import cancel_marker_key
 from k4d.store import from_tensor_data, job_key, put_array
 from k4d.telemetry import get_logger, inject_trace_headers
@@ -98,7 +99,7 @@ class SimulatorServicer(simulator_pb2_grpc.SimulatorServiceServicer):
         without --model), unless it asks for the static-world backend; the job record then
         names the model that ran."""
         if self.default_model is not None and not (spec.model.name or spec.model.uri) \
-                and spec.sampling.backend != "static-world":
+                and spec.sampling.backend != STATIC_WORLD:
             spec.model.CopyFrom(self.default_model)
 
     def _record_requested(self, event) -> None:

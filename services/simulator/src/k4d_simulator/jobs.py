@@ -23,8 +23,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from k4d.errors import InvalidArgument, NotFound
+from k4d.generation import STATIC_WORLD
 from k4d_simulator import events as ev
-from k4d_simulator.outcomes import STATIC_WORLD, stage_outcomes
+from k4d_simulator.outcomes import stage_outcomes
 from k4d_simulator.validation import DEFAULT_NUM_FRAMES
 from kinema4d.v1 import common_pb2, simulator_pb2
 

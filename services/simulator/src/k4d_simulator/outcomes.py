@@ -9,7 +9,6 @@ from collections.abc import Mapping
 from k4d import pipeline_topology
 from kinema4d.v1 import simulator_pb2
 
-STATIC_WORLD = "static-world"
 STATIC_WORLD_WARNING = ("no model: the static-world backend composited the robot onto the "
                         "unchanged scene; the world does not react to the robot")
 

@@ -14,13 +14,14 @@ import math
 import numpy as np
 from k4d.camera_proto import camera_violations
 from k4d.errors import FieldViolation, InvalidArgument
+from k4d.generation import STATIC_WORLD
 from k4d.tensor_io import from_tensor
 from kinema4d.v1 import kinematics_pb2, simulator_pb2
 
 DEFAULT_NUM_FRAMES = 49
 MAX_NUM_FRAMES = 512
 MAX_SAMPLING_STEPS = 1000
-BACKENDS = ("", "torch", "onnx", "tensorrt", "static-world")
+BACKENDS = ("", "torch", "onnx", "tensorrt", STATIC_WORLD)
 SCHEDULERS = ("", "unipc", "euler")
 # No "fp8": the generator refuses it (no explicit FP8 quantisation exists), so the front
 # door refuses it at Submit instead of letting the job fail at the generator.
@@ -196,7 +197,7 @@ def _sampling_violations(spec, p: str) -> list[FieldViolation]:
         if getattr(s, name) not in allowed:
             out.append(FieldViolation(f"{p}.{name}", f"expected one of {list(allowed[1:])}, "
                                                      f"got {getattr(s, name)!r}"))
-    if s.backend == "static-world" and (spec.model.name or spec.model.uri):
+    if s.backend == STATIC_WORLD and (spec.model.name or spec.model.uri):
         out.append(FieldViolation(p + ".backend", "static-world ignores the model; leave "
                                                   "spec.model empty or pick a model backend"))
     return out

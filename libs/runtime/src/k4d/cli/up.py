@@ -15,6 +15,7 @@ from pathlib import Path
 from k4d import local_servers
 from k4d.config import SERVICE_PORTS
 from k4d.errors import FailedPrecondition, InvalidArgument
+from k4d.generation import STATIC_WORLD
 
 # The repository's models/ folder (an editable install, as `make setup` makes): the shipped
 # models, each a manifest.json (registry manifest + weights_dir, label, "default") beside
@@ -120,8 +121,8 @@ def _default_model(s3, models: Path = REPO_MODELS) -> tuple[str, str]:
     Follows `k4d simulate`: $K4D_DEFAULT_MODEL when set (`static-world`, a registry
     reference, or a shipped-model folder), else the shipped default in models/."""
     chosen = os.environ.get(DEFAULT_MODEL_ENV, "").strip()
-    if chosen == "static-world":
-        return "", f"{DEFAULT_MODEL_ENV}=static-world"
+    if chosen == STATIC_WORLD:
+        return "", f"{DEFAULT_MODEL_ENV}={STATIC_WORLD}"
     if chosen and not Path(chosen).is_dir():
         return chosen, "given"  # a registry reference: published by whoever named it
     folder = Path(chosen) if chosen else _shipped_default(models)
@@ -192,7 +193,7 @@ def up(options: UpOptions) -> int:
         default_model = ""
         if "simulator" in names and not os.environ.get(SIMULATOR_DEFAULT_MODEL_ENV):
             default_model, how = _default_model(s3)
-            rows.append(("model", "registry", default_model or "static-world", how))
+            rows.append(("model", "registry", default_model or STATIC_WORLD, how))
 
         services = []
         for name in names:

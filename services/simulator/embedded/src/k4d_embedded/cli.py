@@ -103,11 +103,12 @@ def _inputs(args):
 
 
 def _run_simulate(args) -> int:
+    from k4d.generation import STATIC_WORLD
     from k4d_embedded.embedded import simulate_to_directory
     from k4d_embedded.outputs import model_note
     from k4d_embedded.shipped import default_model
 
-    if not args.model and args.backend != "static-world":
+    if not args.model and args.backend != STATIC_WORLD:
         args.model = default_model()  # K4D_DEFAULT_MODEL or the shipped default, if any
 
     paths = simulate_to_directory(_inputs(args), args.out, fps=args.fps,

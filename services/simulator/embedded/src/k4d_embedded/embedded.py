@@ -12,10 +12,10 @@ from pathlib import Path
 from google.protobuf import json_format
 from k4d.camera_proto import camera_from_proto
 from k4d.errors import InvalidArgument
+from k4d.generation import STATIC_WORLD
 from k4d_embedded.inputs import SimulationInputs, build_spec
 from k4d_embedded.outputs import robot_link_meshes, write_rollout
 from k4d_embedded.pipeline import (
-    STATIC_WORLD,
     EmbeddedResult,
     StageCores,
     _robot_name,

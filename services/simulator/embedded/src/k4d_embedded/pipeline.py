@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from k4d.camera_proto import camera_from_proto
 from k4d.errors import Cancelled, FieldViolation, InvalidArgument
+from k4d.generation import STATIC_WORLD
 from k4d.initial_scene import initial_pointmap
 from k4d.store import from_tensor_data
 from k4d_simulator.outcomes import stage_outcomes
@@ -28,7 +29,6 @@ from kinema4d.v1 import common_pb2, simulator_pb2
 
 ProgressFn = Callable[[common_pb2.Progress], None]
 CancelFn = Callable[[], bool]
-STATIC_WORLD = "static-world"
 STAGES = ("kinematics", "projection", "generation")
 
 

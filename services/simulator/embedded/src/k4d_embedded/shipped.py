@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 from k4d.errors import InvalidArgument
+from k4d.generation import STATIC_WORLD
 from k4d.tensor_io import sha256_file
 
 MANIFEST = "manifest.json"
@@ -66,7 +67,7 @@ def default_model(shipped: Path = SHIPPED_DEFAULT) -> str:
     `"default": true`, else static-world."""
     value = os.environ.get(DEFAULT_MODEL_ENV, "").strip()
     if value:
-        return "" if value == "static-world" else value
+        return "" if value == STATIC_WORLD else value
     if is_shipped_model(shipped) and read_manifest(shipped).get("default") is True:
         return str(shipped)
     return ""
