@@ -164,3 +164,39 @@ def test_policy_serve_command_serves_until_sigterm(pick_scene, bundle, first_obs
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
+
+
+def test_policy_grpc_malformed_chunks_name_the_server_and_step(pick_scene, bundle):
+    """A server answering NaN, or bytes that do not match the tensor's shape: the episode is
+    malformed with one line naming the policy (its address) and the step."""
+    from k4d.config import load_config
+    from k4d.grpc_server import create_server
+    from k4d_policy.remote import GrpcPolicy
+    from k4d_policy.runner import run_episode
+    from k4d_policy.worlds import PhysicsWorld
+    from kinema4d.v1 import common_pb2, policy_pb2, policy_pb2_grpc
+
+    class Broken(policy_pb2_grpc.PolicyServiceServicer):
+        def __init__(self, data: bytes):
+            self.data = data
+
+        def Reset(self, request, context):
+            return policy_pb2.ResetResponse(policy_name="broken")
+
+        def Act(self, request, context):
+            return policy_pb2.ActResponse(actions=common_pb2.Tensor(dtype="float64", shape=[6, 8], data=self.data))
+
+    for data, words in ((np.full((6, 8), np.nan).tobytes(), "NaN"), (b"abc", "undecodable action tensor")):
+        def register(server, config, data=data):
+            policy_pb2_grpc.add_PolicyServiceServicer_to_server(Broken(data), server)
+            return ["kinema4d.v1.PolicyService"]
+
+        server, port = create_server(load_config(grpc_port=0, grpc_host="127.0.0.1", metrics_port=0), [register])
+        server.start()
+        try:
+            out = run_episode(GrpcPolicy(f"127.0.0.1:{port}", timeout_s=10), PhysicsWorld(pick_scene, bundle, 0.5),
+                              _context(pick_scene, bundle, None))
+        finally:
+            server.stop(0)
+        assert out.status == "malformed" and words in out.error
+        assert f"'grpc://127.0.0.1:{port}' at step 0" in out.error
