@@ -134,3 +134,21 @@ def test_eval_run_with_data_of_another_clip_size_fails_before_generation(dataset
     assert "--frames 9 --height 40 --width 64" in err[0]
     assert not (tmp_path / "o" / "predictions").exists()
     assert not (tmp_path / "o" / "static-world").exists()
+
+
+def test_eval_run_with_depth_gives_the_first_frames_depth(dataset, tmp_path, capsys):
+    """--depth: both methods get the episode's first-frame depth (`k4d simulate --depth`);
+    the ground truth is a static-world rollout, so the floor given its own depth is exact."""
+    from k4d.episodes import open_dataset
+
+    out = tmp_path / "rgbd"
+    assert main(["eval", "run", "--model", str(dataset / "tiny"), "--data",
+                 str(dataset / "data"), "--out", str(out), "--depth", "--no-progress"]) == 0
+    depth = np.load(out / "inputs" / "ep0" / "depth.npy")
+    truth = open_dataset(str(dataset / "data")).open("ep0").read("depth")[0]
+    np.testing.assert_array_equal(depth, truth)
+    report = json.loads((out / "report.json").read_text())
+    assert report["inputs"]["given"] == "first frame RGB + depth"
+    summary = json.loads((out / "predictions" / "ep0" / "summary.json").read_text())
+    assert summary["inputs"]["depth"].endswith("depth.npy")
+    assert report["baseline"]["metrics"]["depth_absrel"] < 1e-6

@@ -32,6 +32,9 @@ def _error_lines(capsys) -> list[str]:
     ({"parallelism": {"dp_shard": 0}}, "parallelism.dp_shard"),
     ({"parallelism": {"nnodes": "2:1"}}, "parallelism.nnodes"),
     ({"recipe": "dreambooth"}, "recipe"),
+    ({"model": {"fidelity": {"decode": "absolute"}}}, "model.fidelity.decode"),
+    ({"model": {"fidelity": {"anchor": True}}}, "model.fidelity"),
+    ({"model": {"fidelity": {"change_threshold": -1}}}, "model.fidelity.change_threshold"),
 ])
 def test_bad_recipe_is_one_error_naming_the_field(tmp_path, capsys, recipe, change, field):
     path = recipe(tmp_path, str(tmp_path / "data"), str(tmp_path / "base"), **change)
@@ -50,6 +53,17 @@ def test_yaml_numbers_and_defaults():
         config_from_dict({"recipe": "from-scratch", "model": {"size": "tiny", "base": "x"}})
     with pytest.raises(InvalidArgument, match="model.base"):
         config_from_dict({"recipe": "finetune-lora"})
+
+
+def test_fidelity_options_reach_the_published_model():
+    from k4d_trainer.model import load_components
+
+    fidelity = {"first_frame": "given", "decode": "relative", "change_threshold": 12.0}
+    config = config_from_dict({"recipe": "from-scratch",
+                               "model": {"size": "tiny", "fidelity": fidelity}})
+    components = load_components("from-scratch", config.model, seed=0)
+    assert {k: components.info.extra[k] for k in fidelity} == fidelity
+    assert components.info.extra["vae_decode"] == "split"
 
 
 def test_degrees_must_multiply_to_the_world_size():

@@ -31,6 +31,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+FIDELITY_KEYS = ("first_frame", "latent_anchor", "decode", "change_threshold",
+                 "change_depth_m", "change_dilate", "robot_pointmap")
 FIRST_FRAME_GIVEN = "given"
 DECODE_RELATIVE = "relative"
 ROBOT_POINTMAP_KINEMATICS = "kinematics"
@@ -58,6 +60,24 @@ class FidelityOptions:
                    change_depth_m=float(extra.get("change_depth_m", 0.02)),
                    change_dilate=int(extra.get("change_dilate", 1)),
                    robot_pointmap=str(extra.get("robot_pointmap", "")))
+
+    @classmethod
+    def check(cls, extra: dict[str, Any], prefix: str = "extra") -> FidelityOptions:
+        """The options of `extra` (other keys ignored), or InvalidArgument naming the key."""
+        from k4d.errors import InvalidArgument
+
+        choices = {"first_frame": ("", FIRST_FRAME_GIVEN), "decode": ("", DECODE_RELATIVE),
+                   "robot_pointmap": ("", ROBOT_POINTMAP_KINEMATICS)}
+        for key, allowed in choices.items():
+            if key in extra and extra[key] not in allowed:
+                raise InvalidArgument.for_field(f"{prefix}.{key}", f"must be one of {allowed}")
+        for key in ("change_threshold", "change_depth_m", "change_dilate"):
+            value = extra.get(key, 0)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise InvalidArgument.for_field(f"{prefix}.{key}", "must be a number >= 0")
+        if not isinstance(extra.get("latent_anchor", False), bool):
+            raise InvalidArgument.for_field(f"{prefix}.latent_anchor", "must be true or false")
+        return cls.from_extra(extra)
 
     @property
     def relative(self) -> bool:

@@ -87,6 +87,9 @@ def register(subparsers) -> None:
     r.add_argument("--steps", type=int, default=0, help="sampler steps (default: the model's)")
     r.add_argument("--backend", default="", help="generator backend for the model")
     r.add_argument("--no-baseline", action="store_true", help="leave the static-world floor out")
+    r.add_argument("--depth", action="store_true",
+                   help="give the model and the floor each episode's first-frame depth too "
+                        "(an RGB-D observation; `k4d simulate --depth`); use a fresh --out")
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
     _settings_arguments(r)
     r.set_defaults(handler=_run_run)
@@ -100,7 +103,7 @@ def register(subparsers) -> None:
 
 
 def _run_pair(args) -> int:
-    from k4d_eval.pipeline import eval_pair
+    from k4d_eval.eval_runs import eval_pair
 
     camera = args.camera if args.camera is not None and _can_record("eval pair") else None
     if args.camera is None:
@@ -113,7 +116,7 @@ def _run_pair(args) -> int:
 
 
 def _run_eval(args) -> int:
-    from k4d_eval.pipeline import check_local_predictions, eval_dataset
+    from k4d_eval.eval_runs import check_local_predictions, eval_dataset
 
     missing = [f"--{n}" for n in ("pred", "gt", "out") if not getattr(args, n)]
     if missing:
@@ -143,7 +146,8 @@ def _run_run(args) -> int:
                               episodes=args.episodes, workers=args.workers,
                               baseline=not args.no_baseline, steps=args.steps,
                               backend=args.backend, progress=not args.no_progress,
-                              learned_metrics=_learned(args), record=_can_record("eval run"))
+                              learned_metrics=_learned(args), record=_can_record("eval run"),
+                              depth=args.depth)
     _print_headline(report, args.out)
     return 0
 
@@ -162,7 +166,7 @@ def _run_agreement(args) -> int:
 def _can_record(command: str) -> bool:
     """The comparison recording is optional: without rerun-sdk the evaluation goes on and
     one line says why no recording was written."""
-    from k4d_eval.recording import unavailable_reason
+    from k4d_eval.comparison_recording import unavailable_reason
 
     reason = unavailable_reason()
     if reason:

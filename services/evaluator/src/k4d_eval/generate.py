@@ -18,8 +18,8 @@ from pathlib import Path
 from k4d.errors import FailedPrecondition, InvalidArgument
 from k4d.generation import STATIC_WORLD
 
+from k4d_eval.eval_runs import BASELINE, MODEL, eval_dataset, resolve_episodes
 from k4d_eval.inputs import SIM_SUMMARY_JSON
-from k4d_eval.pipeline import BASELINE, MODEL, eval_dataset, resolve_episodes
 
 PREDICTIONS_DIR = "predictions"
 BASELINE_DIR = "static-world"
@@ -27,19 +27,28 @@ INPUTS_DIR = "inputs"
 MODEL_FILE = "k4d_model.json"  # a k4d model directory's description (docs/generator.md)
 
 
-def write_episode_inputs(dataset, episode_id: str, where: Path) -> dict[str, str]:
-    """image.png, camera.json, actions.json of one episode -> `k4d simulate` arguments."""
+def write_episode_inputs(dataset, episode_id: str, where: Path, depth: bool = False
+                         ) -> dict[str, str]:
+    """image.png, camera.json, actions.json (and depth.npy, the first frame's depth in
+    metres, with `depth`: an RGB-D observation) of one episode -> `k4d simulate` arguments."""
+    import numpy as np
     from PIL import Image
 
     meta = dataset.meta(episode_id)
     where.mkdir(parents=True, exist_ok=True)
-    first = dataset.open(episode_id)["rgb"][0:1][0]
-    Image.fromarray(first).save(where / "image.png")
+    episode = dataset.open(episode_id)
+    Image.fromarray(episode["rgb"][0:1][0]).save(where / "image.png")
     (where / "camera.json").write_text(json.dumps(meta.camera_at(0).to_dict()))
     (where / "actions.json").write_text(json.dumps(meta.actions))
-    return {"--robot": meta.robot, "--image": str(where / "image.png"),
+    spec = {"--robot": meta.robot, "--image": str(where / "image.png"),
             "--camera": str(where / "camera.json"), "--actions": str(where / "actions.json"),
             "--frames": str(meta.frames), "--fps": str(meta.fps)}
+    if depth:
+        if "depth" not in episode.arrays:
+            raise InvalidArgument.for_field("depth", f"episode {episode_id} has no depth to give")
+        np.save(where / "depth.npy", np.asarray(episode.read("depth")[0], np.float32))
+        spec["--depth"] = str(where / "depth.npy")
+    return spec
 
 
 def simulate(spec: dict[str, str], out: Path, *, model: str = "", backend: str = "",
@@ -117,14 +126,14 @@ def check_clip_sizes(model: str, dataset, episode_ids: Sequence[str]) -> None:
 
 def generate(dataset, episode_ids: Sequence[str], out: Path, method_dir: str, *,
              model: str = "", backend: str = "", steps: int = 0, workers: int = 1,
-             progress: bool = True) -> Path:
+             progress: bool = True, depth: bool = False) -> Path:
     """Every episode's rollout under out/method_dir/<episode_id>/ (parallel, resumable)."""
     from tqdm import tqdm
 
     root = out / method_dir
     root.mkdir(parents=True, exist_ok=True)
     todo = [e for e in episode_ids if not (root / e / SIM_SUMMARY_JSON).is_file()]
-    specs = {e: write_episode_inputs(dataset, e, out / INPUTS_DIR / e) for e in todo}
+    specs = {e: write_episode_inputs(dataset, e, out / INPUTS_DIR / e, depth) for e in todo}
     with tqdm(total=len(episode_ids), initial=len(episode_ids) - len(todo), unit="episode",
               desc=f"simulate {method_dir}", disable=not progress) as bar, \
             ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
@@ -149,8 +158,10 @@ def generate_baseline(gt_uri: str, out: Path, episodes: Sequence[str] | None, wo
 def run_and_evaluate(model: str, data_uri: str, out: Path, settings, *,
                      episodes: Sequence[str] | None = None, workers: int = 1,
                      baseline: bool = True, steps: int = 0, backend: str = "",
-                     progress: bool = True, learned_metrics=None, record: bool = False) -> dict:
-    """`k4d eval run`: generate with the model (and the static-world floor), evaluate."""
+                     progress: bool = True, learned_metrics=None, record: bool = False,
+                     depth: bool = False) -> dict:
+    """`k4d eval run`: generate with the model (and the static-world floor), evaluate.
+    depth: both also get the first frame's depth (RGB-D input, `k4d simulate --depth`)."""
     from k4d.episodes import open_dataset
 
     settings.check()
@@ -159,12 +170,14 @@ def run_and_evaluate(model: str, data_uri: str, out: Path, settings, *,
     ids = resolve_episodes(dataset, episodes)
     check_clip_sizes(model, dataset, ids)
     pred = generate(dataset, ids, out, PREDICTIONS_DIR, model=model, backend=backend,
-                    steps=steps, workers=workers, progress=progress)
+                    steps=steps, workers=workers, progress=progress, depth=depth)
     base = generate(dataset, ids, out, BASELINE_DIR, backend=STATIC_WORLD, workers=workers,
-                    progress=progress) if baseline else None
+                    progress=progress, depth=depth) if baseline else None
     return eval_dataset(str(pred), data_uri, out, settings,
                         baseline_uri=str(base) if base else None, episodes=ids,
                         workers=workers, progress=progress, method=f"{MODEL}: {model}",
                         learned_metrics=learned_metrics, record=record,
                         extra_inputs={"model": model, "generation": "`k4d simulate` subprocess",
+                                      "given": "first frame RGB + depth" if depth
+                                      else "first frame RGB",
                                       "baseline_method": BASELINE if base else None})

@@ -64,8 +64,17 @@ class ModelSection:
     activation_checkpointing: bool = True
     arm_patch_size: list[int] = field(default_factory=lambda: [1, 15, 15])
     arm_bottleneck_dim: int = 128
+    # Output options of the published model (k4d_model.fidelity, k4d_model.json `extra`):
+    # how its samples keep the given frame and the unchanged scene. Sampling only.
+    fidelity: dict[str, Any] = field(default_factory=dict)
 
     def validate(self, recipe: str) -> None:
+        from k4d_model.fidelity import FIDELITY_KEYS, FidelityOptions
+
+        unknown = sorted(set(self.fidelity) - set(FIDELITY_KEYS))
+        _check(not unknown, "model.fidelity", f"unknown option(s) {unknown}; known: "
+                                              f"{', '.join(FIDELITY_KEYS)}")
+        FidelityOptions.check(self.fidelity, "model.fidelity")
         _check(self.variant in VARIANTS, "model.variant", f"must be one of {VARIANTS}")
         _check(self.precision in PRECISIONS, "model.precision", f"must be one of {PRECISIONS}")
         _check(self.lora_rank >= 1, "model.lora_rank", f"must be >= 1, got {self.lora_rank}")
@@ -310,6 +319,9 @@ def _coerce(value: Any, tp, name: str) -> Any:
             except InvalidArgument as exc:
                 errors.append(exc)
         raise errors[0]
+    if origin is dict or tp is dict:
+        _check(isinstance(value, dict), name, f"expected a mapping, got {value!r}")
+        return dict(value)
     if origin is list:
         (item,) = typing.get_args(tp)
         _check(isinstance(value, list), name, f"expected a list, got {value!r}")

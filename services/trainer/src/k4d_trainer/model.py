@@ -42,9 +42,10 @@ def is_lora_parameter(name: str) -> bool:
 
 def load_components(recipe: str, section: ModelSection, seed: int) -> ModelComponents:
     """The recipe's starting model on the CPU in float32 (the caller moves and wraps it)."""
-    if recipe == "from-scratch":
-        return _from_scratch(section, seed)
-    return _finetune_base(section)
+    components = _from_scratch(section, seed) if recipe == "from-scratch" else \
+        _finetune_base(section)
+    components.info.extra.update(section.fidelity)  # published in k4d_model.json
+    return components
 
 
 def _from_scratch(section: ModelSection, seed: int) -> ModelComponents:
