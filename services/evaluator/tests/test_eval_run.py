@@ -136,6 +136,7 @@ def test_eval_run_with_data_of_another_clip_size_fails_before_generation(dataset
     assert not (tmp_path / "o" / "static-world").exists()
 
 
+@pytest.mark.slow  # two more `k4d simulate` runs and an evaluation (~1 min on 2 cores)
 def test_eval_run_with_depth_gives_the_first_frames_depth(dataset, tmp_path, capsys):
     """--depth: both methods get the episode's first-frame depth (`k4d simulate --depth`);
     the ground truth is a static-world rollout, so the floor given its own depth is exact."""
