@@ -80,8 +80,8 @@ def main() -> None:
 
     from k4d.episodes import open_dataset
     from k4d_embedded.outputs import world_point_mask, write_pointmap_npz
+    from k4d_eval.eval_runs import eval_dataset
     from k4d_eval.evaluate import Settings
-    from k4d_eval.pipeline import eval_dataset
     from k4d_generator.pipeline import Kinema4DPipeline
     from PIL import Image
 

@@ -171,3 +171,51 @@ def test_a_reintroduced_shim_file_is_found(tmp_path, monkeypatch):
         test_no_module_is_aliased_into_sys_modules()
     with pytest.raises(AssertionError, match=r"k4d_demo/__init__.py: .*k4d.camera"):
         test_no_module_only_re_exports()
+
+
+# A service module named like a library module (k4d.*, k4d_model.*) makes a reader ask which
+# one is meant. `cli` is every service's role module. The pairs below exist today; the list
+# only shrinks (issue 19 point 3 renamed k4d_eval.{video,recording,pipeline}).
+ROLE_MODULES = {"cli"}
+KNOWN_SHARED_NAMES = {
+    "k4d_generator.pipeline": "the model library's pipeline plus the serving loaders (a subclass)",
+    "k4d_embedded.pipeline": "the embedded runner's stage composition",
+    "k4d_generator.metrics": "the generator's Prometheus metrics beside k4d.metrics' helpers",
+    "k4d_simulator.metrics": "the front door's Prometheus metrics beside k4d.metrics' helpers",
+    "k4d_generator.service": "the model manager beside k4d.service (service plugins)",
+    "k4d_trainer.config": "the training recipe config beside k4d.config (env settings)",
+    "k4d_trainer.model": "the trainer's model builder beside k4d_model.model",
+}
+
+
+def library_module_names() -> set[str]:
+    names = set()
+    for root in (REPO / "libs/runtime/src/k4d", REPO / "libs/model/src/k4d_model"):
+        names |= {p.stem for p in root.iterdir()
+                  if not p.name.startswith("_") and (p.suffix == ".py" or (p / "__init__.py").is_file())}
+    return names
+
+
+def service_modules_named_like_the_libraries() -> set[str]:
+    library = library_module_names()
+    return {f"{p.parent.name}.{p.stem}" for p in REPO.glob("services/**/src/k4d_*/*.py")
+            if p.stem in library and p.stem not in ROLE_MODULES}
+
+
+def test_no_service_module_is_named_like_a_library_module():
+    shared = service_modules_named_like_the_libraries()
+    assert shared <= set(KNOWN_SHARED_NAMES), (
+        f"rename these (a library module has the name): {sorted(shared - set(KNOWN_SHARED_NAMES))}")
+    assert set(KNOWN_SHARED_NAMES) <= shared, (
+        f"no longer shared, drop from KNOWN_SHARED_NAMES: {sorted(set(KNOWN_SHARED_NAMES) - shared)}")
+
+
+def test_the_name_check_sees_a_module_named_like_k4d_video(tmp_path, monkeypatch):
+    for rel in ("libs/runtime/src/k4d/video.py", "libs/runtime/src/k4d/recording/__init__.py",
+                "libs/model/src/k4d_model/pipeline.py", "services/evaluator/src/k4d_eval/video.py",
+                "services/evaluator/src/k4d_eval/recording.py", "services/evaluator/src/k4d_eval/cli.py",
+                "services/evaluator/src/k4d_eval/video_metrics.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("")
+    monkeypatch.setattr(f"{__name__}.REPO", tmp_path)
+    assert service_modules_named_like_the_libraries() == {"k4d_eval.video", "k4d_eval.recording"}

@@ -2,7 +2,7 @@
 truth, per region, with policy-evaluation agreement and reports people read (`k4d eval`).
 
 Metrics are additive per-frame sufficient statistics (`k4d_eval.stats`); the video
-(`k4d_eval.video`) and geometry (`k4d_eval.geometry`) cores are pure numpy/scipy.
+(`k4d_eval.video_metrics`) and geometry (`k4d_eval.geometry`) cores are pure numpy/scipy.
 """
 
 __version__ = "0.1.0"

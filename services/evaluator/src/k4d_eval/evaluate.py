@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from k4d.errors import InvalidArgument
 
-from k4d_eval import geometry, video
+from k4d_eval import geometry, video_metrics
 from k4d_eval.clip import Clip
 from k4d_eval.regions import build_regions
 from k4d_eval.stats import FrameStats, frame_mean
@@ -29,7 +29,7 @@ class Settings:
     geometry_pixels: int = DEFAULT_GEOMETRY_PIXELS
     seed: int = 0
     clip_percentiles: tuple[float, float] = geometry.CLIP_PERCENTILES
-    psnr_max_db: float = video.PSNR_MAX_DB
+    psnr_max_db: float = video_metrics.PSNR_MAX_DB
     # How the work runs, not what it measures (left out of to_json and the cache key).
     threads: int = field(default_factory=lambda: os.cpu_count() or 1, compare=False)
     query_workers: int = field(default=1, compare=False)
@@ -38,10 +38,10 @@ class Settings:
         data = asdict(self)
         del data["threads"], data["query_workers"]
         data["clip_percentiles"] = list(self.clip_percentiles)
-        data["ssim"] = {"window": "gaussian 11x11", "sigma": video.SSIM_SIGMA,
-                        "k1": video.SSIM_K1, "k2": video.SSIM_K2, "covariance": "population",
-                        "border_excluded_px": video.SSIM_PAD}
-        data["psnr_data_range"] = video.DATA_RANGE
+        data["ssim"] = {"window": "gaussian 11x11", "sigma": video_metrics.SSIM_SIGMA,
+                        "k1": video_metrics.SSIM_K1, "k2": video_metrics.SSIM_K2, "covariance": "population",
+                        "border_excluded_px": video_metrics.SSIM_PAD}
+        data["psnr_data_range"] = video_metrics.DATA_RANGE
         data["geometry_sampling"] = {
             "pixels_per_frame": self.geometry_pixels or "all", "seed": self.seed,
             "how": "the same pixels of prediction and ground truth, drawn per frame from "
@@ -159,7 +159,7 @@ def evaluate_clips(pred: Clip, gt: Clip, settings: Settings = Settings(), *,
     return result
 
 
-_GROUP_STATS = {"psnr": video.PSNR_STATS, "ssim": video.SSIM_STATS,
+_GROUP_STATS = {"psnr": video_metrics.PSNR_STATS, "ssim": video_metrics.SSIM_STATS,
                 "chamfer": geometry.CHAMFER_STATS, "temporal": geometry.CHAMFER_STATS,
                 "depth": geometry.DEPTH_STATS}
 
@@ -216,8 +216,8 @@ def _frame_stats(t: int, pred: Clip, gt: Clip, regions: Mapping[str, np.ndarray]
     """region -> group -> additive stats of frame t (`clouds`: frame t's, `prev`: frame
     t-1's, None without geometry or at t = 0)."""
     masks = {name: mask[t] for name, mask in regions.items()}
-    psnr = video.psnr_frame_stats(pred.rgb[t], gt.rgb[t], masks)
-    ssim = video.ssim_frame_stats(pred.rgb[t], gt.rgb[t], masks)
+    psnr = video_metrics.psnr_frame_stats(pred.rgb[t], gt.rgb[t], masks)
+    ssim = video_metrics.ssim_frame_stats(pred.rgb[t], gt.rgb[t], masks)
     out = {name: {"psnr": psnr[name], "ssim": ssim[name]} for name in regions}
     if clouds is None:
         return out
@@ -286,15 +286,15 @@ def _depth_stats(groups: dict, region: np.ndarray, terms: dict) -> None:
                                 "n": float(np.count_nonzero(inside))}
 
 
-def metric_values(groups: Mapping[str, FrameStats], psnr_max_db: float = video.PSNR_MAX_DB
+def metric_values(groups: Mapping[str, FrameStats], psnr_max_db: float = video_metrics.PSNR_MAX_DB
                   ) -> dict[str, np.ndarray]:
     """group stats of one region -> metric name -> (T,) per-frame values (NaN: no value)."""
     values: dict[str, np.ndarray] = {}
     if "psnr" in groups:
-        values["psnr"] = video._psnr_compute(groups["psnr"], max_db=psnr_max_db)
-        values["mse"] = video.mse_compute(groups["psnr"])
+        values["psnr"] = video_metrics._psnr_compute(groups["psnr"], max_db=psnr_max_db)
+        values["mse"] = video_metrics.mse_compute(groups["psnr"])
     if "ssim" in groups:
-        values["ssim"] = video._ssim_compute(groups["ssim"])
+        values["ssim"] = video_metrics._ssim_compute(groups["ssim"])
     for s in SPACES:
         suffix = "" if s == "m" else f"_{s}"
         if f"chamfer_{s}" in groups:
@@ -312,7 +312,7 @@ def metric_values(groups: Mapping[str, FrameStats], psnr_max_db: float = video.P
     return values
 
 
-def summarise(groups: Mapping[str, FrameStats], psnr_max_db: float = video.PSNR_MAX_DB
+def summarise(groups: Mapping[str, FrameStats], psnr_max_db: float = video_metrics.PSNR_MAX_DB
               ) -> dict[str, float | None]:
     """group stats -> metric name -> mean over frames (None when no frame has a value)."""
     return {name: frame_mean(v) for name, v in metric_values(groups, psnr_max_db).items()}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from k4d.errors import InvalidArgument, NotFound
 
-from k4d_eval import inputs, plots, policy, recording
+from k4d_eval import comparison_recording, inputs, plots, policy
 from k4d_eval.evaluate import EpisodeResult, Settings, evaluate_clips
 from k4d_eval.report import build_report, write_json, write_report
 
@@ -60,7 +60,7 @@ def eval_pair(pred_path: Path, gt_path: Path, out: Path, settings: Settings,
     gt = inputs.load_npz_clip(gt_path)
     camera = None
     if camera_path is not None:
-        camera = recording.load_camera(camera_path, gt.frames, *gt.size)
+        camera = comparison_recording.load_camera(camera_path, gt.frames, *gt.size)
     result = evaluate_clips(pred, gt, settings, episode_id=Path(pred_path).stem)
     learned = learned_metrics([pred], [gt]) if learned_metrics else None
     report = build_report([result], report_settings(settings, learned_metrics),
@@ -68,7 +68,7 @@ def eval_pair(pred_path: Path, gt_path: Path, out: Path, settings: Settings,
                           learned=learned, inputs={"pred": str(pred_path), "gt": str(gt_path)})
     write_outputs(Path(out), report, (pred, gt))
     if camera is not None:
-        recording.write_comparison(Path(out) / recording.COMPARISON_RRD, pred, gt, camera, result,
+        comparison_recording.write_comparison(Path(out) / comparison_recording.COMPARISON_RRD, pred, gt, camera, result,
                                    psnr_max_db=settings.psnr_max_db, method=Path(pred_path).stem)
     return report
 
@@ -92,7 +92,7 @@ class EpisodeJob:
 
     @property
     def recording(self) -> Path:
-        return Path(self.out) / recording.COMPARISONS_DIR / f"{self.episode_id}.rrd"
+        return Path(self.out) / comparison_recording.COMPARISONS_DIR / f"{self.episode_id}.rrd"
 
 
 def _cached(job: EpisodeJob) -> EpisodeResult | None:
@@ -122,7 +122,7 @@ def run_episode(job: EpisodeJob) -> EpisodeResult:
                             condition_robot_mask=condition, synthetic=synthetic)
     result.info["policy"] = policy.episode_labels(pred, gt)
     if job.record:  # before the cache: a cached result implies its recording
-        recording.write_comparison(job.recording, pred, gt, gt.camera, result,
+        comparison_recording.write_comparison(job.recording, pred, gt, gt.camera, result,
                                    psnr_max_db=job.settings.psnr_max_db, method=job.method,
                                    fps=float(gt.meta.get("fps") or 24.0))
     job.cache.parent.mkdir(parents=True, exist_ok=True)

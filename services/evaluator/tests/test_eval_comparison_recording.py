@@ -177,8 +177,8 @@ def test_points_go_back_to_each_frames_camera(rng):
     """The evaluator keeps points in the first frame's camera; the recording logs them in
     each frame's own camera under that frame's pose (a moving camera)."""
     from k4d_eval.clip import Clip
+    from k4d_eval.comparison_recording import _clip_arrays
     from k4d_eval.inputs import to_first_camera
-    from k4d_eval.recording import _clip_arrays
 
     rgb, pm, _ = _scene(rng)
     poses = np.stack([np.eye(4)] * T)
