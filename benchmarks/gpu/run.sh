@@ -39,8 +39,12 @@ pick_python() {
 if [[ "${1:-}" == "prepare" ]]; then
   PY="$(pick_python)"
   rm -rf "$WHEELS" && mkdir -p "$WHEELS"
+  build="$(mktemp -d)"
+  trap 'rm -rf "$build"' EXIT
   for project in "${PROJECT[@]}"; do
-    "$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$WHEELS" "$ROOT/$project"
+    # Built from a copy: setuptools leaves build/ folders beside the sources it builds.
+    cp -r "$ROOT/$project" "$build/$(basename "$project")"
+    "$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$WHEELS" "$build/$(basename "$project")"
   done
   pins=()
   for name in "${CARRIED[@]}"; do
