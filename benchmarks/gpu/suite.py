@@ -177,32 +177,44 @@ def dit_step(ctx: Context) -> dict:
     return result
 
 
-def _part_and_torch_times(ctx: Context, config, bench) -> tuple[object, tuple, dict]:
-    """The first --part-layers blocks of the config's width (fp32 on the CPU, for export),
-    its inputs, and torch's own times on it (fp32 and bf16) on ctx.device."""
+def _against_torch(ctx: Context, backend_name: str, **backend_kwargs) -> dict:
+    """`backend_name` on the first --part-layers blocks of the config's width against torch
+    fp32 and bf16 on the same blocks: build (export, engine) time, median step times."""
     import copy
 
     import torch
     from k4d_generator.backends import create_backend
+    from k4d_model.model.configs import get_model_config
 
+    bench = _generator_bench()
+    config = get_model_config(ctx.dit_config)
     part = bench._random_transformer(config.transformer, torch.float32, "cpu", ctx.part_layers)
     inputs = _inputs(part, config, ctx.device)
-    times = {}
+    result = {"config": config.name, "part_layers": ctx.part_layers}
     for precision in ("fp32", "bf16"):
         model = copy.deepcopy(part).to(ctx.device)
-        backend = create_backend("torch", model, precision=precision, device=ctx.device)
+        torch_backend = create_backend("torch", model, precision=precision, device=ctx.device)
         with torch.no_grad():
-            times[f"torch_{precision}_step_s"] = round(
-                bench._median_seconds(backend, inputs, ctx.repeats, ctx.device), 5)
-        del backend, model
+            result[f"torch_{precision}_step_s"] = round(
+                bench._median_seconds(torch_backend, inputs, ctx.repeats, ctx.device), 5)
+        del torch_backend, model
         _free(ctx.device)
-    return part, inputs, times
+    with tempfile.TemporaryDirectory(dir=ctx.workdir) as cache:
+        started = time.perf_counter()
+        backend = create_backend(backend_name, part, cache_dir=cache,
+                                 model_id=f"bench-part{ctx.part_layers}", **backend_kwargs)
+        with torch.no_grad():
+            backend(*inputs)  # export, session or engine build
+        result["build_s"] = round(time.perf_counter() - started, 2)
+        with torch.no_grad():
+            result["step_s"] = round(
+                bench._median_seconds(backend, inputs, ctx.repeats, ctx.device), 5)
+        result["backend"] = backend.describe()
+    return result
 
 
 def onnxruntime_cuda(ctx: Context) -> dict:
-    import torch
-    from k4d_generator.backends import create_backend, is_onnxruntime_available
-    from k4d_model.model.configs import get_model_config
+    from k4d_generator.backends import is_onnxruntime_available
 
     if not is_onnxruntime_available():
         raise Skip("onnxruntime, onnx or onnxscript is not importable")
@@ -214,50 +226,22 @@ def onnxruntime_cuda(ctx: Context) -> dict:
                    f"(providers: {providers}); onnxruntime-gpu and its CUDA libraries are "
                    "hundreds of MB of wheels, more than a call to the lent machine carries "
                    "(64 MiB with the working tree)")
-    bench = _generator_bench()
-    config = get_model_config(ctx.dit_config)
-    part, inputs, times = _part_and_torch_times(ctx, config, bench)
-    with tempfile.TemporaryDirectory(dir=ctx.workdir) as cache:
-        started = time.perf_counter()
-        ort = create_backend("onnx", part, device=ctx.device, cache_dir=cache,
-                             model_id=f"bench-part{ctx.part_layers}")
-        with torch.no_grad():
-            ort(*inputs)  # export + session build
-        export_s = time.perf_counter() - started
-        with torch.no_grad():
-            seconds = bench._median_seconds(ort, inputs, ctx.repeats, ctx.device)
-        providers_used = ort.describe().get("providers")
-    return {"config": config.name, "part_layers": ctx.part_layers, "providers": providers_used,
-            "precision": "fp32", "export_and_session_s": round(export_s, 2),
-            "ort_step_s": round(seconds, 5), **times,
-            "ort_vs_torch_fp32": round(times["torch_fp32_step_s"] / seconds, 3)}
+    result = _against_torch(ctx, "onnx", device=ctx.device)
+    result["ort_vs_torch_fp32"] = round(result["torch_fp32_step_s"] / result["step_s"], 3)
+    return result
 
 
 def tensorrt_fp16(ctx: Context) -> dict:
-    import torch
-    from k4d_generator.backends import create_backend, is_tensorrt_available
-    from k4d_model.model.configs import get_model_config
+    from k4d_generator.backends import is_tensorrt_available
 
     if ctx.device != "cuda":
         raise Skip("needs a CUDA GPU")
     if not is_tensorrt_available():
         raise Skip("tensorrt is not importable; its wheels (tensorrt-cu12/13 with libs, about "
                    "1 GB) are more than a call to the lent machine carries (64 MiB)")
-    bench = _generator_bench()
-    config = get_model_config(ctx.dit_config)
-    part, inputs, times = _part_and_torch_times(ctx, config, bench)
-    with tempfile.TemporaryDirectory(dir=ctx.workdir) as cache:
-        started = time.perf_counter()
-        trt = create_backend("tensorrt", part, precision="fp16", cache_dir=cache,
-                             model_id=f"bench-part{ctx.part_layers}")
-        with torch.no_grad():
-            trt(*inputs)
-        build_s = time.perf_counter() - started
-        with torch.no_grad():
-            seconds = bench._median_seconds(trt, inputs, ctx.repeats, ctx.device)
-    return {"config": config.name, "part_layers": ctx.part_layers, "build_s": round(build_s, 1),
-            "trt_fp16_step_s": round(seconds, 5), **times,
-            "trt_fp16_vs_torch_bf16": round(times["torch_bf16_step_s"] / seconds, 3)}
+    result = _against_torch(ctx, "tensorrt", precision="fp16")
+    result["trt_fp16_vs_torch_bf16"] = round(result["torch_bf16_step_s"] / result["step_s"], 3)
+    return result
 
 
 def _lora_step_peak(ctx: Context, config, layers: int, steps: int) -> dict:

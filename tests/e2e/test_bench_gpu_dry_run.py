@@ -48,7 +48,7 @@ def test_dry_run_writes_every_section(tmp_path):
     dit = sections["dit_step_14b_bf16"]
     assert dit["config"] == "tiny" and dit["step_s_median"] > 0 and dit["peak_mem_gib"] is None
     assert dit["tokens"] == dit["latent"][0] * (dit["latent"][1] // 2) * dit["latent"][2]
-    assert sections["onnxruntime_cuda"]["providers"] == ["CPUExecutionProvider"]
+    assert sections["onnxruntime_cuda"]["backend"]["providers"] == ["CPUExecutionProvider"]
     lora = sections["lora_14b_memory"]
     assert [d["layers"] for d in lora["reduced_depths"]] == [1, 2]
     assert lora["extrapolated_peak_gib"] is None  # a GPU figure

@@ -11,10 +11,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +21,7 @@ import pytest
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "models" / "demo-small"
-SERVICES = "kinematics,projection,generator,simulator"
+SERVICES = ["kinematics", "projection", "generator", "simulator"]
 
 
 def _k4d(*args: str, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -34,33 +32,14 @@ def _k4d(*args: str, env: dict, timeout: float = 300) -> subprocess.CompletedPro
 @pytest.fixture
 def cluster(tmp_path):
     """`k4d up` with the simulation services, as a user starts it (no K4D_DEFAULT_MODEL:
-    the root conftest pins it to static-world for the floor's tests) -> (simulator
-    address, client env, the `k4d up` table)."""
+    the root conftest pins it to static-world for the floor's tests)."""
+    from k4d.testing.processes import k4d_up
+
     env = {k: v for k, v in os.environ.items()
            if k not in ("K4D_DEFAULT_MODEL", "K4D_SIMULATOR_DEFAULT_MODEL")}
-    env.update(OMP_NUM_THREADS="1", K4D_KAFKA_SESSION_TIMEOUT_MS="3000")
-    process = subprocess.Popen(
-        [sys.executable, "-u", "-m", "k4d.cli.main", "up", "--base-port", "0", "--services",
-         SERVICES, "--log-dir", str(tmp_path / "logs"), "--timeout", "180"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-        start_new_session=True)
-    lines, address, client_env = [], None, None
-    try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and process.poll() is None:
-            line = process.stdout.readline()
-            lines.append(line)
-            if match := re.match(r"^simulator\s+grpc\s+(\S+)\s.*healthy$", line.strip()):
-                address = match[1]
-            if line.startswith("clients: export "):
-                client_env = {**env, **dict(kv.split("=", 1) for kv in line.split()[2:])}
-            if line.startswith("k4d up: running"):
-                break
-        assert address and client_env, "".join(lines)
-        yield address, client_env, "".join(lines)
-    finally:
-        os.killpg(process.pid, signal.SIGINT)
-        process.wait(60)
+    env.update(OMP_NUM_THREADS="1")
+    with k4d_up(SERVICES, tmp_path / "logs", env) as up:
+        yield up
 
 
 @pytest.mark.skipif(not (SHIPPED / "manifest.json").is_file(), reason="no shipped model")
@@ -71,7 +50,7 @@ def test_submit_without_model_runs_the_shipped_default(cluster):
     from k4d.tensor_io import TensorRef
     from kinema4d.v1 import simulator_pb2
 
-    address, env, table = cluster
+    address, env, table = cluster.addresses["simulator"], cluster.client_env, cluster.table
     manifest = json.loads((SHIPPED / "manifest.json").read_text())
     if manifest.get("default") is not True:
         pytest.skip("the shipped model is not the default")

@@ -9,7 +9,8 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
+
+from k4d.testing.processes import alive
 
 # A parent that starts an armed child, prints the child's pid, then sleeps.
 PARENT = """
@@ -26,31 +27,22 @@ time.sleep(120)
 """
 
 
-def _alive(pid: int) -> bool:
-    """Running (a zombie, dead but not yet reaped by whoever adopted it, counts as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def test_the_child_dies_with_its_parent():
     parent = subprocess.Popen([sys.executable, "-c", PARENT, CHILD], stdout=subprocess.PIPE,
                               text=True, start_new_session=True)
     child = int(parent.stdout.readline())
     try:
         time.sleep(1.0)  # the child has armed its signal (it imports little)
-        assert _alive(child)
+        assert alive(child)
         parent.send_signal(signal.SIGKILL)
         parent.wait()
         deadline = time.monotonic() + 5
-        while _alive(child) and time.monotonic() < deadline:
+        while alive(child) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _alive(child)
+        assert not alive(child)
     finally:
         for pid in (parent.pid, child):
-            if _alive(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
 
@@ -62,7 +54,7 @@ def test_a_parent_gone_before_arming_is_noticed():
     assert done.returncode == -signal.SIGKILL
 
 
-def test_the_expected_parent_keeps_the_child_alive():
+def test_the_expected_parent_keeps_the_childalive():
     code = ("import os\nfrom k4d_trainer.lifeline import die_with_parent\n"
             "die_with_parent(os.getppid())\nprint('armed')\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -28,6 +28,7 @@ from k4d.bus.topics import MODEL_PUBLISHED
 from k4d.model_events import read_model_published
 from k4d.store import LocalStore
 from k4d.testing.bus import drain
+from k4d.testing.processes import alive
 from k4d_model import checkpoints, registry
 from k4d_model.lora import read_lora
 from k4d_trainer.config import load_config_file
@@ -251,15 +252,6 @@ def test_sigterm_and_cancel_checkpoint_at_the_step_boundary(tmp_path, overfit):
     assert (run / "checkpoints" / f"step-{status.step:08d}" / "COMMITTED").exists()
 
 
-def _alive(pid: int) -> bool:
-    """Running (a zombie, dead but not yet reaped by whoever adopted it, counts as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def _descendants(pid: int) -> list[int]:
     """Every process below `pid` (from /proc: the torchrun agent and its workers)."""
     children: dict[int, list[int]] = {}
@@ -278,17 +270,22 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def test_sigterm_to_the_launcher_stops_its_torchrun_workers(tmp_path, overfit):
-    """`k4d train --nproc 2` re-launches itself under torchrun: a SIGTERM to the command
-    (a pod stop, a `kill`) must reach the workers, which checkpoint and stop, instead of
-    ending the launcher alone and leaving them training."""
-    path, _ = overfit
+def _long_run(tmp_path: Path, path) -> Path:
+    """The overfit recipe made to run until stopped (100,000 steps), checkpointing only
+    when it stops."""
     config = json.loads(Path(path).read_text())
     config["training"]["steps"] = 100_000
     config["checkpoint"] = {"every": 0, "keep": 0}
     recipe_file = tmp_path / "long.json"
     recipe_file.write_text(json.dumps(config))
-    run = tmp_path / "run"
+    return recipe_file
+
+
+def test_sigterm_to_the_launcher_stops_its_torchrun_workers(tmp_path, overfit):
+    """`k4d train --nproc 2` re-launches itself under torchrun: a SIGTERM to the command
+    (a pod stop, a `kill`) must reach the workers, which checkpoint and stop, instead of
+    ending the launcher alone and leaving them training."""
+    recipe_file, run = _long_run(tmp_path, overfit[0]), tmp_path / "run"
     proc = _k4d("train", "--config", str(recipe_file), "--out", str(run), "--nproc", "2")
     stepped = threading.Event()
     watcher = _when_step(run, 2, stepped.set)
@@ -300,12 +297,12 @@ def test_sigterm_to_the_launcher_stops_its_torchrun_workers(tmp_path, overfit):
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=120)
         deadline = time.monotonic() + 30
-        while any(_alive(pid) for pid in below) and time.monotonic() < deadline:
+        while any(alive(pid) for pid in below) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not [pid for pid in below if _alive(pid)]
+        assert not [pid for pid in below if alive(pid)]
     finally:  # never leave workers behind, whatever failed
         for pid in [proc.pid, *below]:
-            if _alive(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)
     status = read_status(str(run))
     assert status.state == "failed" and "SIGTERM" in status.error
@@ -316,13 +313,7 @@ def test_sigkill_of_the_launcher_takes_its_torchrun_workers_along(tmp_path, over
     """torchrun starts its workers in sessions of their own: before the parent-death signals
     (k4d_trainer.lifeline), a SIGKILL of `k4d train --nproc 2` left the agent and both
     workers training, and they published a model. Nothing may be left 5 s after it."""
-    path, _ = overfit
-    config = json.loads(Path(path).read_text())
-    config["training"]["steps"] = 100_000
-    config["checkpoint"] = {"every": 0, "keep": 0}
-    recipe_file = tmp_path / "long.json"
-    recipe_file.write_text(json.dumps(config))
-    run = tmp_path / "run"
+    recipe_file, run = _long_run(tmp_path, overfit[0]), tmp_path / "run"
     proc = _k4d("train", "--config", str(recipe_file), "--out", str(run), "--nproc", "2")
     stepped = threading.Event()
     _when_step(run, 1, stepped.set).join()
@@ -333,9 +324,9 @@ def test_sigkill_of_the_launcher_takes_its_torchrun_workers_along(tmp_path, over
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         time.sleep(5)
-        assert not [pid for pid in below if _alive(pid)]
+        assert not [pid for pid in below if alive(pid)]
     finally:  # never leave workers behind, whatever failed
         for pid in [proc.pid, *below]:
-            if _alive(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)
     assert read_status(str(run)).state == "running"  # killed: nobody wrote an end state

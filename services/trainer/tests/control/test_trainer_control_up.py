@@ -5,9 +5,6 @@ on a dataset in S3, publishes version <job id> of the same model and announces i
 k4d.model.published; the running generator switches to it from the event."""
 
 import json
-import os
-import re
-import signal
 import subprocess
 import sys
 import time
@@ -30,27 +27,10 @@ def _k4d(*args, env, timeout=300):
 @pytest.fixture
 def cluster(tmp_path):
     """`k4d up` with the generator and the trainer -> ({service: address}, client env)."""
-    process = subprocess.Popen(
-        [sys.executable, "-u", "-m", "k4d.cli.main", "up", "--base-port", "0", "--services",
-         "generator,trainer", "--log-dir", str(tmp_path / "logs"), "--timeout", "180"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    lines, addresses, env = [], {}, None
-    try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and process.poll() is None:
-            line = process.stdout.readline()
-            lines.append(line)
-            if match := re.match(r"^(generator|trainer)\s+grpc\s+(\S+)\s.*healthy$", line.strip()):
-                addresses[match[1]] = match[2]
-            if line.startswith("clients: export "):
-                env = {**os.environ, **dict(kv.split("=", 1) for kv in line.split()[2:])}
-            if line.startswith("k4d up: running"):
-                break
-        assert set(addresses) == {"generator", "trainer"} and env, "".join(lines)
-        yield addresses, env
-    finally:
-        os.killpg(process.pid, signal.SIGINT)
-        process.wait(60)
+    from k4d.testing.processes import k4d_up
+
+    with k4d_up(["generator", "trainer"], tmp_path / "logs") as up:
+        yield up.addresses, up.client_env
 
 
 def test_a_trained_model_is_served_by_the_running_generator(cluster, tmp_path):
