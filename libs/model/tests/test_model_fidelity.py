@@ -8,12 +8,8 @@ import numpy as np
 import pytest
 import torch
 from k4d.errors import InvalidArgument
-from k4d_model.fidelity import (
-    FidelityOptions,
-    anchor_first_latent,
-    change_mask,
-    compose_relative,
-)
+from k4d.generation import FidelityOptions
+from k4d_model.fidelity import anchor_first_latent, change_mask, compose_relative
 from k4d_model.pipeline import Kinema4DPipeline
 from k4d_model.testing import CallableDenoiser as Denoiser
 from k4d_model.testing import sliding_box_robot as _robot

@@ -27,6 +27,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from k4d.errors import Cancelled, InvalidArgument
+from k4d.generation import FIRST_FRAME_GIVEN, ROBOT_POINTMAP_KINEMATICS, FidelityOptions
 
 from k4d_model.checkpoints import ModelComponents
 from k4d_model.conditions import (
@@ -37,14 +38,7 @@ from k4d_model.conditions import (
     first_frame_mask,
     uniform_pointmap,
 )
-from k4d_model.fidelity import (
-    FIRST_FRAME_GIVEN,
-    ROBOT_POINTMAP_KINEMATICS,
-    FidelityOptions,
-    anchor_first_latent,
-    change_mask,
-    compose_relative,
-)
+from k4d_model.fidelity import anchor_first_latent, change_mask, compose_relative
 from k4d_model.memory import ensure_fits, estimate
 from k4d_model.results import GenerationResult, RobotCondition, check_robot
 

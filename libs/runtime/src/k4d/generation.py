@@ -5,6 +5,91 @@ dynamics): the `backend` a caller asks for, and the model name, variant and summ
 that results carry so nobody mistakes its output for a model's. The generator, the
 embedded runner, the simulator front door, `k4d up` and the evaluator's baseline all use
 this one constant.
+
+`FidelityOptions` are a model's output options (`k4d_model.json` under `extra`; the
+official checkpoints have none of these keys and sample exactly as before). They keep what
+the model was given: the first frame is an observation, and where nothing changes the output
+is the input, not a VAE reconstruction of it:
+
+  first_frame        "given": frame 0 of the output is the input image (and the input
+                     pointmap when one is given), not the decoder's reconstruction of it.
+  latent_anchor      true: the RGB half of latent frame 0 is held at the clean encoding of
+                     the input image through sampling (noised to each step's sigma), as
+                     image-to-video models keep their conditioning frame.
+  decode             "relative": frame t = x_0 + D(z)_t - R_t, where R_t is the decoder's
+                     output for a world in which nothing changed (RGB: the decode of the
+                     encoded static clip of the input image; pointmap: the model's own frame
+                     0, which it had to guess when no pointmap was given). VAE error then
+                     cancels where the scene is the same as in frame 0.
+  change_threshold   with "relative": a pixel keeps x_0 exactly unless its decoded change
+                     exceeds this many RGB levels (0-255) or `change_depth_m` metres of depth,
+                     or the robot covers it now or in frame 0; the mask is grown by
+                     `change_dilate` pixels so the edges of a moving object stay generated.
+  robot_pointmap     "kinematics": the robot's pixels take the robot condition's points,
+                     which kinematics gives exactly.
 """
 
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
 STATIC_WORLD = "static-world"
+
+FIDELITY_KEYS = ("first_frame", "latent_anchor", "decode", "change_threshold",
+                 "change_depth_m", "change_dilate", "robot_pointmap")
+FIRST_FRAME_GIVEN = "given"
+DECODE_RELATIVE = "relative"
+ROBOT_POINTMAP_KINEMATICS = "kinematics"
+
+
+@dataclass(frozen=True)
+class FidelityOptions:
+    """The `k4d_model.json` `extra` keys above, with their meaning when absent."""
+
+    first_frame: str = ""
+    latent_anchor: bool = False
+    decode: str = ""
+    change_threshold: float = 0.0
+    change_depth_m: float = 0.02
+    change_dilate: int = 1
+    robot_pointmap: str = ""
+
+    @classmethod
+    def from_extra(cls, extra: dict[str, Any] | None) -> FidelityOptions:
+        extra = extra or {}
+        return cls(first_frame=str(extra.get("first_frame", "")),
+                   latent_anchor=bool(extra.get("latent_anchor", False)),
+                   decode=str(extra.get("decode", "")),
+                   change_threshold=float(extra.get("change_threshold", 0.0)),
+                   change_depth_m=float(extra.get("change_depth_m", 0.02)),
+                   change_dilate=int(extra.get("change_dilate", 1)),
+                   robot_pointmap=str(extra.get("robot_pointmap", "")))
+
+    @classmethod
+    def check(cls, extra: dict[str, Any], prefix: str = "extra") -> FidelityOptions:
+        """The options of `extra` (other keys ignored), or InvalidArgument naming the key."""
+        from k4d.errors import InvalidArgument
+
+        choices = {"first_frame": ("", FIRST_FRAME_GIVEN), "decode": ("", DECODE_RELATIVE),
+                   "robot_pointmap": ("", ROBOT_POINTMAP_KINEMATICS)}
+        for key, allowed in choices.items():
+            if key in extra and extra[key] not in allowed:
+                raise InvalidArgument.for_field(f"{prefix}.{key}", f"must be one of {allowed}")
+        for key in ("change_threshold", "change_depth_m", "change_dilate"):
+            value = extra.get(key, 0)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise InvalidArgument.for_field(f"{prefix}.{key}", "must be a number >= 0")
+        if not isinstance(extra.get("latent_anchor", False), bool):
+            raise InvalidArgument.for_field(f"{prefix}.latent_anchor", "must be true or false")
+        return cls.from_extra(extra)
+
+    @property
+    def relative(self) -> bool:
+        return self.decode == DECODE_RELATIVE
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"first_frame": self.first_frame, "latent_anchor": self.latent_anchor,
+                "decode": self.decode, "change_threshold": self.change_threshold,
+                "change_depth_m": self.change_depth_m, "change_dilate": self.change_dilate,
+                "robot_pointmap": self.robot_pointmap}

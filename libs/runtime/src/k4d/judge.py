@@ -55,36 +55,98 @@ PUSH_DIRECTIONS = {"left": (0.0, 1.0), "right": (0.0, -1.0), "forward": (1.0, 0.
 COLOUR_TOL = 40.0      # RGB distance from the object's frame-0 median colour
 MIN_PIXELS = 20        # fewer matching pixels (or a quarter of its frame-0 pixels): unseen
 SEARCH_RADIUS = 0.08   # tracking window, as a share of the image width
+SUPPORT_CLEARANCE_M = 0.008  # an object's points stand this far above what it rests on
+MAX_JUMP_M = 0.3       # farthest an object moves between two frames when searched for anew
 JUDGED_KINDS = ("pick", "push", "stack")
 
 
 def object_track(clip, colour: np.ndarray, start: np.ndarray,
                  T_world_from_cam0: np.ndarray) -> np.ndarray:
-    """(T, 3) world position of the object per frame (NaN where unseen): median of the
-    clip's valid points whose colour is within COLOUR_TOL of `colour`, off the robot, near
-    where the object was last seen (a window of SEARCH_RADIUS of the image width, or
-    twice the object's size, around its last centroid). Frame 0 uses the object's known
-    pixels `start` (H, W)."""
+    """(T, 3) world position of the object per frame (NaN where unseen).
+
+    Frame 0 uses the object's known pixels `start` (H, W). Later frames: the clip's valid
+    pixels off the robot whose colour is within COLOUR_TOL of any of the object's frame-0
+    colours (lit tops and shaded sides differ by more than the tolerance, so one median
+    colour missed half of a small object) and whose point stands SUPPORT_CLEARANCE_M above
+    the surface around the object in frame 0 (a grey object on a grey table otherwise
+    takes the table with it). Of the connected pieces near where the object was last seen
+    (a window of SEARCH_RADIUS of the image width, or twice its size), the one nearest in
+    3D to its last position wins; when none is there (a grasped object crosses the image
+    between two frames of a short clip) the whole image is searched, up to MAX_JUMP_M from
+    its last position. Its position is the median of that piece's points. `colour` is
+    kept for callers; the palette comes from `start`."""
+
     T, (H, W) = clip.frames, clip.size
     track = np.full((T, 3), np.nan)
     R, tr = T_world_from_cam0[:3, :3], T_world_from_cam0[:3, 3]
     min_pixels = _min_pixels(start)
     radius = max(SEARCH_RADIUS * W, 2.0 * np.sqrt(start.sum()))
     vv, uu = np.mgrid[0:H, 0:W]
-    centre = np.argwhere(start).mean(axis=0)
+    seen0 = start & clip.valid[0]
+    palette = np.unique(clip.rgb[0][seen0].reshape(-1, 3), axis=0).astype(np.float32)
+    if palette.size == 0:
+        palette = np.asarray(colour, np.float32).reshape(1, 3)
+    support = _support_height(clip, start, R, tr)
+    centre, last = np.argwhere(start).mean(axis=0), None
     for t in range(T):
         if t == 0:
-            region = start & clip.valid[0]
+            region = seen0
         else:
-            dist = np.linalg.norm(clip.rgb[t].astype(np.float32) - colour, axis=-1)
-            near = (vv - centre[0]) ** 2 + (uu - centre[1]) ** 2 <= radius ** 2
-            region = (dist < COLOUR_TOL) & near & clip.valid[t]
+            world = clip.pointmap[t].astype(np.float64) @ R.T + tr
+            rgb = clip.rgb[t].astype(np.float32).reshape(-1, 1, 3)
+            dist = np.linalg.norm(rgb - palette[None], axis=-1).min(axis=1).reshape(H, W)
+            candidates = (dist < COLOUR_TOL) & clip.valid[t] & (world[..., 2] > support)
             if clip.robot_mask is not None:
-                region &= ~clip.robot_mask[t]
+                candidates &= ~clip.robot_mask[t]
+            near = (vv - centre[0]) ** 2 + (uu - centre[1]) ** 2 <= radius ** 2
+            region = _nearest_piece(candidates & near, world, last, min_pixels)
+            if region is None and last is not None:
+                region = _nearest_piece(candidates, world, last, min_pixels, MAX_JUMP_M)
+            if region is None:
+                continue
         if region.sum() >= min_pixels:
             track[t] = np.median(clip.pointmap[t][region].astype(np.float64), axis=0) @ R.T + tr
-            centre = np.argwhere(region).mean(axis=0)
+            centre, last = np.argwhere(region).mean(axis=0), track[t]
     return track
+
+
+def _support_height(clip, start: np.ndarray, R: np.ndarray, tr: np.ndarray) -> float:
+    """World height the object's points must exceed: the median height of a thin ring of
+    pixels around it in frame 0 (what it stands on) + SUPPORT_CLEARANCE_M, and never above
+    its own frame-0 median height - SUPPORT_CLEARANCE_M (around it may be a wall behind,
+    not a table below); -inf when the ring has no point."""
+    from scipy import ndimage
+
+    ring = (ndimage.binary_dilation(start, iterations=3)
+            & ~ndimage.binary_dilation(start, iterations=1) & clip.valid[0])
+    own = start & clip.valid[0]
+    if not ring.any() or not own.any():
+        return -np.inf
+    around = np.median(clip.pointmap[0][ring].astype(np.float64) @ R[2]) + tr[2]
+    itself = np.median(clip.pointmap[0][own].astype(np.float64) @ R[2]) + tr[2]
+    return float(min(around + SUPPORT_CLEARANCE_M, itself - SUPPORT_CLEARANCE_M))
+
+
+def _nearest_piece(mask: np.ndarray, world: np.ndarray, last: np.ndarray | None,
+                   min_pixels: int, max_jump: float = np.inf) -> np.ndarray | None:
+    """The connected piece of `mask` (>= min_pixels) whose median point is nearest `last`
+    (within max_jump); with no last position, every candidate pixel; None when none."""
+    from scipy import ndimage
+
+    if mask.sum() < min_pixels:
+        return None
+    if last is None:
+        return mask
+    labels, count = ndimage.label(mask)
+    best, best_d = None, max_jump
+    for k in range(1, count + 1):
+        piece = labels == k
+        if piece.sum() < min_pixels:
+            continue
+        d = float(np.linalg.norm(np.median(world[piece], axis=0) - last))
+        if d <= best_d:
+            best, best_d = piece, d
+    return best
 
 
 def _min_pixels(start: np.ndarray) -> int:

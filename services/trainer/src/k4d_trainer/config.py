@@ -69,7 +69,7 @@ class ModelSection:
     fidelity: dict[str, Any] = field(default_factory=dict)
 
     def validate(self, recipe: str) -> None:
-        from k4d_model.fidelity import FIDELITY_KEYS, FidelityOptions
+        from k4d.generation import FIDELITY_KEYS, FidelityOptions
 
         unknown = sorted(set(self.fidelity) - set(FIDELITY_KEYS))
         _check(not unknown, "model.fidelity", f"unknown option(s) {unknown}; known: "
