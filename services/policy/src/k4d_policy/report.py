@@ -140,11 +140,13 @@ def scatter_png(report: dict) -> bytes:
     fig, ax = plt.subplots(figsize=(5.2, 5.2), dpi=110)
     ax.plot([0, 1], [0, 1], color="0.6", lw=1, ls="--", label="y = x")
     markers = {"pick": "o", "push": "s", "stack": "^"}
+    colours = {"pick": "C0", "push": "C1", "stack": "C2"}
     for row in report["policies"]:
         if not row["n"]:
             continue
         x, y = row["physics_success"], row["world_model_success"]
-        ax.scatter([x], [y], marker=markers.get(row["task"], "D"), s=46, label=row["task"])
+        ax.scatter([x], [y], marker=markers.get(row["task"], "D"), s=46, label=row["task"],
+                   color=colours.get(row["task"], "C3"), alpha=0.75)
         ax.annotate(row["policy"], (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles, strict=True))
