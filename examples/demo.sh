@@ -42,6 +42,10 @@ fi
   --out "$OUT"
 
 echo
+if [[ ${#clip[@]} -gt 0 ]]; then
+  # The default model's own held-out figures, in one line (its manifest's `heldout`).
+  "$PY" -c 'from k4d_embedded.shipped import heldout_line; line = heldout_line(); print(line) if line else None' || true
+fi
 echo "demo outputs in $OUT:"
 for f in rgb.mp4 pointmap.npz robot.npz pointmap_k4d.mp4 pointmap_k4d.json summary.json viewer.html \
          rollout.rrd; do

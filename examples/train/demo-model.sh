@@ -48,6 +48,7 @@ default=()
   --label "${DEMO_LABEL:-early}" "${default[@]}"
 "$PY" examples/train/demo_model.py golden --model "$MODEL"
 "$K4D" eval run --model "$MODEL" --data "$WORK/data/heldout" --out "$WORK/eval" --no-progress
+"$PY" examples/train/demo_model.py headline --model "$MODEL" --report "$WORK/eval/report.json"
 mkdir -p "$MODEL/eval"
 cp "$WORK/eval/summary.md" "$WORK/eval/summary.csv" "$WORK/eval/per_frame.png" \
    "$WORK/eval/strip.png" "$MODEL/eval/"

@@ -106,6 +106,69 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
     return manifest
 
 
+def set_options(config_path: str, model: Path) -> dict:
+    """Apply the recipe's `model.fidelity` output options to an exported model (its
+    k4d_model.json `extra`) and refresh the manifest's file hashes: the weights stay, the
+    way they are sampled changes. `export` applies them too; this re-applies them to a
+    model exported before a recipe's options changed."""
+    from k4d.generation import FIDELITY_KEYS
+    from k4d_model.registry import build_manifest
+    from k4d_trainer.config import load_config_file
+
+    config = load_config_file(config_path)
+    info_path = model / WEIGHTS / "k4d_model.json"
+    info = json.loads(info_path.read_text())
+    extra = {k: v for k, v in info.get("extra", {}).items()
+             if k not in FIDELITY_KEYS}
+    info["extra"] = {**extra, **config.model.fidelity}
+    info_path.write_text(json.dumps(info, indent=2) + "\n")
+    manifest = json.loads((model / MANIFEST).read_text())
+    fresh = build_manifest(model / WEIGHTS, manifest["name"], manifest["version"])
+    manifest.update(files=fresh["files"], fidelity=config.model.fidelity)
+    (model / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return {"model": str(model), "extra": info["extra"]}
+
+
+def heldout_figures(report: dict) -> dict:
+    """The model card's held-out figures of a `k4d eval run` report (issue 21's goals),
+    the floor's beside each."""
+    model, floor = report, report.get("baseline") or {}
+
+    def region(sec, name, key):
+        value = (sec.get("regions", {}).get(name) or {}).get(key)
+        return None if value is None else round(float(value), 4)
+
+    policy = report.get("policy") or {}
+    abstained = (policy.get("judge_abstentions") or {}).get("prediction") or {}
+    return {
+        "episodes": report["counts"]["episodes"],
+        "given": (report.get("inputs") or {}).get("given", "first frame RGB"),
+        "frame0_psnr_min": (model.get("first_frame") or {}).get("psnr_min"),
+        "static_psnr": region(model, "static", "psnr"),
+        "static_psnr_floor": region(floor, "static", "psnr"),
+        "changed_mse": region(model, "changed", "mse"),
+        "changed_mse_floor": region(floor, "changed", "mse"),
+        "changed_cd_l1_m": region(model, "changed", "chamfer_l1"),
+        "changed_cd_l1_m_floor": region(floor, "changed", "chamfer_l1"),
+        "robot_psnr": region(model, "robot", "psnr"),
+        "robot_psnr_floor": region(floor, "robot", "psnr"),
+        "depth_absrel": region(model, "whole", "depth_absrel"),
+        "depth_absrel_floor": region(floor, "whole", "depth_absrel"),
+        "success_agreement": (policy.get("agreement") or {}).get("accuracy"),
+        "judge_abstained": abstained.get("count", 0),
+    }
+
+
+def headline(model: Path, report_path: Path) -> dict:
+    """Store the held-out figures in the model's manifest (`heldout`): what `make demo`
+    prints in one line."""
+    figures = heldout_figures(json.loads(report_path.read_text()))
+    manifest = json.loads((model / MANIFEST).read_text())
+    manifest["heldout"] = figures
+    (model / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return figures
+
+
 ARCHIVE = "checkpoint.tar.xz"
 
 
@@ -198,6 +261,14 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("resume-unpack")
     p.add_argument("--src", required=True, type=Path)
     p.add_argument("--run", required=True, type=Path)
+    p = sub.add_parser("options", help="apply the recipe's model.fidelity to an exported "
+                                       "model and refresh its manifest")
+    p.add_argument("--config", required=True)
+    p.add_argument("--model", required=True, type=Path)
+    p = sub.add_parser("headline", help="store a k4d eval run's held-out figures in the "
+                                        "model's manifest (make demo prints them)")
+    p.add_argument("--model", required=True, type=Path)
+    p.add_argument("--report", required=True, type=Path)
     p = sub.add_parser("golden")
     p.add_argument("--model", required=True, type=Path)
     p.add_argument("--example", type=Path, default=Path("examples/demo_heldout"))
@@ -209,6 +280,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"out": str(args.out), "version": manifest["version"],
                           "files": len(manifest["files"]),
                           "bytes": sum(f["size_bytes"] for f in manifest["files"])}))
+    elif args.command == "headline":
+        print(json.dumps(headline(args.model, args.report)))
+    elif args.command == "options":
+        print(json.dumps(set_options(args.config, args.model)))
     elif args.command == "resume-pack":
         print(json.dumps(resume_pack(args.run, args.dest)))
     elif args.command == "resume-unpack":

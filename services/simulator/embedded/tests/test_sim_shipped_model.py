@@ -176,3 +176,21 @@ def test_make_demo_runs_the_shipped_default_model(tmp_path):
         assert data["rgb"].shape[:3] == (manifest["clip"]["num_frames"],
                                          manifest["clip"]["height"], manifest["clip"]["width"])
     assert "model: " in done.stdout and "synthetic" in done.stdout
+
+
+def test_heldout_line_names_the_figures_and_the_floor(tmp_path):
+    from k4d_embedded.shipped import heldout_line
+
+    manifest = {"name": "k4d-demo-small", "version": "step-1", "files": [],
+                "weights_dir": "weights"}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    assert heldout_line(tmp_path) == ""  # no held-out evaluation recorded
+    manifest["heldout"] = {"episodes": 16, "frame0_psnr_min": 100.0, "static_psnr": 51.23,
+                           "static_psnr_floor": 84.0, "changed_mse": 3001.2,
+                           "changed_mse_floor": 9435.9, "robot_psnr": 16.4,
+                           "robot_psnr_floor": 10.1, "depth_absrel": 0.04,
+                           "depth_absrel_floor": 0.36, "success_agreement": 0.875}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    line = heldout_line(tmp_path)
+    assert "16 held-out episodes" in line and "static region 51.2 dB (floor 84.0 dB)" in line
+    assert "changed-region RGB MSE 3001 (floor 9436)" in line and "agreement 0.88" in line

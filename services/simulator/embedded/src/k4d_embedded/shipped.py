@@ -84,3 +84,29 @@ def shipped_notice(ref: str) -> dict | None:
             "description": str(manifest.get("description", "")),
             "training_step": training.get("step"),
             "manifest": str((Path(ref) / MANIFEST).resolve())}
+
+
+def heldout_line(shipped: Path = SHIPPED_DEFAULT) -> str:
+    """One line of the shipped model's held-out figures (its manifest's `heldout`, written
+    by the recipe's `k4d eval run`), the static-world floor's beside each; '' without."""
+    if not is_shipped_model(shipped):
+        return ""
+    manifest = read_manifest(shipped)
+    h = manifest.get("heldout")
+    if not isinstance(h, dict):
+        return ""
+
+    def pair(key: str, fmt: str, unit: str = "") -> str:
+        ours, floor = h.get(key), h.get(f"{key}_floor")
+        if ours is None:
+            return "-"
+        text = format(ours, fmt) + unit
+        return text + (f" (floor {format(floor, fmt)}{unit})" if floor is not None else "")
+
+    return (f"{manifest.get('name')} {manifest.get('version')} on {h.get('episodes')} held-out "
+            f"episodes ({h.get('given', 'first frame RGB')} given): frame 0 "
+            f"{pair('frame0_psnr_min', '.1f', ' dB')} worst, static region "
+            f"{pair('static_psnr', '.1f', ' dB')}, changed-region RGB MSE "
+            f"{pair('changed_mse', '.0f')}, robot {pair('robot_psnr', '.1f', ' dB')}, depth AbsRel "
+            f"{pair('depth_absrel', '.3f')}, success agreement {pair('success_agreement', '.2f')}"
+            f" (models/demo-small/README.md)")
