@@ -27,9 +27,9 @@ os.environ.setdefault("MUJOCO_GL", "osmesa")
 
 import numpy as np  # noqa: E402
 from k4d.episodes import open_dataset  # noqa: E402
+from k4d.tabletop.physics import SceneCamera  # noqa: E402
 from k4d_datagen.engine import (  # noqa: E402
     EpisodeConfig,
-    SceneCamera,
     Simulation,
     episode_rng,
     generate_episode,

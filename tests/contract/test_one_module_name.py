@@ -1,4 +1,5 @@
-"""One name per module: no aliases (issue 19 point 1).
+"""One name per thing (issue 19 points 1 and 3): no module aliases, no re-exports, imports
+from the home, no service module named like a library module.
 
 A module that moved lives under its new name only. Two ways of keeping an old name alive are
 forbidden in our sources (libs, services, tests, benchmarks, examples, tools, infra):
@@ -10,6 +11,9 @@ forbidden in our sources (libs, services, tests, benchmarks, examples, tools, in
 
 The one exception is the loader of repository scripts used by tests, which registers a module
 it has just executed from a file (what `importlib` itself does), not a second name.
+
+Names too: `from M import N` of a first-party name must name the module that defines N, not
+one that only imported it (a re-exported name is a second name for the same thing).
 """
 
 from __future__ import annotations
@@ -219,3 +223,86 @@ def test_the_name_check_sees_a_module_named_like_k4d_video(tmp_path, monkeypatch
         (tmp_path / rel).write_text("")
     monkeypatch.setattr(f"{__name__}.REPO", tmp_path)
     assert service_modules_named_like_the_libraries() == {"k4d_eval.video", "k4d_eval.recording"}
+
+
+# ---- every first-party name is imported from its home ------------------------------------
+def _source_roots(repo: Path) -> list[Path]:
+    return sorted([*repo.glob("libs/*/src"), *repo.glob("services/**/src")])
+
+
+def _module_file(module: str, roots: list[Path]) -> Path | None:
+    rel = Path(*module.split("."))
+    for root in roots:
+        for candidate in (root / rel.with_suffix(".py"), root / rel / "__init__.py"):
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def _bindings(path: Path) -> tuple[set[str], dict[str, str]]:
+    """(names a module defines, {name it imports: from which module}) at module level,
+    branches of `if` / `try` included."""
+    defined, imported = set(), {}
+    nodes = list(ast.parse(path.read_text()).body)
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, (ast.If, ast.Try)):
+            nodes += [*node.body, *node.orelse, *getattr(node, "finalbody", []),
+                      *(s for h in getattr(node, "handlers", []) for s in h.body)]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                defined |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported |= {a.asname or a.name: node.module for a in node.names}
+    return defined, imported
+
+
+def second_hand_imports(source: str, roots: list[Path]) -> list[str]:
+    """`from M import N` (first-party M) where M does not define N but imported it itself:
+    N has a home, and that is where it is imported from. A package's `__init__` gathering
+    its own submodules' names is their home too."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                and node.module.split(".")[0].startswith("k4d")):
+            continue
+        path = _module_file(node.module, roots)
+        if path is None:
+            continue
+        defined, imported = _bindings(path)
+        for alias in node.names:
+            name = alias.name
+            if name in defined or name not in imported \
+                    or _module_file(f"{node.module}.{name}", roots):
+                continue
+            home = imported[name]
+            if path.name == "__init__.py" and home.startswith(node.module + "."):
+                continue
+            found.append(f"line {node.lineno}: {name} from {node.module} (its home: {home})")
+    return found
+
+
+def test_first_party_names_are_imported_from_their_home():
+    roots = _source_roots(REPO)
+    offences = []
+    for path in our_sources():
+        offences += [f"{path.relative_to(REPO).as_posix()} {o}"
+                     for o in second_hand_imports(path.read_text(), roots)]
+    assert not offences, "\n".join(offences)
+
+
+def test_the_home_check_sees_a_second_hand_import(tmp_path):
+    lib = tmp_path / "libs" / "runtime" / "src" / "k4d"
+    (lib / "robots").mkdir(parents=True)
+    (lib / "logs.py").write_text("def get_logger(name):\n    return name\n")
+    (lib / "telemetry.py").write_text("from k4d.logs import get_logger\n\nTRACER = None\n")
+    (lib / "robots" / "__init__.py").write_text("from k4d.robots.fk import forward_kinematics\n")
+    (lib / "robots" / "fk.py").write_text("def forward_kinematics():\n    pass\n")
+    roots = _source_roots(tmp_path)
+    assert second_hand_imports("from k4d.telemetry import TRACER, get_logger\n", roots) == [
+        "line 1: get_logger from k4d.telemetry (its home: k4d.logs)"]
+    assert second_hand_imports("def f():\n    from k4d.telemetry import get_logger\n", roots)
+    assert second_hand_imports("from k4d.logs import get_logger\nfrom k4d import robots\n"
+                               "from k4d.robots import forward_kinematics, fk\n", roots) == []

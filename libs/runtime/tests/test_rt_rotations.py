@@ -1,8 +1,8 @@
 """k4d.rotations (the one rotation module) against scipy's Rotation as the reference."""
 
+import k4d.camera
 import numpy as np
 import pytest
-from k4d.camera import euler_xyz_to_matrix as camera_euler
 from k4d.rotations import (
     euler_xyz_to_matrix,
     orthonormality_error,
@@ -30,7 +30,7 @@ def test_euler_and_rpy_match_scipy_extrinsic_xyz():
         expected = Rotation.from_euler("xyz", euler).as_matrix()
         np.testing.assert_allclose(rpy_to_matrix(euler), expected, atol=1e-12)
         np.testing.assert_allclose(euler_xyz_to_matrix(euler), expected, atol=1e-12)
-    assert camera_euler is euler_xyz_to_matrix  # the camera model uses this one
+    assert k4d.camera.euler_xyz_to_matrix is euler_xyz_to_matrix  # the camera model uses this one
 
 
 def test_exp_log_and_quaternions_match_scipy():

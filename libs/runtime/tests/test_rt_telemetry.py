@@ -5,14 +5,12 @@ import urllib.request
 
 from k4d.config import load_config
 from k4d.local_servers import free_port
+from k4d.logs import configure_logging, get_logger, log_context
 from k4d.metrics import runtime_metrics
 from k4d.telemetry import (
-    configure_logging,
     exporter_from_config,
     extract_trace_context,
-    get_logger,
     inject_trace_headers,
-    log_context,
     start_metrics_server,
 )
 from opentelemetry import trace

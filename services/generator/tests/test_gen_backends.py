@@ -8,8 +8,8 @@ import torch
 from k4d.errors import FailedPrecondition, InvalidArgument
 from k4d_generator.backends import create_backend, is_tensorrt_available
 from k4d_generator.backends.onnx_export import example_inputs
-from k4d_generator.pipeline import model_id_of
 from k4d_model.checkpoints import load_model
+from k4d_model.pipeline import model_id_of
 
 
 def _rel_err(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -7,13 +7,14 @@ import numpy as np
 import pytest
 import torch
 from k4d.errors import Cancelled, InvalidArgument, ResourceExhausted
-from k4d_generator.pipeline import Kinema4DPipeline, RobotCondition
+from k4d_generator.pipeline import Kinema4DPipeline
 from k4d_model.conditions import (
     PointmapNormalization,
     downsample_robot_mask,
     first_frame_mask,
     uniform_pointmap,
 )
+from k4d_model.results import RobotCondition
 
 
 @pytest.fixture

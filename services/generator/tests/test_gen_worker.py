@@ -8,13 +8,20 @@ import threading
 
 import numpy as np
 from k4d.bus import InProcessBus, event_headers
-from k4d.bus.topics import MODEL_PUBLISHED, SIM_COMPLETED, SIM_FAILED, SIM_PROJECTED, dlq
+from k4d.bus.topics import (
+    MODEL_PUBLISHED,
+    SIM_COMPLETED,
+    SIM_FAILED,
+    SIM_PROGRESS,
+    SIM_PROJECTED,
+    dlq,
+)
 from k4d.config import Config
 from k4d.store import LocalStore, get_array, put_array
 from k4d.tensor_io import TensorRef, to_tensor
 from k4d.testing.bus import drain
 from k4d_generator.service import ModelManager
-from k4d_generator.worker import SIM_PROGRESS, build_worker
+from k4d_generator.worker import build_worker
 from k4d_model import registry
 from kinema4d.v1 import common_pb2, events_pb2, generator_pb2, simulator_pb2
 

@@ -73,8 +73,8 @@ def test_stage_stores_outputs_and_emits_completion(tmp_path):
 def test_robot_ref_outside_the_store_names_the_field(tmp_path):
     import pytest
     from k4d.errors import InvalidArgument
+    from k4d.robots.proto import robot_from_ref
     from k4d.robots.registry import RobotRegistry
-    from k4d_kinematics.proto_actions import robot_from_ref
 
     registry = RobotRegistry(LocalStore(tmp_path / "store"), cache_dir=tmp_path / "cache")
     assert robot_from_ref(common_pb2.RobotRef(name="panda"), registry).name == "panda"

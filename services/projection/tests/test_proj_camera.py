@@ -3,8 +3,10 @@ import math
 
 import numpy as np
 import pytest
-from k4d.camera import Camera, euler_xyz_to_matrix, invert_rigid, look_at_transform
+from k4d.camera import Camera, look_at_transform
 from k4d.errors import InvalidArgument
+from k4d.pointmap_codec import invert_rigid
+from k4d.rotations import euler_xyz_to_matrix
 
 
 def test_from_fovy_uses_pixel_centre_convention():

@@ -8,7 +8,7 @@ import pytest
 from k4d.camera import Camera
 from k4d.cli.main import main
 from k4d.robots.descriptions import BUILTIN_ROBOTS, load_robot
-from k4d_projection import codecs
+from k4d.video import read_video
 
 USER_URDF = """<?xml version="1.0"?>
 <robot name="two_link">
@@ -71,7 +71,7 @@ def test_user_urdf_poses_input_video_and_world_pointmap(tmp_path, camera_file):
         assert "pointmap_world" in d.files
         poses, rgb = d["poses"], d["rgb"]
         assert rgb[d["link_id"] == 0][:, 2].min() > 0 and rgb[d["link_id"] == 0][:, :2].max() == 0
-    video = codecs.read_video(tmp_path / "a.mp4")
+    video = read_video(tmp_path / "a.mp4")
     assert video.shape == (2, 48, 128, 3)
     np.testing.assert_array_equal(video[:, :, :64], rgb)  # lossless quick look
     # Same render from poses.

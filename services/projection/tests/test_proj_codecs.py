@@ -1,7 +1,9 @@
 import numpy as np
 import pytest
+from k4d import pointmap_codec
 from k4d.camera import look_at_transform
 from k4d.errors import InvalidArgument
+from k4d.video import read_video
 from k4d_projection import codecs
 
 
@@ -25,12 +27,12 @@ def inside_clip(pm, mask, percentiles=(2, 98)):
 
 def test_8bit_round_trip_error_is_bounded_by_the_quantisation_step():
     pm, mask = synthetic()
-    enc = codecs.encode_8bit(pm, mask)
+    enc = pointmap_codec.encode_8bit(pm, mask)
     assert enc.values.dtype == np.uint8 and enc.values.shape == pm.shape
     assert np.all(enc.values[~mask] == 0)
-    dec = codecs.decode(enc)
+    dec = pointmap_codec.decode(enc)
     inside = inside_clip(pm, mask)
-    step = codecs.quantisation_step(enc)
+    step = pointmap_codec.quantisation_step(enc)
     err = np.abs(dec - pm).max(axis=-1)
     for t in range(pm.shape[0]):
         if inside[t].any():
@@ -46,7 +48,7 @@ def test_8bit_clips_outliers_to_the_percentile_box():
     pm, mask = synthetic()
     pm[0, 0, 0] = (50.0, 0.0, 1.5)
     mask[0, 0, 0] = True
-    dec = codecs.decode(codecs.encode_8bit(pm, mask))
+    dec = pointmap_codec.decode(pointmap_codec.encode_8bit(pm, mask))
     assert dec[0, 0, 0, 0] < 2.0  # clipped, not preserved
 
 
@@ -54,12 +56,12 @@ def test_moving_camera_goes_through_first_frame_coordinates():
     pm, mask = synthetic(T=3)
     poses = np.stack([np.linalg.inv(look_at_transform([1.0 + 0.2 * t, 0.3, 1.0], [0, 0, 0.3]))
                       for t in range(3)])
-    enc = codecs.encode_8bit(pm, mask, T_world_from_cam=poses)
+    enc = pointmap_codec.encode_8bit(pm, mask, T_world_from_cam=poses)
     assert not np.allclose(enc.T_cam0_from_cam[1], np.eye(4))
     np.testing.assert_allclose(enc.T_cam0_from_cam[0], np.eye(4), atol=1e-12)
-    dec = codecs.decode(enc)
+    dec = pointmap_codec.decode(enc)
     inside = inside_clip_cam0(pm, mask, enc.T_cam0_from_cam)
-    step = codecs.quantisation_step(enc)
+    step = pointmap_codec.quantisation_step(enc)
     for t in (0, 1):  # per-axis bound holds in cam0 axes; rotated back, its norm bounds it
         err = np.linalg.norm(dec[t] - pm[t], axis=-1)[inside[t]]
         assert err.max() <= np.sqrt(3) * step[t] * 1.01
@@ -73,43 +75,43 @@ def inside_clip_cam0(pm, mask, T_cam0_from_cam):
 
 def test_lossless_forms():
     pm, mask = synthetic()
-    exact = codecs.decode(codecs.encode_lossless(pm, mask, dtype="float32"))
+    exact = pointmap_codec.decode(pointmap_codec.encode_lossless(pm, mask, dtype="float32"))
     np.testing.assert_array_equal(exact, pm)
-    enc16 = codecs.encode_lossless(pm, mask, dtype="float16")
+    enc16 = pointmap_codec.encode_lossless(pm, mask, dtype="float16")
     assert enc16.values.dtype == np.float16
-    err = np.abs(codecs.decode(enc16) - pm).max(axis=-1)
+    err = np.abs(pointmap_codec.decode(enc16) - pm).max(axis=-1)
     for t in (0, 1, 3):  # float16 error relative to the frame's scale
         q_max = np.nanmax(np.abs(enc16.values[t].astype(np.float64)))
         assert err[t].max() <= 2.0 ** -11 * enc16.scale[t] * max(q_max, 1.0) * 1.01 + 1e-6
     with pytest.raises(InvalidArgument):
-        codecs.encode_lossless(pm, mask, dtype="int8")
+        pointmap_codec.encode_lossless(pm, mask, dtype="int8")
 
 
 def test_mask_recovered_from_values_and_first_camera_frame():
     pm, mask = synthetic()
     mask[0, 0, 0] = True
     pm[0, 0, 0] = (0.1, -0.2, 1.5)
-    for enc in (codecs.encode_8bit(pm, mask), codecs.encode_lossless(pm, mask),
-                codecs.encode_lossless(pm, mask, dtype="float16")):
-        recovered = codecs.mask_from_values(enc.values)
+    for enc in (pointmap_codec.encode_8bit(pm, mask), pointmap_codec.encode_lossless(pm, mask),
+                pointmap_codec.encode_lossless(pm, mask, dtype="float16")):
+        recovered = pointmap_codec.mask_from_values(enc.values)
         # 8-bit: a robot point may quantise to (0, 0, 0) only at the clip-box corner.
         assert (recovered != mask).mean() < 1e-3
-        np.testing.assert_array_equal(codecs.decode(enc, frame="first_camera"),
-                                      codecs.decode(enc))  # static camera
+        np.testing.assert_array_equal(pointmap_codec.decode(enc, frame="first_camera"),
+                                      pointmap_codec.decode(enc))  # static camera
     with pytest.raises(InvalidArgument, match="clip_percentiles"):
-        codecs.encode_8bit(pm, mask, percentiles=(98, 2))
+        pointmap_codec.encode_8bit(pm, mask, percentiles=(98, 2))
 
 
 def test_safetensors_round_trip(tmp_path):
     pm, mask = synthetic()
-    for enc in (codecs.encode_8bit(pm, mask), codecs.encode_lossless(pm, mask, dtype="float16")):
+    for enc in (pointmap_codec.encode_8bit(pm, mask), pointmap_codec.encode_lossless(pm, mask, dtype="float16")):
         codecs.save(enc, tmp_path / "pm.safetensors")
         back = codecs.load(tmp_path / "pm.safetensors")
         np.testing.assert_array_equal(back.values, enc.values)
         np.testing.assert_array_equal(back.mask, enc.mask)
         np.testing.assert_array_equal(back.centre, enc.centre)
         np.testing.assert_array_equal(back.scale, enc.scale)
-        np.testing.assert_array_equal(codecs.decode(back), codecs.decode(enc))
+        np.testing.assert_array_equal(pointmap_codec.decode(back), pointmap_codec.decode(enc))
     from safetensors.numpy import save_file
 
     save_file({"x": np.zeros(3)}, str(tmp_path / "other.safetensors"))
@@ -122,24 +124,24 @@ def test_safetensors_round_trip(tmp_path):
 
 def test_mp4_libx264rgb_crf0_is_lossless_and_yuv420_is_not(tmp_path):
     pm, mask = synthetic(T=3, H=32, W=48)
-    frames = codecs.encode_8bit(pm, mask).values
+    frames = pointmap_codec.encode_8bit(pm, mask).values
     codecs.write_video(tmp_path / "pm.mp4", frames)
-    np.testing.assert_array_equal(codecs.read_video(tmp_path / "pm.mp4"), frames)
+    np.testing.assert_array_equal(read_video(tmp_path / "pm.mp4"), frames)
     codecs.write_video(tmp_path / "lossy.mp4", frames, lossless=False)
-    assert not np.array_equal(codecs.read_video(tmp_path / "lossy.mp4"), frames)
+    assert not np.array_equal(read_video(tmp_path / "lossy.mp4"), frames)
 
 
 def test_bad_inputs():
     pm, mask = synthetic()
     with pytest.raises(InvalidArgument, match="mask"):
-        codecs.encode_8bit(pm, mask[:, :-1])
+        pointmap_codec.encode_8bit(pm, mask[:, :-1])
     with pytest.raises(InvalidArgument, match="pointmap"):
-        codecs.encode_8bit(pm[..., :2], mask)
+        pointmap_codec.encode_8bit(pm[..., :2], mask)
     bad = pm.copy()
     bad[mask] = np.nan
     with pytest.raises(InvalidArgument, match="finite"):
-        codecs.encode_8bit(bad, mask)
+        pointmap_codec.encode_8bit(bad, mask)
     with pytest.raises(InvalidArgument, match="camera_poses"):
-        codecs.encode_8bit(pm, mask, T_world_from_cam=np.eye(4))
+        pointmap_codec.encode_8bit(pm, mask, T_world_from_cam=np.eye(4))
     with pytest.raises(InvalidArgument, match="frames"):
         codecs.write_video("x.mp4", pm)

@@ -6,16 +6,15 @@ import numpy as np
 import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
+from k4d import pointmap_codec
 from k4d.camera import Camera
-from k4d.camera_proto import camera_to_proto
+from k4d.camera_proto import camera_from_proto, camera_to_proto
 from k4d.config import Config
 from k4d.grpc_server import create_server
 from k4d.robots.descriptions import load_robot
 from k4d.robots.fk import forward_kinematics
 from k4d.store import LocalStore, from_tensor_data
 from k4d.tensor_io import to_tensor
-from k4d_projection import codecs
-from k4d_projection.api import camera_from_proto
 from k4d_projection.renderer import RobotRenderer
 from k4d_projection.server import register_service
 from kinema4d.v1 import common_pb2, projection_pb2, projection_pb2_grpc
@@ -139,7 +138,7 @@ def test_encode_decode_round_trip(stub, store):
             pointmap=_data(pointmap), mask=_data(mask), encoding=encoding))
         values = from_tensor_data(enc.encoded, store)
         assert values.dtype == dtype
-        expected = codecs.decode(codecs.encode_8bit(pointmap, mask)) if dtype == np.uint8 \
+        expected = pointmap_codec.decode(pointmap_codec.encode_8bit(pointmap, mask)) if dtype == np.uint8 \
             else pointmap
         dec = stub.DecodePointmap(projection_pb2.DecodePointmapRequest(
             encoded=enc.encoded, normalization=enc.normalization, encoding=encoding))

@@ -4,8 +4,9 @@ the ray culling against brute-force casting, distortion, engines, colours, bad i
 import numpy as np
 import pytest
 import trimesh
-from k4d.camera import Camera, invert_rigid, look_at_transform
+from k4d.camera import Camera, look_at_transform
 from k4d.errors import InvalidArgument, NotFound, ResourceExhausted
+from k4d.pointmap_codec import invert_rigid
 from k4d.robots.model import LinkGeometry
 from k4d_projection.engines import is_embree_available
 from k4d_projection.meshes import _unit_scale, build_link_meshes

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from k4d.errors import FieldViolation, InvalidArgument
-from k4d.pointmap_codec import invert_rigid  # noqa: F401 - re-exported (renderer, codecs users)
-from k4d.rotations import euler_xyz_to_matrix  # noqa: F401 - re-exported (projection camera)
+from k4d.pointmap_codec import invert_rigid
+from k4d.rotations import euler_xyz_to_matrix
 
 MAX_IMAGE_SIDE = 8192
 _ROTATION_TOL = 1e-4

@@ -15,8 +15,9 @@ from grpc_status import rpc_status
 from opentelemetry import trace
 
 from k4d.errors import InvalidArgument, K4DError
+from k4d.logs import get_logger
 from k4d.metrics import begin_work, end_work, runtime_metrics
-from k4d.telemetry import extract_trace_context, get_logger
+from k4d.telemetry import extract_trace_context
 
 log = get_logger(__name__)
 INTERNAL_MESSAGE = "internal error"

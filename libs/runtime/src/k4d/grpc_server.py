@@ -22,7 +22,8 @@ from k4d.config import Config
 from k4d.errors import Unavailable
 from k4d.grpc_interceptors import ErrorMappingInterceptor, MetricsInterceptor, TracingInterceptor
 from k4d.grpc_requests import RequestCheckInterceptor
-from k4d.telemetry import configure_logging, get_logger, setup_tracing, start_metrics_server
+from k4d.logs import configure_logging, get_logger
+from k4d.telemetry import setup_tracing, start_metrics_server
 
 log = get_logger(__name__)
 

@@ -1,5 +1,5 @@
 """OpenTelemetry tracing setup, W3C `traceparent` propagation through message headers,
-the Prometheus `/metrics` endpoint, and the shared logger (re-exported from k4d.logs).
+the Prometheus `/metrics` endpoint (the shared logger is `k4d.logs`).
 
 Exporters follow the standard env vars: an OTLP exporter only when
 OTEL_EXPORTER_OTLP_ENDPOINT is set or OTEL_TRACES_EXPORTER=otlp; none otherwise.
@@ -13,11 +13,8 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from k4d.logs import configure_logging, current_job_id, get_logger, log_context
-
-__all__ = ["configure_logging", "current_job_id", "exporter_from_config", "extract_trace_context",
-           "get_logger",
-           "inject_trace_headers", "log_context", "setup_tracing", "start_metrics_server",
+__all__ = ["exporter_from_config", "extract_trace_context",
+           "inject_trace_headers", "setup_tracing", "start_metrics_server",
            "tracer"]
 
 # Explicit W3C propagator: headers look the same whatever OTEL_PROPAGATORS says.

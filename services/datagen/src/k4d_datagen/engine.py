@@ -14,9 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from k4d.episodes import EpisodeMeta
-from k4d.tabletop.physics import (  # noqa: F401 - re-exported (tests, benchmarks)
+from k4d.tabletop.physics import (
     PHYSICS_DT,
-    ROBOT_VISIBLE_TOLERANCE_M,
     SceneCamera,
     depth_to_pointmap,
     object_id_image,

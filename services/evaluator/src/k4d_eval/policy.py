@@ -25,21 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from k4d.judge import (  # noqa: F401 - the judge's public names, as before the move
-    BASE_MOVED_M,
-    COLOUR_TOL,
-    JUDGED_KINDS,
-    LIFT_M,
-    MIN_PIXELS,
-    PUSH_DIRECTIONS,
-    PUSH_M,
-    REST_M,
-    SEARCH_RADIUS,
-    STACK_XY_M,
-    STACK_Z_M,
-    judge,
-    object_track,
-)
+from k4d.judge import judge
 
 from k4d_eval.clip import Clip
 

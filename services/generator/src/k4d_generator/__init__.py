@@ -2,8 +2,7 @@
 TensorRT denoiser backends, outputs and the static-world generator.
 
 The model domain code (DiT, conditions, checkpoints, LoRA, registry, pipeline core) lives in
-the shared `k4d_model` library; `k4d_generator.{checkpoints, conditions, lora, memory,
-model, registry, results}` are the same module objects, kept for existing callers.
+the shared `k4d_model` library (import it from there: `k4d_model.checkpoints`, ...).
 
 Importing this package is cheap: torch and diffusers are imported by the submodules that
 need them (`k4d_generator.pipeline`, `k4d_model.model`).
@@ -11,7 +10,5 @@ need them (`k4d_generator.pipeline`, `k4d_model.model`).
 
 from __future__ import annotations
 
-from k4d_model import cache_root
-
-__all__ = ["__version__", "cache_root"]
+__all__ = ["__version__"]
 __version__ = "0.1.0"

@@ -18,11 +18,7 @@ import logging
 from pathlib import Path
 
 import numpy as np
-from k4d.pointmap_video import (  # noqa: F401 - the file names, re-exported
-    POINTMAP_VIDEO,
-    POINTMAP_VIDEO_META,
-    write_pointmap_video,
-)
+from k4d.pointmap_video import write_pointmap_video
 from k4d.tensor_io import save_npz
 from k4d.video import write_video as _write_mp4
 

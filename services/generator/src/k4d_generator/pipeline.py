@@ -8,15 +8,7 @@ from pathlib import Path
 
 from k4d_model import pipeline as _core
 from k4d_model.checkpoints import ModelComponents, load_model
-from k4d_model.pipeline import (  # noqa: F401  (the names callers import from here)
-    GUIDANCE_MODES,
-    SCHEDULERS,
-    CancelCheck,
-    ProgressCallback,
-    _to_video,
-    model_id_of,
-)
-from k4d_model.results import GenerationResult, RobotCondition  # noqa: F401
+from k4d_model.pipeline import model_id_of
 
 from k4d_generator.backends import create_backend
 

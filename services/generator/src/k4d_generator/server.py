@@ -21,9 +21,9 @@ import os
 import threading
 
 from k4d.grpc_server import set_serving
+from k4d.logs import get_logger
 from k4d.service import Service
 from k4d.store import open_store
-from k4d.telemetry import get_logger
 from kinema4d.v1 import generator_pb2, generator_pb2_grpc
 
 from k4d_generator.api import GeneratorServicer

@@ -42,6 +42,7 @@ from k4d.bus.worker import PERMANENT_ERRORS
 from k4d.errors import Cancelled, FailedPrecondition
 from k4d.generation import STATIC_WORLD
 from k4d.initial_scene import initial_pointmap
+from k4d.logs import get_logger
 from k4d.model_events import read_model_published
 from k4d.stage_events import (
     is_cancelled,
@@ -50,7 +51,6 @@ from k4d.stage_events import (
     read_stage_event,
 )
 from k4d.store import from_tensor_data, get_array, job_key, put_array
-from k4d.telemetry import get_logger
 from k4d.tensor_io import TensorRef
 from kinema4d.v1 import common_pb2, events_pb2, simulator_pb2
 

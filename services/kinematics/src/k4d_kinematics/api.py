@@ -12,11 +12,13 @@ import os
 import tempfile
 
 import numpy as np
+from k4d.action_proto import action_spec_from_proto
 from k4d.actions import ActionSpec
 from k4d.errors import InvalidArgument
 from k4d.robots.bundles import BundleLimits
 from k4d.robots.descriptions import BUILTIN_ROBOTS, load_robot
 from k4d.robots.fk import forward_kinematics
+from k4d.robots.proto import robot_from_ref
 from k4d.robots.registry import PREFIX, RobotRegistry
 from k4d.robots.validation import validate_joints, validate_seed, validate_targets
 from k4d.store import from_tensor_data, to_tensor_data
@@ -25,7 +27,7 @@ from kinema4d.v1 import kinematics_pb2 as kpb
 from kinema4d.v1 import kinematics_pb2_grpc
 
 from .ik import solve_ik
-from .proto_actions import action_spec_from_proto, ik_options, robot_from_ref
+from .proto_actions import ik_options
 from .trajectory import solve_actions
 
 MAX_FRAMES = 100_000  # FK frames per request

@@ -8,15 +8,7 @@ position/rotation scales apply to the values."""
 from __future__ import annotations
 
 import numpy as np
-from k4d.action_proto import (  # noqa: F401 - re-exported (api, worker, tests)
-    FRAMES,
-    ROTATIONS,
-    TYPES,
-    ReadArray,
-    action_spec_from_proto,
-)
 from k4d.errors import InvalidArgument
-from k4d.robots.proto import robot_from_ref  # noqa: F401 - re-exported (api, worker, tests)
 
 from .ik import IKOptions
 

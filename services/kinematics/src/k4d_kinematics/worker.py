@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import time
 
+from k4d.action_proto import action_spec_from_proto
 from k4d.bus import StageWorker
 from k4d.bus.topics import SIM_KINEMATICS, SIM_REQUESTED
+from k4d.robots.proto import robot_from_ref
 from k4d.robots.registry import RobotRegistry
 from k4d.stage_events import (
     is_cancelled,
@@ -24,7 +26,7 @@ from k4d.stage_events import (
 from k4d.store import from_tensor_data, job_key, put_array
 from kinema4d.v1 import events_pb2
 
-from .proto_actions import action_spec_from_proto, ik_options, robot_from_ref
+from .proto_actions import ik_options
 from .trajectory import solve_actions
 
 STAGE = "kinematics"

@@ -163,17 +163,12 @@ class WorldModel:
         self.clip_shape = (int(info.num_frames), int(info.height), int(info.width))
         # A pipeline that takes the scene's current points (an RGB-D observation) keeps them
         # where nothing changes: the world passes its current pointmap when it does.
-        self._manager_takes_points = "initial_pointmap" in inspect.signature(self.manager.generate).parameters
-        self._pipeline_takes_points = "initial_pointmap" in inspect.signature(self.loaded.pipeline.__call__).parameters
+        self._takes_points = "initial_pointmap" in inspect.signature(self.manager.generate).parameters
 
     def generate(self, image, robot, seed: int, pointmap=None):
-        if pointmap is not None and not self._manager_takes_points and self._pipeline_takes_points:
-            # This process owns the model: the pipeline directly, as the manager would call it.
-            result = self.loaded.pipeline(image, seed=int(seed), robot_rgb=robot.rgb, robot_pointmap=robot.pointmap,
-                                          robot_mask=robot.mask, initial_pointmap=np.asarray(pointmap, np.float32))
-        else:
-            kwargs = {"initial_pointmap": pointmap} if self._manager_takes_points and pointmap is not None else {}
-            result = self.manager.generate(image, robot.rgb, robot.pointmap, robot.mask, seed=int(seed), **kwargs)
+        kwargs = {"initial_pointmap": np.asarray(pointmap, np.float32)} if self._takes_points and pointmap is not None \
+            else {}
+        result = self.manager.generate(image, robot.rgb, robot.pointmap, robot.mask, seed=int(seed), **kwargs)
         if result.metadata.get("pointmap_units", "metres") != "metres":
             from k4d.errors import FailedPrecondition
 

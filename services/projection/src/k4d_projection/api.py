@@ -13,7 +13,8 @@ import threading
 from collections import OrderedDict
 
 import numpy as np
-from k4d.camera_proto import camera_from_proto  # noqa: F401 - also the worker's
+from k4d import pointmap_codec
+from k4d.camera_proto import camera_from_proto
 from k4d.errors import InvalidArgument
 from k4d.robots.fk import forward_kinematics
 from k4d.robots.proto import robot_from_ref
@@ -24,7 +25,6 @@ from k4d.tensor_io import INLINE_LIMIT_BYTES, to_tensor
 from kinema4d.v1 import common_pb2, projection_pb2_grpc
 from kinema4d.v1 import projection_pb2 as ppb
 
-from k4d_projection import codecs
 from k4d_projection.renderer import (
     CONDITION_OUTPUTS,
     DEFAULT_MEMORY_BUDGET_BYTES,
@@ -107,15 +107,15 @@ class ProjectionServicer(projection_pb2_grpc.ProjectionServiceServicer):
             raise InvalidArgument.for_field("pointmap", f"expected float32, got {pointmap.dtype}")
         if mask.dtype != np.bool_:
             raise InvalidArgument.for_field("mask", f"expected bool, got {mask.dtype}")
-        percentiles = (request.clip_low_percentile or codecs.CLIP_PERCENTILES[0],
-                       request.clip_high_percentile or codecs.CLIP_PERCENTILES[1])
+        percentiles = (request.clip_low_percentile or pointmap_codec.CLIP_PERCENTILES[0],
+                       request.clip_high_percentile or pointmap_codec.CLIP_PERCENTILES[1])
         dtype = ENCODING_DTYPES.get(request.encoding)
         if dtype is None:
             raise InvalidArgument.for_field("encoding", "required")
         if dtype == "uint8":
-            encoded = codecs.encode_8bit(pointmap, mask, percentiles=percentiles)
+            encoded = pointmap_codec.encode_8bit(pointmap, mask, percentiles=percentiles)
         else:
-            encoded = codecs.encode_lossless(pointmap, mask, dtype=dtype, percentiles=percentiles)
+            encoded = pointmap_codec.encode_lossless(pointmap, mask, dtype=dtype, percentiles=percentiles)
         prefix = self._prefix(request, "encode")
         return ppb.EncodePointmapResponse(encoded=self._out(encoded.values, prefix, "encoded"),
                                           normalization=normalization_to_proto(encoded))
@@ -130,7 +130,7 @@ class ProjectionServicer(projection_pb2_grpc.ProjectionServiceServicer):
             raise InvalidArgument.for_field("encoded", f"expected (T, H, W, 3), got "
                                             f"{values.shape}")
         encoded = self._normalization(request.normalization, values)
-        pointmap = codecs.decode(encoded, frame="first_camera")
+        pointmap = pointmap_codec.decode(encoded, frame="first_camera")
         return ppb.DecodePointmapResponse(
             pointmap=self._out(pointmap, self._prefix(request, "decode"), "pointmap"))
 
@@ -149,7 +149,7 @@ class ProjectionServicer(projection_pb2_grpc.ProjectionServiceServicer):
             raise InvalidArgument.for_field("poses", f"expected float64, got {poses.dtype}")
         return poses
 
-    def _normalization(self, msg, values) -> codecs.EncodedPointmap:
+    def _normalization(self, msg, values) -> pointmap_codec.EncodedPointmap:
         T = values.shape[0]
         centre = self._array(msg.centers, "normalization.centers", 3 * T)
         scale = self._array(msg.scales, "normalization.scales", T)
@@ -168,9 +168,9 @@ class ProjectionServicer(projection_pb2_grpc.ProjectionServiceServicer):
                                             f"expected ({T}, 4, 4)")
         if np.any(scale <= 0):
             raise InvalidArgument.for_field("normalization.scales", "must be positive")
-        return codecs.EncodedPointmap(values, centre.astype(np.float64),
+        return pointmap_codec.EncodedPointmap(values, centre.astype(np.float64),
                                       scale.astype(np.float64),
-                                      codecs.mask_from_values(values), T_cam0.astype(np.float64))
+                                      pointmap_codec.mask_from_values(values), T_cam0.astype(np.float64))
 
     def _array(self, msg, field: str, max_elements: int = MAX_UPLOAD_ELEMENTS) -> np.ndarray:
         return from_tensor_data(msg, self.store, field, max_elements)
@@ -190,8 +190,7 @@ class ProjectionServicer(projection_pb2_grpc.ProjectionServiceServicer):
 
 
 # --- proto -> core (shared with the worker) ----------------------------------------------
-# camera_from_proto: k4d.camera_proto (the one converter), imported above for the worker.
-def normalization_to_proto(encoded: codecs.EncodedPointmap) -> ppb.PointmapNormalization:
+def normalization_to_proto(encoded: pointmap_codec.EncodedPointmap) -> ppb.PointmapNormalization:
     return ppb.PointmapNormalization(
         centers=common_pb2.TensorData(inline=to_tensor(encoded.centre.astype(np.float64))),
         scales=common_pb2.TensorData(inline=to_tensor(encoded.scale.astype(np.float64))),

@@ -60,9 +60,11 @@ def run_project(args) -> int:
                              memory_budget_bytes=args.memory_budget_mb << 20)
     save_npz(args.out, {**result.arrays(), **extra}, compressed=False)
     if args.video:
+        from k4d import pointmap_codec
+
         from k4d_projection import codecs
 
-        encoded = codecs.encode_8bit(result.pointmap, result.mask)
+        encoded = pointmap_codec.encode_8bit(result.pointmap, result.mask)
         codecs.write_video(args.video, np.concatenate([result.rgb, encoded.values], axis=2))
     T, H, W = result.depth.shape
     print(f"{model.name}: {T} frames {W}x{H}, robot covers {result.mask.mean():.1%} of pixels "

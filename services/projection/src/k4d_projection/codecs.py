@@ -9,20 +9,13 @@ from pathlib import Path
 
 import numpy as np
 from k4d.errors import InvalidArgument
-from k4d.pointmap_codec import (  # noqa: F401 - re-exported for the projection package
+from k4d.pointmap_codec import (
     CLIP_PERCENTILES,
     FORMAT_8BIT,
     FORMAT_LOSSLESS,
     FORMAT_VERSION,
     EncodedPointmap,
-    decode,
-    encode_8bit,
-    encode_lossless,
-    mask_from_values,
-    normalise,
-    quantisation_step,
 )
-from k4d.video import read_video  # noqa: F401 - re-exported for the projection package
 from k4d.video import write_video as _write_mp4
 
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from k4d.camera import Camera, invert_rigid
+from k4d.camera import Camera
 from k4d.errors import InvalidArgument, ResourceExhausted
+from k4d.pointmap_codec import invert_rigid
 
 from k4d_projection.engines import make_link_scene
 from k4d_projection.meshes import LinkMesh, build_link_meshes

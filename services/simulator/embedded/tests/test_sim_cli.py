@@ -55,7 +55,7 @@ def test_simulate_writes_every_output_with_design_keys(quick_rollout):
     assert world["pointmap"].shape == (T, H, W, 3) and world["rgb"].shape == (T, H, W, 3)
     # static-world: the robot's own points are composited into the world pointmap
     np.testing.assert_array_equal(world["pointmap"][robot["mask"]], robot["pointmap"][robot["mask"]])
-    from k4d_embedded.outputs import read_video
+    from k4d.video import read_video
 
     assert read_video(out / "rgb.mp4").shape == (T, H, W, 3)
     meta = json.loads((out / "pointmap_k4d.json").read_text())
@@ -75,10 +75,10 @@ def test_summary_and_viewer_label_static_world(quick_rollout):
 
 
 def test_8bit_pointmap_video_decodes_to_metric_points(quick_rollout):
-    from k4d_projection import codecs
+    from k4d.video import read_video
 
     meta = json.loads((quick_rollout / "pointmap_k4d.json").read_text())
-    codes = codecs.read_video(quick_rollout / "pointmap_k4d.mp4").astype(np.float64)
+    codes = read_video(quick_rollout / "pointmap_k4d.mp4").astype(np.float64)
     world = load_npz(quick_rollout / "pointmap.npz")
     scale, centre = np.array(meta["scale"]), np.array(meta["centre"])
     decoded = (codes / 127.5 - 1) * scale[:, None, None, None] + centre[:, None, None, :]

@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 from k4d import errors, pipeline_topology
 from k4d.bus import HEADER_ERROR, HEADER_ERROR_TYPE, dlq, event_headers
-from k4d.telemetry import get_logger
+from k4d.logs import get_logger
 from k4d_simulator import events as ev
 from k4d_simulator.jobs import JobTable, is_terminal
 from k4d_simulator.records import JobRecords

@@ -31,9 +31,10 @@ from k4d.bus.base import (
 )
 from k4d.bus.topics import dlq
 from k4d.errors import InvalidArgument, NotFound
+from k4d.logs import get_logger, log_context
 from k4d.metrics import begin_work, end_work, runtime_metrics
 from k4d.retry import backoff_delay
-from k4d.telemetry import extract_trace_context, get_logger, log_context
+from k4d.telemetry import extract_trace_context
 
 log = get_logger(__name__)
 Handler = Callable[[Message], None]

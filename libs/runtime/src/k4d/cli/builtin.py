@@ -6,7 +6,6 @@ import argparse
 
 from k4d.config import parse_port
 from k4d.errors import InvalidArgument
-from k4d.service import installed  # noqa: F401 - `k4d up` reads the entry points here
 
 
 def register(subparsers) -> None:

@@ -162,8 +162,8 @@ def _print_table(rows: list[tuple[str, str, str, str]]) -> None:
 
 
 def up(options: UpOptions) -> int:
-    from k4d.cli.builtin import installed
     from k4d.grpc_client import wait_healthy
+    from k4d.service import installed
 
     if not options.timeout_s > 0 or math.isinf(options.timeout_s):  # also rejects nan
         raise InvalidArgument.for_field("--timeout", f"expected seconds > 0, got {options.timeout_s}")

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from k4d.errors import InvalidArgument
-
-from k4d_generator import cache_root
+from k4d_model import cache_root
 
 BACKENDS = ("torch", "onnx", "tensorrt")
 

@@ -10,9 +10,10 @@ Optional dependency: `pip install mujoco` (extra `k4d-projection[bench]`) plus D
 from __future__ import annotations
 
 import numpy as np
-from k4d.camera import Camera, invert_rigid
+from k4d.camera import Camera
 from k4d.errors import InvalidArgument
 from k4d.mujoco_gl import import_mujoco, linearize_depth
+from k4d.pointmap_codec import invert_rigid
 
 from k4d_projection.meshes import LinkMesh
 

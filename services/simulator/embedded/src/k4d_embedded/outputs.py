@@ -20,10 +20,8 @@ from pathlib import Path
 
 import numpy as np
 from k4d.camera import Camera
-from k4d.pointmap_video import POINTMAP_VIDEO, POINTMAP_VIDEO_META  # noqa: F401 - re-exported
 from k4d.pointmap_video import write_pointmap_video as _write_pointmap_video
 from k4d.recording import RECORDING_FILE, LinkMesh, is_rerun_available
-from k4d.video import read_video  # noqa: F401 - re-exported (tests, viewer)
 from k4d.video import write_video as _write_mp4
 
 log = logging.getLogger("k4d.simulate")

@@ -163,7 +163,7 @@ def _robot_name(spec: simulator_pb2.SimulationSpec) -> str:
 def run_kinematics(spec: simulator_pb2.SimulationSpec, cores: StageCores,
                    store=None) -> KinematicsOutput:
     """Actions -> joint trajectory (IK for end-effector actions) -> full-tree FK."""
-    from k4d_kinematics.proto_actions import action_spec_from_proto
+    from k4d.action_proto import action_spec_from_proto
     from k4d_kinematics.trajectory import solve_actions
 
     model = cores.robot(_robot_name(spec), store)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 
 from k4d.errors import InvalidArgument, Unavailable
-from k4d.telemetry import get_logger
+from k4d.logs import get_logger
 from kinema4d.v1 import trainer_pb2, trainer_pb2_grpc
 
 from k4d_trainer.control import jobs

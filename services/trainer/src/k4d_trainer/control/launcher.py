@@ -25,7 +25,7 @@ from pathlib import Path
 
 from k4d.config import ENV_VARS, Config
 from k4d.errors import NotFound
-from k4d.telemetry import get_logger
+from k4d.logs import get_logger
 
 from k4d_trainer.control import pytorchjob
 from k4d_trainer.control.settings import TrainerSettings
