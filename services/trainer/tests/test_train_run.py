@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -270,40 +271,41 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def _long_run(tmp_path: Path, path) -> Path:
-    """The overfit recipe made to run until stopped (100,000 steps), checkpointing only
-    when it stops."""
+@contextlib.contextmanager
+def _two_ranks_at_step(tmp_path: Path, path, step: int):
+    """`k4d train --nproc 2` of the overfit recipe made to run until stopped (100,000 steps,
+    checkpointing only when it stops), once it reached `step` -> (the launcher, the run
+    directory, every process below the launcher). None is left running afterwards."""
     config = json.loads(Path(path).read_text())
     config["training"]["steps"] = 100_000
     config["checkpoint"] = {"every": 0, "keep": 0}
-    recipe_file = tmp_path / "long.json"
+    recipe_file, run = tmp_path / "long.json", tmp_path / "run"
     recipe_file.write_text(json.dumps(config))
-    return recipe_file
+    proc = _k4d("train", "--config", str(recipe_file), "--out", str(run), "--nproc", "2")
+    stepped = threading.Event()
+    _when_step(run, step, stepped.set).join()
+    below = _descendants(proc.pid)
+    try:
+        assert stepped.is_set(), proc.stderr.read()[-3000:] if proc.poll() is not None else ""
+        assert len(below) >= 3, below  # the torchrun agent and two workers
+        yield proc, run, below
+    finally:  # never leave workers behind, whatever failed
+        for pid in [proc.pid, *below]:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_sigterm_to_the_launcher_stops_its_torchrun_workers(tmp_path, overfit):
     """`k4d train --nproc 2` re-launches itself under torchrun: a SIGTERM to the command
     (a pod stop, a `kill`) must reach the workers, which checkpoint and stop, instead of
     ending the launcher alone and leaving them training."""
-    recipe_file, run = _long_run(tmp_path, overfit[0]), tmp_path / "run"
-    proc = _k4d("train", "--config", str(recipe_file), "--out", str(run), "--nproc", "2")
-    stepped = threading.Event()
-    watcher = _when_step(run, 2, stepped.set)
-    watcher.join()
-    assert stepped.is_set(), proc.stderr.read()[-3000:] if proc.poll() is not None else "no step"
-    below = _descendants(proc.pid)
-    try:
-        assert len(below) >= 3, below  # the torchrun agent and two workers
+    with _two_ranks_at_step(tmp_path, overfit[0], 2) as (proc, run, below):
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=120)
         deadline = time.monotonic() + 30
         while any(alive(pid) for pid in below) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not [pid for pid in below if alive(pid)]
-    finally:  # never leave workers behind, whatever failed
-        for pid in [proc.pid, *below]:
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
     status = read_status(str(run))
     assert status.state == "failed" and "SIGTERM" in status.error
     assert (run / "checkpoints" / f"step-{status.step:08d}" / "COMMITTED").exists()
@@ -313,20 +315,9 @@ def test_sigkill_of_the_launcher_takes_its_torchrun_workers_along(tmp_path, over
     """torchrun starts its workers in sessions of their own: before the parent-death signals
     (k4d_trainer.lifeline), a SIGKILL of `k4d train --nproc 2` left the agent and both
     workers training, and they published a model. Nothing may be left 5 s after it."""
-    recipe_file, run = _long_run(tmp_path, overfit[0]), tmp_path / "run"
-    proc = _k4d("train", "--config", str(recipe_file), "--out", str(run), "--nproc", "2")
-    stepped = threading.Event()
-    _when_step(run, 1, stepped.set).join()
-    below = _descendants(proc.pid)
-    try:
-        assert stepped.is_set(), proc.stderr.read()[-3000:] if proc.poll() is not None else ""
-        assert len(below) >= 3, below  # the torchrun agent and two workers
+    with _two_ranks_at_step(tmp_path, overfit[0], 1) as (proc, run, below):
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         time.sleep(5)
         assert not [pid for pid in below if alive(pid)]
-    finally:  # never leave workers behind, whatever failed
-        for pid in [proc.pid, *below]:
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
     assert read_status(str(run)).state == "running"  # killed: nobody wrote an end state
