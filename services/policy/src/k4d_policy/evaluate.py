@@ -14,6 +14,7 @@ episode keys and counts them on a progress bar.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import functools
 import hashlib
 import io
 import json
@@ -159,16 +160,22 @@ def run_world(cfg: EvalConfig, world_name: str, policy_spec: str, scenario, epis
             policy.close()
 
 
+@functools.lru_cache(maxsize=32)
+def _scenario(seed: int, index: int, task: str, height: int, width: int, robot: str):
+    """Every policy meets the same scene: drawn once per process (IK feasibility checks)."""
+    from k4d_policy.scenes import scenario
+
+    return scenario(seed, index, task, height, width, robot)
+
+
 def run_one(cfg: EvalConfig, policy: str, task: str, index: int) -> dict:
     """Both worlds of one (policy, task, scene); writes and returns the record."""
-    from k4d_policy.scenes import scenario as draw
-
     store = open_output(cfg.out)
     name = episode_name(policy, task, index)
     record = {"policy": policy, "task": task, "index": index, "seed": cfg.seed, "episode": name,
               "fingerprint": cfg.fingerprint()}
     try:
-        sc = draw(cfg.seed, index, task, cfg.clip[1], cfg.clip[2], cfg.robot)
+        sc = _scenario(cfg.seed, index, task, cfg.clip[1], cfg.clip[2], cfg.robot)
     except Exception as exc:
         for w in WORLDS:
             record[w] = {"status": "error", "success": None, "error": f"scene: {type(exc).__name__}: {exc}"}
