@@ -232,6 +232,25 @@ class Camera:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
 
 
+def cameras_from_json(doc, field: str = "camera") -> Camera | list[Camera]:
+    """The DESIGN.md camera JSON, or a non-empty list of it (one per frame, a moving camera)
+    -> a Camera or a list of them; Cameras given are kept. Errors name the field
+    (`camera.fx`, `camera[3].width`)."""
+    if isinstance(doc, list):
+        if not doc:
+            raise InvalidArgument.for_field(field, "must be a camera object or a list of them")
+        return [_camera_from_json(d, f"{field}[{i}]") for i, d in enumerate(doc)]
+    return _camera_from_json(doc, field)
+
+
+def _camera_from_json(doc, field: str) -> Camera:
+    if isinstance(doc, Camera):
+        return doc
+    if isinstance(doc, dict):
+        return Camera.from_dict(doc, field_prefix=field)
+    raise InvalidArgument.for_field(field, "must be a camera object or a list of them")
+
+
 # ---- validation ---------------------------------------------------------------
 def _violations(cam: Camera) -> list[FieldViolation]:
     out: list[FieldViolation] = []

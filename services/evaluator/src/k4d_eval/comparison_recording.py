@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-from k4d.camera import Camera
+from k4d.camera import Camera, cameras_from_json
 from k4d.errors import FailedPrecondition, InvalidArgument
 
 from k4d_eval.clip import Clip
@@ -44,18 +44,15 @@ def load_camera(path: Path, frames: int, height: int, width: int) -> Camera | li
         raise InvalidArgument.for_field("camera", f"cannot read {path}: {exc.strerror}") from None
     except ValueError as exc:
         raise InvalidArgument.for_field("camera", f"{path} is not JSON: {exc}") from None
-    if isinstance(doc, list):
-        if len(doc) != frames:
-            raise InvalidArgument.for_field("camera", f"a per-frame camera list needs {frames} "
-                                                      f"entries, got {len(doc)}")
-        cameras = [Camera.from_dict(d, field_prefix=f"camera[{i}]") for i, d in enumerate(doc)]
-    else:
-        cameras = [Camera.from_dict(doc, field_prefix="camera")]
-    for cam in cameras:
+    camera = cameras_from_json(doc)
+    if isinstance(camera, list) and len(camera) != frames:
+        raise InvalidArgument.for_field("camera", f"a per-frame camera list needs {frames} "
+                                                  f"entries, got {len(camera)}")
+    for cam in camera if isinstance(camera, list) else [camera]:
         if (cam.width, cam.height) != (width, height):
             raise InvalidArgument.for_field(
                 "camera.width", f"camera is {cam.width}x{cam.height}, the frames {width}x{height}")
-    return cameras if isinstance(doc, list) else cameras[0]
+    return camera
 
 
 def per_frame_metrics(result: EpisodeResult, psnr_max_db: float) -> dict[str, np.ndarray]:

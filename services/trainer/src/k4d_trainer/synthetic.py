@@ -11,6 +11,7 @@ import numpy as np
 def synthetic_episode(index: int, frames: int = 9, height: int = 40, width: int = 56):
     """(meta, arrays) of a scene whose content depends on `index`: a coloured block the
     robot (a bar sweeping across) pushes, a tilted plane as the scene pointmap."""
+    from k4d.camera import Camera
     from k4d.episodes import EpisodeMeta
 
     rng = np.random.default_rng(index)
@@ -31,8 +32,8 @@ def synthetic_episode(index: int, frames: int = 9, height: int = 40, width: int 
     mask = np.broadcast_to(robot, (frames, height, width)).copy()
     robot_rgb = np.where(mask[..., None], rgb, 0).astype(np.uint8)
     robot_pm = np.where(mask[..., None], pointmap, 0).astype(np.float32)
-    camera = {"width": width, "height": height, "fx": 50.0, "fy": 50.0, "cx": (width - 1) / 2,
-              "cy": (height - 1) / 2, "T_cam_from_world": np.eye(4).tolist()}
+    camera = Camera(width=width, height=height, fx=50.0, fy=50.0, cx=(width - 1) / 2,
+                    cy=(height - 1) / 2)
     meta = EpisodeMeta(episode_id=f"ep{index:03d}", frames=frames, height=height, width=width,
                        fps=10.0, task="push the block", task_kind="push", success=True,
                        success_judge="synthetic", robot="bar", joint_names=["x"],

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from k4d.camera import Camera
+from k4d.camera import Camera, cameras_from_json
 from k4d.episodes.schema import SCHEMA_VERSION
 from k4d.errors import InvalidArgument
 
@@ -55,7 +55,7 @@ class EpisodeMeta:
     arrays: list[str] = field(default_factory=list)
 
     def __post_init__(self):
-        self.camera = _as_cameras(self.camera)
+        self.camera = cameras_from_json(self.camera, "meta.camera")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types: the camera in its DESIGN.md JSON form."""
@@ -103,7 +103,7 @@ class EpisodeMeta:
         for name in ("actions", "source"):
             if not isinstance(getattr(self, name), dict):
                 raise InvalidArgument.for_field(f"meta.{name}", "must be an object")
-        self.camera = _as_cameras(self.camera)  # a field may have been replaced since __init__
+        self.camera = cameras_from_json(self.camera, "meta.camera")  # may be replaced since __init__
         if isinstance(self.camera, list) and len(self.camera) != self.frames:
             raise InvalidArgument.for_field(
                 "meta.camera", f"a per-frame camera list needs {self.frames} entries, got {len(self.camera)}")
@@ -121,20 +121,3 @@ def _camera_json(camera):
     # A field set after construction is passed on as it is; `validate` names what is wrong.
     return camera.to_dict() if isinstance(camera, Camera) else copy.deepcopy(camera)
 
-
-def _as_cameras(camera) -> Camera | list[Camera]:
-    """A Camera or a non-empty list of them; JSON forms are parsed (fields named
-    `meta.camera.fx`, `meta.camera[3].fx`)."""
-    if isinstance(camera, list):
-        if not camera:
-            raise InvalidArgument.for_field("meta.camera", "must be a camera object or a list of them")
-        return [_as_camera(c, f"meta.camera[{i}]") for i, c in enumerate(camera)]
-    return _as_camera(camera, "meta.camera")
-
-
-def _as_camera(camera, field: str) -> Camera:
-    if isinstance(camera, Camera):
-        return camera
-    if isinstance(camera, dict):
-        return Camera.from_dict(camera, field_prefix=field)
-    raise InvalidArgument.for_field(field, "must be a camera object or a list of them")
