@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from k4d.bus import InProcessBus, dlq, event_headers
 from k4d.config import Config
-from k4d.errors import NotFound, Unavailable
+from k4d.errors import InvalidArgument, NotFound, Unavailable
+from k4d.generation import STATIC_WORLD
 from k4d.grpc_client import field_violations
 from k4d.grpc_server import create_server
 from k4d.stage_events import cancel_marker_key
@@ -21,6 +22,7 @@ from k4d_simulator import events as ev
 from k4d_simulator.api import SimulatorServicer
 from k4d_simulator.feed import DLQ_TOPICS, JobFeed
 from k4d_simulator.jobs import JobTable
+from k4d_simulator.server import DEFAULT_MODEL_ENV, build_servicer, default_model_ref
 from kinema4d.v1 import (
     common_pb2,
     events_pb2,
@@ -339,3 +341,85 @@ def test_a_restarted_feed_does_not_bridge_a_dead_letter_again(service):
         finally:
             feed.stop()
     assert failures.poll(0.3, max_records=10) == []
+
+
+# --- K4D_SIMULATOR_DEFAULT_MODEL ---------------------------------------------------------
+# The front door fills the cluster's default model (what `k4d up` published, the model
+# `k4d simulate` runs without --model) into a submitted spec that names no model, and leaves
+# alone a spec that names one or asks for the static-world backend. The servicer is built as
+# `k4d serve simulator` builds it (build_servicer reads the setting); the proof is the
+# SimulationRequested event the stage workers receive.
+
+
+@pytest.fixture
+def front_door(tmp_path, monkeypatch):
+    """build_servicer with K4D_SIMULATOR_DEFAULT_MODEL=registry:k4d-demo-small/step-3794."""
+    monkeypatch.setenv(DEFAULT_MODEL_ENV, "registry:k4d-demo-small/step-3794")
+    bus = InProcessBus()
+    servicer, feed = build_servicer(None, bus, LocalStore(tmp_path / "store"))
+    reader = bus.reader([ev.TOPIC_REQUESTED])
+    try:
+        yield servicer, reader
+    finally:
+        feed.stop()
+
+
+def _submitted_spec(servicer, reader, spec) -> simulator_pb2.SimulationSpec:
+    job_id = servicer.Submit(simulator_pb2.SubmitRequest(spec=spec), None).job_id
+    (message,) = reader.poll(1.0, max_records=10)
+    event = events_pb2.SimulationRequested.FromString(message.value)
+    assert event.header.job_id == job_id
+    # the durable request record (what another replica answers from) says the same
+    request, _ = servicer.records.load(job_id)
+    assert request.spec.model == event.spec.model
+    return event.spec
+
+
+def test_a_spec_without_a_model_gets_the_default(front_door):
+    servicer, reader = front_door
+    spec = _submitted_spec(servicer, reader, make_spec())
+    assert (spec.model.name, spec.model.version, spec.model.uri) == (
+        "k4d-demo-small", "step-3794", "")
+
+
+def test_a_named_model_or_the_static_world_backend_is_kept(front_door):
+    servicer, reader = front_door
+    named = make_spec()
+    named.model.CopyFrom(common_pb2.ModelRef(name="mine", version="7"))
+    assert _submitted_spec(servicer, reader, named).model == named.model
+    by_uri = make_spec()
+    by_uri.model.uri = "s3://models/mine/7"
+    assert _submitted_spec(servicer, reader, by_uri).model == by_uri.model
+    floor = make_spec()
+    floor.sampling.backend = STATIC_WORLD
+    spec = _submitted_spec(servicer, reader, floor)
+    assert not spec.HasField("model") and spec.sampling.backend == STATIC_WORLD
+
+
+def test_without_the_setting_a_spec_keeps_no_model(tmp_path, monkeypatch):
+    monkeypatch.delenv(DEFAULT_MODEL_ENV, raising=False)
+    bus = InProcessBus()
+    servicer, feed = build_servicer(None, bus, LocalStore(tmp_path / "store"))
+    try:
+        assert servicer.default_model is None
+        spec = _submitted_spec(servicer, bus.reader([ev.TOPIC_REQUESTED]), make_spec())
+        assert not spec.HasField("model")
+    finally:
+        feed.stop()
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("registry:k4d-demo-small/step-3794", ("k4d-demo-small", "step-3794")),
+    ("k4d-demo-small", ("k4d-demo-small", "")),  # no version = the registry's latest
+    (" k4d-demo-small/3 ", ("k4d-demo-small", "3")),
+])
+def test_default_model_reference_forms(value, expected):
+    ref = default_model_ref(value)
+    assert (ref.name, ref.version, ref.uri) == (*expected, "")
+
+
+@pytest.mark.parametrize("value", ["registry:", "a/b/c", "s3://models/x", "../x", "a b"])
+def test_a_malformed_setting_names_the_variable(value):
+    with pytest.raises(InvalidArgument) as exc:
+        default_model_ref(value)
+    assert [v.field for v in exc.value.violations] == [DEFAULT_MODEL_ENV]
