@@ -43,7 +43,7 @@ def test_pair_outputs_and_perfect_self_report(pair, capsys):
     for key in ("psnr", "ssim", "chamfer_l1", "chamfer_l2", "fscore"):
         assert report["metrics"][key] is not None
     assert "lpips" not in report["metrics"]  # no --weights
-    assert set(report["regions"]) == {"whole", "robot", "environment"}
+    assert set(report["regions"]) == {"whole", "robot", "environment", "changed", "static"}
     assert len(report["per_frame"]["ssim"]) == T
     assert report["settings"]["tau"] == 0.01
     csv = (pair / "o" / "summary.csv").read_text().splitlines()

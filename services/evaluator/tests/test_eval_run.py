@@ -76,7 +76,7 @@ def test_eval_run_then_resume_then_eval_dirs(dataset, capsys):
     assert report["baseline"]["regions"]["robot"]["psnr"] == 100.0
     model = report["metrics"]
     assert 0 < model["psnr"] < base["psnr"] < 100 and 0 < model["chamfer_l1"]
-    assert set(report["regions"]) == {"whole", "robot", "environment"}
+    assert set(report["regions"]) == {"whole", "robot", "environment", "changed", "static"}
     assert len(report["per_frame"]["psnr"]) == FRAMES
     assert report["inputs"]["generation"] == "`k4d simulate` subprocess"
     assert report["policy"]["episodes"][0]["true_success"] is True
@@ -152,4 +152,4 @@ def test_eval_run_with_depth_gives_the_first_frames_depth(dataset, tmp_path, cap
     assert report["inputs"]["given"] == "first frame RGB + depth"
     summary = json.loads((out / "predictions" / "ep0" / "summary.json").read_text())
     assert summary["inputs"]["depth"].endswith("depth.npy")
-    assert report["baseline"]["metrics"]["depth_absrel"] < 1e-6
+    assert report["baseline"]["metrics"]["depth_absrel"] < 0.01
