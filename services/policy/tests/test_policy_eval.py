@@ -58,6 +58,9 @@ def test_policy_report_cells_confusion_and_bad_input_lines():
     assert any("'clumsy' at step 6" in line for line in report["malformed_actions"])
     assert {n["policy"] for n in report["not_evaluated"]} == {"grpc://h:1"}
     assert set(report["correlation"]) == {"pearson", "spearman", "mmrv"}
+    goal = report["goals"]["episode_agreement"]
+    assert goal["met"] is False and goal["missed_by"] == pytest.approx(0.85 - 2 / 3, abs=1e-4)
+    assert report["per_task"]["pick"]["world_model_judge_when_physics_succeeded"]["episodes"] == 2
 
 
 @pytest.mark.parametrize("argv, field", [

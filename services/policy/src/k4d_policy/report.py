@@ -93,11 +93,17 @@ def build_report(cfg: EvalConfig, records: list[dict]) -> dict:
                           "world_model_success": float(np.mean([w for _, w in pairs])),
                           "correlation": correlations([r["physics_success"] for r in cells_t],
                                                       [r["world_model_success"] for r in cells_t]),
-                          "confusion": confusion(pairs)}
+                          "confusion": confusion(pairs),
+                          "world_model_judge_when_physics_succeeded": _judge_measures(
+                              [r for r in records if r["task"] == task and r.get("physics", {}).get("success")
+                               and r.get("world_model", {}).get("status") == "ok"])}
+    corr_all = {k: corr[k] for k in ("pearson", "spearman", "mmrv")}
+    agreement_all = float(np.mean([p == w for p, w in pairs_all])) if pairs_all else None
     return {
+        "goals": goals({**corr_all, "episode_agreement": agreement_all}),
         "policies": rows,
-        "correlation": {k: corr[k] for k in ("pearson", "spearman", "mmrv")},
-        "episode_agreement": float(np.mean([p == w for p, w in pairs_all])) if pairs_all else None,
+        "correlation": corr_all,
+        "episode_agreement": agreement_all,
         "confusion": confusion(pairs_all),
         "per_task": per_task,
         "episodes": {"planned": len(episode_keys(cfg)), "recorded": len(records),
@@ -109,6 +115,37 @@ def build_report(cfg: EvalConfig, records: list[dict]) -> dict:
                      "dt_s": cfg.dt_s, "horizon": cfg.horizon, "robot": cfg.robot},
         "timing": _timing(records),
     }
+
+
+GOALS = {"pearson": (">=", 0.9), "spearman": (">=", 0.9), "mmrv": ("<=", 0.05), "episode_agreement": (">=", 0.85)}
+
+
+def goals(values: dict) -> dict:
+    """Each agreement goal (issue 18) with the value, whether it is met and by how much it
+    is missed (None where the value is undefined)."""
+    out = {}
+    for name, (op, target) in GOALS.items():
+        v = values.get(name)
+        met = None if v is None else (v >= target if op == ">=" else v <= target)
+        out[name] = {"goal": f"{op} {target}", "value": v, "met": met,
+                     "missed_by": None if v is None or met else round(abs(target - v), 4)}
+    return out
+
+
+def _judge_measures(records: list[dict]) -> dict:
+    """Medians of the world-model judge's measured values (lift, moved, xy, ...) over the
+    episodes physics judged successful: what the world model showed where it should have
+    shown success. `abstained`: episodes where the judge could not find the object."""
+    values: dict[str, list] = {}
+    abstained = 0
+    for r in records:
+        judged = r["world_model"].get("judge", {})
+        abstained += judged.get("success") is None
+        for k, v in judged.items():
+            if isinstance(v, float) and k != "success":
+                values.setdefault(k, []).append(v)
+    return {"episodes": len(records), "abstained": abstained,
+            **{f"median_{k}": round(float(np.median(v)), 4) for k, v in sorted(values.items())}}
 
 
 def _timing(records: list[dict]) -> dict:
@@ -230,6 +267,10 @@ def summary_markdown(report: dict, recordings: list[str], note: str) -> str:
              f"{e['evaluated_in_both_worlds']} of {e['planned']} episodes evaluated in both worlds.", "",
              f"**Pearson {fmt(c['pearson'])}, Spearman {fmt(c['spearman'])}, MMRV {fmt(c['mmrv'])}, "
              f"episode agreement {fmt(report['episode_agreement'])}** (goals: >= 0.9, >= 0.9, <= 0.05, >= 0.85)",
+             "", "Goals: " + "; ".join(
+                 f"{name} {g['goal']}: " + ("undefined (under two cells, or one side constant)" if g["value"] is None else
+                                            "met" if g["met"] else f"missed by {g['missed_by']:.3f}")
+                 for name, g in report["goals"].items()) + ".",
              "", "![world-model vs physics success per policy x task](scatter.png)", "",
              "| policy | task | n | physics success | world-model success |", "|---|---|---|---|---|"]
     for r in report["policies"]:
@@ -245,6 +286,11 @@ def summary_markdown(report: dict, recordings: list[str], note: str) -> str:
         lines.append(f"| {task} | {t['episodes']} | {fmt(t['episode_agreement'])} | {fmt(t['physics_success'])} | "
                      f"{fmt(t['world_model_success'])} | {fmt(tc['pearson'])} | {fmt(tc['spearman'])} | "
                      f"{fmt(tc['mmrv'])} |")
+    lines += ["", "What the world-model judge measured where physics succeeded (medians):", ""]
+    for task, t in report["per_task"].items():
+        m = t["world_model_judge_when_physics_succeeded"]
+        measured = ", ".join(f"{k[len('median_'):]} {v}" for k, v in m.items() if k.startswith("median_"))
+        lines.append(f"- {task}: {m['episodes']} episodes, {m['abstained']} abstentions; {measured or 'nothing'}")
     lines += ["", "## Rollouts side by side (Rerun: `rerun FILE.rrd`; left physics, right world model)", ""]
     lines += [f"- [{key}]({key})" for key in recordings] or [f"- {note or 'none selected'}"]
     if report["malformed_actions"]:
