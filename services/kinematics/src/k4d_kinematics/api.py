@@ -26,9 +26,9 @@ from k4d.tensor_io import INLINE_LIMIT_BYTES
 from kinema4d.v1 import kinematics_pb2 as kpb
 from kinema4d.v1 import kinematics_pb2_grpc
 
+from .core import solve_trajectory
 from .ik import solve_ik
 from .proto_actions import ik_options
-from .trajectory import solve_actions
 
 MAX_FRAMES = 100_000  # FK frames per request
 MAX_IK_FRAMES = 10_000
@@ -132,7 +132,7 @@ class KinematicsServicer(kinematics_pb2_grpc.KinematicsServiceServicer):
     def SolveTrajectory(self, request, context):
         model = self._robot(request.robot)
         spec = self._action_spec(request)
-        result = solve_actions(model, spec, ik_options(None, spec.num_frames))
+        result = solve_trajectory(model, spec)
         key = _request_key("trajectory", request)
         return kpb.SolveTrajectoryResponse(
             joint_names=model.joint_names, link_names=model.link_names,

@@ -167,7 +167,7 @@ def run_ik(args) -> int:
 
 
 def run_solve(args) -> int:
-    from .trajectory import solve_actions
+    from .core import solve_trajectory
 
     document = _read_json(args.actions)
     spec = parse_actions(document)
@@ -179,7 +179,7 @@ def run_solve(args) -> int:
 
         spec = replace(spec, clip=True)
     model = _load(robot, args)
-    out = solve_actions(model, spec)
+    out = solve_trajectory(model, spec)  # the stage's IK budget, as every mode
     arrays = dict(link_names=np.array(model.link_names), joint_names=np.array(model.joint_names),
                   joints=out.joints, poses=out.poses, times=out.times, success=out.success,
                   position_error=out.position_error, rotation_error=out.rotation_error)

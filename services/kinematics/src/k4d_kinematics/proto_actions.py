@@ -10,17 +10,15 @@ from __future__ import annotations
 import numpy as np
 from k4d.errors import InvalidArgument
 
+from .core import job_ik_options
 from .ik import IKOptions
-
-IK_REQUEST_BUDGET_S = 30.0  # restarts stop early enough that one request stays bounded
 
 
 def ik_options(request, frames: int) -> IKOptions:
-    """IK settings for one request of `frames` frames: the per-frame time budget keeps the
-    whole request within IK_REQUEST_BUDGET_S; `request` (an InverseKinematicsRequest, or
-    None) may tighten or loosen the tolerances."""
-    per_frame = min(0.5, IK_REQUEST_BUDGET_S / max(frames, 1))
-    options = IKOptions(timeout_s=per_frame, trajectory_timeout_s=min(0.05, per_frame))
+    """IK settings for one request of `frames` frames: the job budget of the kinematics
+    core (`job_ik_options`); `request` (an InverseKinematicsRequest, or None) may tighten
+    or loosen the tolerances."""
+    options = job_ik_options(frames)
     if request is None:
         return options
     for name, value in (("position_tolerance_m", request.position_tolerance_m),

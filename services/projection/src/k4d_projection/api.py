@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections import OrderedDict
 
 import numpy as np
 from k4d import pointmap_codec
@@ -25,11 +24,11 @@ from k4d.tensor_io import INLINE_LIMIT_BYTES, to_tensor
 from kinema4d.v1 import common_pb2, projection_pb2_grpc
 from kinema4d.v1 import projection_pb2 as ppb
 
+from k4d_projection.core import RendererCache
 from k4d_projection.renderer import (
     CONDITION_OUTPUTS,
     DEFAULT_MEMORY_BUDGET_BYTES,
     RenderWorkspace,
-    RobotRenderer,
 )
 
 MAX_FRAMES = 10_000
@@ -43,29 +42,6 @@ RESPONSE_FIELDS = {"pointmap_world": "world_pointmap"}  # core name -> proto fie
 ENCODING_DTYPES = {ppb.POINTMAP_ENCODING_KINEMA4D_8BIT: "uint8",
                    ppb.POINTMAP_ENCODING_FLOAT16: "float16",
                    ppb.POINTMAP_ENCODING_FLOAT32: "float32"}
-
-
-class RendererCache:
-    """Built `RobotRenderer`s (meshes + acceleration structures) per robot and geometry
-    set, least recently used first out. Thread-safe."""
-
-    def __init__(self, capacity: int = 8, engine: str = "open3d"):
-        self.capacity, self.engine = capacity, engine
-        self._items: OrderedDict[tuple, RobotRenderer] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, model, collision: bool) -> RobotRenderer:
-        key = (model.name, model.source, id(model), collision)
-        with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-                return self._items[key]
-        renderer = RobotRenderer.from_robot(model, collision=collision, engine=self.engine)
-        with self._lock:
-            self._items[key] = renderer
-            while len(self._items) > self.capacity:
-                self._items.popitem(last=False)
-        return renderer
 
 
 class ProjectionServicer(projection_pb2_grpc.ProjectionServiceServicer):

@@ -1,11 +1,13 @@
 """Kafka stage `k4d.sim.kinematics` -> projection -> `k4d.sim.projected`.
 
-For each KinematicsCompleted: skip a cancelled job (marker `jobs/<id>/cancel`: emit
-SimulationFailed{CANCELLED}), load the link poses from the object store, ray-cast the
-robot into the job's camera and store depth, pointmap, mask, link_id and rgb at the
-deterministic keys `jobs/<id>/projection/<name>`, then publish ProjectionCompleted. A
-redelivered event rewrites the same bytes. Bad input raises InvalidArgument/NotFound,
-which the StageWorker sends to the dead-letter topic at once.
+`StageWorker.for_stage` runs the prologue every stage shares (read the event, skip a
+cancelled job: SimulationFailed{CANCELLED}); for each KinematicsCompleted this stage
+decodes the robot, the camera and the link poses (from the object store), runs the
+projection core (`k4d_projection.core.robot_condition`: ray-cast the robot into the
+job's camera), stores depth, pointmap, mask, link_id and rgb at the deterministic keys
+`jobs/<id>/projection/<name>` and publishes ProjectionCompleted. A redelivered event
+rewrites the same bytes. Bad input raises InvalidArgument/NotFound, which the
+StageWorker sends to the dead-letter topic at once.
 """
 
 from __future__ import annotations
@@ -18,22 +20,13 @@ from k4d.camera_proto import camera_from_proto
 from k4d.errors import InvalidArgument
 from k4d.robots.proto import robot_from_ref
 from k4d.robots.registry import RobotRegistry
-from k4d.stage_events import (
-    is_cancelled,
-    publish_cancelled,
-    publish_stage_event,
-    read_stage_event,
-)
+from k4d.stage_events import StageContext, publish_stage_event
 from k4d.store import get_array, job_key, put_array
 from k4d.tensor_io import TensorRef
 from kinema4d.v1 import events_pb2
 
-from k4d_projection.api import RendererCache
-from k4d_projection.renderer import (
-    CONDITION_OUTPUTS,
-    DEFAULT_MEMORY_BUDGET_BYTES,
-    RenderWorkspace,
-)
+from k4d_projection.core import RendererCache, robot_condition
+from k4d_projection.renderer import DEFAULT_MEMORY_BUDGET_BYTES, RenderWorkspace
 
 STAGE = "projection"
 GROUP_ID = "k4d-projection"
@@ -48,23 +41,20 @@ class ProjectionStage:
         self.memory_budget_bytes = memory_budget_bytes
         self.workspace = RenderWorkspace()  # one message at a time: reuse the buffers
 
-    def handle(self, message) -> None:
+    def handle(self, event: events_pb2.KinematicsCompleted, context: StageContext) -> None:
         started = time.perf_counter()
-        event, context = read_stage_event(message, events_pb2.KinematicsCompleted, STAGE)
-        job_id = context.job_id
-        if is_cancelled(self.store, job_id):
-            publish_cancelled(self.bus, context)
-            return
+        # decode
         model = robot_from_ref(event.spec.robot, self.registry, "spec.robot")
         camera = camera_from_proto(event.spec.camera, "spec.camera")
         poses = get_array(self.store, TensorRef.from_proto(event.poses, "poses"), field="poses")
         if list(event.link_names) and list(event.link_names) != model.link_names:
             raise InvalidArgument.for_field("link_names", "do not match the robot's links")
-        renderer = self.renderers.get(model, collision=False)
-        result = renderer.render(poses, camera, outputs=CONDITION_OUTPUTS,
+        # core
+        result = robot_condition(self.renderers.get(model, collision=False), poses, camera,
                                  memory_budget_bytes=self.memory_budget_bytes,
                                  workspace=self.workspace)
-        refs = {name: put_array(self.store, job_key(job_id, STAGE, name), array).to_proto()
+        # encode
+        refs = {name: put_array(self.store, job_key(context.job_id, STAGE, name), array).to_proto()
                 for name, array in result.arrays().items()}
         done = events_pb2.ProjectionCompleted(spec=event.spec, joints=event.joints,
                                               poses=event.poses, **refs)
@@ -76,4 +66,5 @@ class ProjectionStage:
 def build_worker(config, bus, store) -> StageWorker:
     """Entry point `k4d.workers`: the projection stage worker."""
     stage = ProjectionStage(bus, store)
-    return StageWorker.from_config(config, bus, SIM_KINEMATICS, GROUP_ID, stage.handle)
+    return StageWorker.for_stage(config, bus, store, SIM_KINEMATICS, GROUP_ID, stage=STAGE,
+                                 event_type=events_pb2.KinematicsCompleted, handle=stage.handle)

@@ -8,12 +8,17 @@
   (InvalidArgument, NotFound) go to the DLQ at once.
 - Stop: set the stop event; the current message is finished and committed, then the
   consumer leaves the group.
+- `StageWorker.for_stage` builds the worker of a `k4d.sim.*` stage: the prologue every
+  stage shares (read the stage event and its job, skip a cancelled job, and report a
+  cancellation raised mid-stage as SimulationFailed{CANCELLED}) runs here, and the
+  stage's own handler gets (event, StageContext).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from opentelemetry import trace
 
@@ -30,7 +35,7 @@ from k4d.bus.base import (
     topic_list,
 )
 from k4d.bus.topics import dlq
-from k4d.errors import InvalidArgument, NotFound
+from k4d.errors import Cancelled, InvalidArgument, NotFound
 from k4d.logs import get_logger, log_context
 from k4d.metrics import begin_work, end_work, runtime_metrics
 from k4d.retry import backoff_delay
@@ -38,6 +43,7 @@ from k4d.telemetry import extract_trace_context
 
 log = get_logger(__name__)
 Handler = Callable[[Message], None]
+StageHandler = Callable[[Any, Any], None]  # (parsed stage event, k4d.stage_events.StageContext)
 PERMANENT_ERRORS: tuple[type[BaseException], ...] = (InvalidArgument, NotFound)
 MAX_ERROR_HEADER_CHARS = 2000
 
@@ -61,6 +67,14 @@ class StageWorker:
         kwargs.setdefault("max_attempts", config.worker_max_attempts)
         kwargs.setdefault("backoff_s", config.worker_backoff_s)
         return cls(bus, topics, group_id, handler, **kwargs)
+
+    @classmethod
+    def for_stage(cls, config, bus: Bus, store, topic: str, group_id: str, *, stage: str,
+                  event_type, handle: StageHandler, **kwargs) -> StageWorker:
+        """The worker of one `k4d.sim.*` stage: consumes `event_type` events on `topic` and
+        calls `handle(event, context)` for every job that is not cancelled."""
+        return cls.from_config(config, bus, topic, group_id,
+                               stage_handler(bus, store, stage, event_type, handle), **kwargs)
 
     def run(self, stop_event: threading.Event) -> None:
         """Consume until `stop_event` is set; leaves the group on the way out."""
@@ -136,3 +150,24 @@ class StageWorker:
             # The partition moved to another member, which will see the message again;
             # stages are idempotent, so the duplicate is harmless.
             log.warning("commit failed; message will be redelivered", extra={"error": str(exc)})
+
+
+def stage_handler(bus: Bus, store, stage: str, event_type, handle: StageHandler) -> Handler:
+    """The prologue of every `k4d.sim.*` stage around `handle(event, context)`: parse the
+    event (a bad payload or job id is InvalidArgument: dead-lettered), skip a job whose
+    cancel marker exists (ADR 000), and turn a `Cancelled` raised inside the stage (the
+    generator checks the marker between sampler steps) into SimulationFailed{CANCELLED}."""
+    # Imported here: k4d.stage_events imports k4d.bus, whose __init__ imports this module.
+    from k4d.stage_events import is_cancelled, publish_cancelled, read_stage_event
+
+    def handler(message: Message) -> None:
+        event, context = read_stage_event(message, event_type, stage)
+        if is_cancelled(store, context.job_id):
+            publish_cancelled(bus, context)
+            return
+        try:
+            handle(event, context)
+        except Cancelled:
+            publish_cancelled(bus, context)
+
+    return handler

@@ -102,7 +102,7 @@ class StageCores:
 
     def __init__(self, render_engine: str = "open3d", device: str = "cpu",
                  cache_dir: str | None = None):
-        from k4d_projection.api import RendererCache
+        from k4d_projection.core import RendererCache
 
         self.render_engine, self.device, self.cache_dir = render_engine, device, cache_dir
         self.renderers = RendererCache(engine=render_engine)
