@@ -182,3 +182,15 @@ def test_dataset_report_carries_learned_metrics(weights, tmp_path, rng):
         want = hashlib.sha256((weights / name).read_bytes()).hexdigest()
         assert sources[metric] == {"weights": str(weights), "file": name, "sha256": want,
                                    "architecture": "layers"}, metric
+
+
+def test_learned_metrics_report_the_registry_names(weights, rng, frames):
+    """What LearnedMetrics returns is listed in k4d_eval.metric_registry, lower is better."""
+    from k4d_eval import metric_registry
+    from k4d_eval.clip import Clip
+
+    gts = [Clip(rgb=frames(rng, frames=4, height=16, width=24)) for _ in range(3)]
+    values = learned.LearnedMetrics.from_args(str(weights), None)(gts, gts)
+    assert set(values) == {"lpips", "fid", "fvd"}
+    for name in values:
+        assert metric_registry.info(name).higher_is_better is False

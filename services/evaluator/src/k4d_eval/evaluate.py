@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from k4d.errors import InvalidArgument
 
-from k4d_eval import geometry, video_metrics
+from k4d_eval import geometry, metric_registry, video_metrics
 from k4d_eval.clip import Clip
 from k4d_eval.regions import build_regions
 from k4d_eval.stats import FrameStats, frame_mean
@@ -20,7 +20,6 @@ from k4d_eval.stats import FrameStats, frame_mean
 # Pixels sampled per frame for the geometry metrics (the same pixels of prediction and
 # ground truth, so equal inputs stay exactly equal); 0 = every pixel.
 DEFAULT_GEOMETRY_PIXELS = 20_000
-SPACES = ("m", "k4d")  # metres; the Kinema4D normalisation
 
 
 @dataclass(frozen=True)
@@ -66,8 +65,9 @@ class Settings:
 
 @dataclass
 class EpisodeResult:
-    """region -> group -> FrameStats, for one episode. Groups: psnr, ssim, and per space
-    s in SPACES chamfer_s, temporal_s (prediction t-1 -> t), temporal_gt_s, depth_s."""
+    """region -> group -> FrameStats, for one episode. Groups: one per metric of
+    k4d_eval.metric_registry: psnr, ssim, and per space s in geometry.SPACES chamfer_s,
+    depth_s, and (whole frame only) temporal_s (prediction t-1 -> t), temporal_gt_s."""
 
     episode_id: str
     frames: int
@@ -124,16 +124,15 @@ def evaluate_clips(pred: Clip, gt: Clip, settings: Settings = Settings(), *,
     regions = build_regions(gt, condition_robot_mask, synthetic)
     geometry_on = pred.has_geometry and gt.has_geometry
     T = gt.frames
-    groups = ["psnr", "ssim"]
-    if geometry_on:
-        groups += [f"{kind}_{s}" for s in SPACES for kind in ("chamfer", "depth")]
+    measured = [(metric, key) for metric, key, _ in
+                metric_registry.groups(metric_registry.frame_metrics(settings.psnr_max_db))
+                if geometry_on or not metric.geometry]
     result = EpisodeResult(episode_id, T)
     for name in regions:
-        result.stats[name] = {g: FrameStats.zeros(T, _GROUP_STATS[g.split("_")[0]]) for g in groups}
-    if geometry_on:
-        for s in SPACES:
-            for kind in ("temporal", "temporal_gt"):
-                result.stats["whole"][f"{kind}_{s}"] = FrameStats.zeros(T, geometry.CHAMFER_STATS)
+        result.stats[name] = {key: FrameStats.zeros(T, metric.stats) for metric, key in measured
+                              if not metric.whole_frame_only}
+    result.stats["whole"].update({key: FrameStats.zeros(T, metric.stats)
+                                  for metric, key in measured if metric.whole_frame_only})
 
     def run(frames: range) -> list:
         # Frame t's clouds and trees serve its temporal pair (t, t+1): carried to the next
@@ -157,11 +156,6 @@ def evaluate_clips(pred: Clip, gt: Clip, settings: Settings = Settings(), *,
                    "robot_region": "condition" if condition_robot_mask is not None
                    else ("ground truth robot_mask" if gt.robot_mask is not None else "none")}
     return result
-
-
-_GROUP_STATS = {"psnr": video_metrics.PSNR_STATS, "ssim": video_metrics.SSIM_STATS,
-                "chamfer": geometry.CHAMFER_STATS, "temporal": geometry.CHAMFER_STATS,
-                "depth": geometry.DEPTH_STATS}
 
 
 def _runs(frames: int, threads: int) -> list[range]:
@@ -229,7 +223,7 @@ def _frame_stats(t: int, pred: Clip, gt: Clip, regions: Mapping[str, np.ndarray]
         # Temporal consistency (whole frame): frame t against frame t-1 of the same clip.
         for side, kind in (("pred", "temporal"), ("gt", "temporal_gt")):
             now, before = clouds[side], prev[side]
-            for s in SPACES:
+            for s in geometry.SPACES:
                 out["whole"][f"{kind}_{s}"] = geometry.chamfer_stats(
                     now.points[s], now.trees[s], before.points[s], before.trees[s],
                     settings.tau, settings.query_workers)
@@ -244,7 +238,7 @@ def _chamfer_regions(out: dict, masks: Mapping[str, np.ndarray], clouds: dict[st
     inside = {name: (mask.reshape(-1)[pred.idx], mask.reshape(-1)[gt.idx])
               for name, mask in masks.items()}
     workers = settings.query_workers
-    for s in SPACES:
+    for s in geometry.SPACES:
         P, G, p_tree, g_tree = pred.points[s], gt.points[s], pred.trees[s], gt.trees[s]
         if p_tree is None or g_tree is None:
             for name in masks:
@@ -288,27 +282,13 @@ def _depth_stats(groups: dict, region: np.ndarray, terms: dict) -> None:
 
 def metric_values(groups: Mapping[str, FrameStats], psnr_max_db: float = video_metrics.PSNR_MAX_DB
                   ) -> dict[str, np.ndarray]:
-    """group stats of one region -> metric name -> (T,) per-frame values (NaN: no value)."""
+    """group stats of one region -> metric name -> (T,) per-frame values (NaN: no value),
+    by every metric of the registry whose group was measured (temporal: whole frame only;
+    geometry: when both clips have it)."""
     values: dict[str, np.ndarray] = {}
-    if "psnr" in groups:
-        values["psnr"] = video_metrics._psnr_compute(groups["psnr"], max_db=psnr_max_db)
-        values["mse"] = video_metrics.mse_compute(groups["psnr"])
-    if "ssim" in groups:
-        values["ssim"] = video_metrics._ssim_compute(groups["ssim"])
-    for s in SPACES:
-        suffix = "" if s == "m" else f"_{s}"
-        if f"chamfer_{s}" in groups:
-            for name, v in geometry._chamfer_compute(groups[f"chamfer_{s}"]).items():
-                values[f"{name}{suffix}"] = v
-            for kind in ("temporal", "temporal_gt"):
-                if f"{kind}_{s}" not in groups:
-                    continue  # temporal variants are measured on the whole frame only
-                tv = geometry._chamfer_compute(groups[f"{kind}_{s}"])
-                tail = "_gt" if kind == "temporal_gt" else ""
-                for name in ("chamfer_l1", "chamfer_l2", "fscore"):
-                    values[f"temporal_{name}{tail}{suffix}"] = tv[name]
-            for name, v in geometry._depth_compute(groups[f"depth_{s}"]).items():
-                values[f"{name}{suffix}"] = v
+    for metric, key, suffix in metric_registry.groups(metric_registry.frame_metrics(psnr_max_db)):
+        if key in groups:
+            values.update(metric.values(groups[key], suffix))
     return values
 
 

@@ -22,10 +22,13 @@ import numpy as np
 from k4d.pointmap_codec import CLIP_PERCENTILES  # (2, 98), the codec's
 from scipy.spatial import cKDTree
 
-from k4d_eval.stats import FrameStats, safe_ratio
+from k4d_eval.stats import FrameMetric, FrameStats, MetricInfo, safe_ratio
 
 MIN_SCALE = 1e-6  # k4d.pointmap_codec's floor for a degenerate frame
 
+# The spaces geometry is measured in: metres (first-frame camera) and the Kinema4D
+# normalisation; a metric in a space other than metres carries its suffix (`_k4d`).
+SPACES = ("m", "k4d")
 DEFAULT_TAU = 0.01
 CHAMFER_STATS = ("pg_l1", "pg_l2", "n_pred", "gp_l1", "gp_l2", "n_gt", "pred_in", "gt_in")
 DEPTH_STATS = ("absrel_sum", "delta1_count", "n")
@@ -163,3 +166,63 @@ def chamfer(pred: np.ndarray, gt: np.ndarray, tau: float = DEFAULT_TAU) -> dict[
     """Chamfer L1/L2, precision, recall and F-score of one pair of (N, 3) clouds."""
     values = _chamfer_compute(_chamfer_update([pred], [gt], tau))
     return {k: float(v[0]) for k, v in values.items()}
+
+
+def space_suffix(space: str) -> str:
+    """The suffix of a metric measured in `space`: none for metres, `_k4d` otherwise."""
+    return "" if space == SPACES[0] else f"_{space}"
+
+
+class Chamfer(FrameMetric):
+    """Chamfer L1/L2, precision, recall and F-score of prediction against ground truth."""
+
+    group = "chamfer"
+    stats = CHAMFER_STATS
+    geometry = True
+    outputs = (MetricInfo("chamfer_l1", higher_is_better=False),
+               MetricInfo("chamfer_l2", higher_is_better=False),
+               MetricInfo("precision", higher_is_better=True),
+               MetricInfo("recall", higher_is_better=True),
+               MetricInfo("fscore", higher_is_better=True))
+
+    def compute(self, stats: FrameStats) -> dict[str, np.ndarray]:
+        return _chamfer_compute(stats)
+
+
+class TemporalChamfer(FrameMetric):
+    """The prediction's frame t against its frame t-1: how much its scene moved. No better
+    direction: a static prediction scores 0; compare with the ground truth's (`_gt`)."""
+
+    group = "temporal"
+    stats = CHAMFER_STATS
+    geometry = True
+    whole_frame_only = True
+    _kept = ("chamfer_l1", "chamfer_l2", "fscore")
+    tail = ""
+    outputs = tuple(MetricInfo(f"temporal_{name}", higher_is_better=None) for name in _kept)
+
+    def compute(self, stats: FrameStats) -> dict[str, np.ndarray]:
+        values = _chamfer_compute(stats)
+        return {f"temporal_{name}{self.tail}": values[name] for name in self._kept}
+
+
+class TemporalChamferGT(TemporalChamfer):
+    """The same of the ground truth: the motion that is really there (a reference)."""
+
+    group = "temporal_gt"
+    tail = "_gt"
+    outputs = tuple(MetricInfo(f"temporal_{name}_gt", higher_is_better=None)
+                    for name in TemporalChamfer._kept)
+
+
+class Depth(FrameMetric):
+    """Depth AbsRel and delta1 on pixels valid in both clips."""
+
+    group = "depth"
+    stats = DEPTH_STATS
+    geometry = True
+    outputs = (MetricInfo("depth_absrel", higher_is_better=False),
+               MetricInfo("depth_delta1", higher_is_better=True))
+
+    def compute(self, stats: FrameStats) -> dict[str, np.ndarray]:
+        return _depth_compute(stats)

@@ -40,6 +40,14 @@ from pathlib import Path
 import numpy as np
 from k4d.errors import FailedPrecondition, IntegrityError, InvalidArgument
 
+from k4d_eval.stats import MetricInfo
+
+# What LearnedMetrics reports: one value per evaluation (FID and FVD are distances between
+# distributions, so not per-frame statistics), all distances: lower is better.
+OUTPUTS = (MetricInfo("lpips", higher_is_better=False),
+           MetricInfo("fid", higher_is_better=False, fmt=".2f"),
+           MetricInfo("fvd", higher_is_better=False, fmt=".2f"),
+           MetricInfo("latent_l2", higher_is_better=False))
 WEIGHT_FILES = {"lpips": "lpips.safetensors", "fid": "fid.safetensors", "fvd": "fvd.safetensors"}
 SUMS_FILE = "SHA256SUMS"
 LAYERS_KEY, INPUT_KEY = "k4d_eval.layers", "k4d_eval.input"

@@ -5,11 +5,16 @@ per-frame statistics (sums and counts). `_compute` reduces them to per-frame val
 episode or a whole evaluation is the mean over frames that have a value (the paper's "per
 frame, then the mean"). Stats of several episodes combine by concatenating frames
 (reduction "cat"), so workers and resumed runs merge without special code.
+
+`FrameMetric` is the metric object over one such group of statistics (torchmetrics'
+`Metric`: the state fields as class data, `compute`, and the metadata of what it reports,
+`MetricInfo` with `higher_is_better`); `k4d_eval.metric_registry` lists them all.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import ClassVar
 
 import numpy as np
 
@@ -65,3 +70,52 @@ def frame_mean(values: np.ndarray) -> float | None:
     values = np.asarray(values, dtype=np.float64)
     finite = values[~np.isnan(values)]
     return float(finite.mean()) if finite.size else None
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    """One reported metric: its key in report.json, its direction and its summary.md format.
+    higher_is_better None: the value has no better direction (the temporal Chamfer is how
+    much the scene moved between frames: compare it with the ground truth's own, `_gt`)."""
+
+    name: str
+    higher_is_better: bool | None
+    fmt: str = ".4f"
+
+
+class FrameMetric:
+    """A metric over one group of additive per-frame statistics (torchmetrics' `Metric`).
+
+    Class data says what it keeps and reports:
+      group: the EpisodeResult group key; a geometry metric keeps one group per space,
+        `<group>_<space>` (k4d_eval.geometry.SPACES), and names its outputs with the
+        space's suffix (`chamfer_l1`, `chamfer_l1_k4d`);
+      stats: the state fields (FrameStats names), every one additive, reduction "cat";
+      outputs: what `compute` returns, in report order;
+      whole_frame_only: kept for the whole frame only, not per region.
+    The per-frame `update` functions stay beside each metric (video_metrics, geometry):
+    the evaluator shares their expensive parts (one SSIM map, one KD-tree search) across
+    regions and spaces, which one `update` per metric object could not."""
+
+    group: ClassVar[str]
+    stats: ClassVar[tuple[str, ...]]
+    outputs: ClassVar[tuple[MetricInfo, ...]]
+    geometry: ClassVar[bool] = False
+    whole_frame_only: ClassVar[bool] = False
+
+    def compute(self, stats: FrameStats) -> dict[str, np.ndarray]:
+        """FrameStats of this group -> output name -> (T,) per-frame values (NaN: none)."""
+        raise NotImplementedError
+
+    def values(self, stats: FrameStats, suffix: str = "") -> dict[str, np.ndarray]:
+        """`compute` under the names the outputs are reported with (`suffix`: the space's)."""
+        return {f"{name}{suffix}": v for name, v in self.compute(stats).items()}
+
+    @classmethod
+    def group_key(cls, space: str | None = None) -> str:
+        return cls.group if space is None else f"{cls.group}_{space}"
+
+    @classmethod
+    def reported(cls, suffix: str = "") -> tuple[MetricInfo, ...]:
+        """The outputs under the names they are reported with (`suffix`: the space's)."""
+        return tuple(replace(info, name=f"{info.name}{suffix}") for info in cls.outputs)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 import numpy as np
 from scipy import ndimage
 
-from k4d_eval.stats import FrameStats, safe_ratio
+from k4d_eval.stats import FrameMetric, FrameStats, MetricInfo, safe_ratio
 
 DATA_RANGE = 255.0
 SSIM_SIGMA = 1.5
@@ -149,3 +149,28 @@ def ssim(pred: np.ndarray, gt: np.ndarray) -> np.ndarray:
     """Whole-frame SSIM per frame (T,) of (T, H, W, C) clips."""
     whole = {"whole": np.ones(pred.shape[:3], dtype=bool)}
     return _ssim_compute(_ssim_update(pred, gt, whole)["whole"])
+
+
+class PSNR(FrameMetric):
+    """PSNR (dB, capped at `max_db`) and the MSE it comes from, per value in levels squared."""
+
+    group = "psnr"
+    stats = PSNR_STATS
+    outputs = (MetricInfo("psnr", higher_is_better=True, fmt=".2f"),
+               MetricInfo("mse", higher_is_better=False, fmt=".1f"))
+
+    def __init__(self, data_range: float = DATA_RANGE, max_db: float = PSNR_MAX_DB):
+        self.data_range, self.max_db = data_range, max_db
+
+    def compute(self, stats: FrameStats) -> dict[str, np.ndarray]:
+        return {"psnr": _psnr_compute(stats, self.data_range, self.max_db),
+                "mse": mse_compute(stats)}
+
+
+class SSIM(FrameMetric):
+    group = "ssim"
+    stats = SSIM_STATS
+    outputs = (MetricInfo("ssim", higher_is_better=True),)
+
+    def compute(self, stats: FrameStats) -> dict[str, np.ndarray]:
+        return {"ssim": _ssim_compute(stats)}
