@@ -171,7 +171,7 @@ def test_gen_service_shares_one_manager_and_waits_for_its_startup_model(tmp_path
            "K4D_GENERATOR_CACHE_DIR": str(tmp_path / "cache")}
     service = GeneratorService(Config(worker_backoff_s=0.01), store=store, env=env)
     worker = service.build_worker(bus, store)
-    assert worker.stage_worker.handler.__self__.manager is service.manager
+    assert worker.stage_worker.handler.handle.__self__.manager is service.manager
     assert worker.reload_worker.handler.__self__.manager is service.manager
     with pytest.raises(RuntimeError, match="registry:missing failed to load"):
         worker.run(threading.Event())

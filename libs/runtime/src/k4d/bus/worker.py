@@ -74,7 +74,7 @@ class StageWorker:
         """The worker of one `k4d.sim.*` stage: consumes `event_type` events on `topic` and
         calls `handle(event, context)` for every job that is not cancelled."""
         return cls.from_config(config, bus, topic, group_id,
-                               stage_handler(bus, store, stage, event_type, handle), **kwargs)
+                               StagePrologue(bus, store, stage, event_type, handle), **kwargs)
 
     def run(self, stop_event: threading.Event) -> None:
         """Consume until `stop_event` is set; leaves the group on the way out."""
@@ -152,22 +152,25 @@ class StageWorker:
             log.warning("commit failed; message will be redelivered", extra={"error": str(exc)})
 
 
-def stage_handler(bus: Bus, store, stage: str, event_type, handle: StageHandler) -> Handler:
+class StagePrologue:
     """The prologue of every `k4d.sim.*` stage around `handle(event, context)`: parse the
     event (a bad payload or job id is InvalidArgument: dead-lettered), skip a job whose
     cancel marker exists (ADR 000), and turn a `Cancelled` raised inside the stage (the
     generator checks the marker between sampler steps) into SimulationFailed{CANCELLED}."""
-    # Imported here: k4d.stage_events imports k4d.bus, whose __init__ imports this module.
-    from k4d.stage_events import is_cancelled, publish_cancelled, read_stage_event
 
-    def handler(message: Message) -> None:
-        event, context = read_stage_event(message, event_type, stage)
-        if is_cancelled(store, context.job_id):
-            publish_cancelled(bus, context)
+    def __init__(self, bus: Bus, store, stage: str, event_type, handle: StageHandler):
+        self.bus, self.store, self.stage, self.event_type = bus, store, stage, event_type
+        self.handle = handle
+
+    def __call__(self, message: Message) -> None:
+        # Imported here: k4d.stage_events imports k4d.bus, whose __init__ imports this module.
+        from k4d.stage_events import is_cancelled, publish_cancelled, read_stage_event
+
+        event, context = read_stage_event(message, self.event_type, self.stage)
+        if is_cancelled(self.store, context.job_id):
+            publish_cancelled(self.bus, context)
             return
         try:
-            handle(event, context)
+            self.handle(event, context)
         except Cancelled:
-            publish_cancelled(bus, context)
-
-    return handler
+            publish_cancelled(self.bus, context)
