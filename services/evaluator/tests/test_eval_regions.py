@@ -50,3 +50,16 @@ def test_report_has_first_frame_psnr_and_region_mse():
     assert report["first_frame"]["psnr_min"] == 100.0  # exact frame 0, capped
     changed = report["regions"]["changed"]
     assert changed["mse"] > 0 and report["regions"]["static"]["psnr"] < 100.0
+
+
+def test_generated_frames_only_leave_frame_0_out():
+    gt = _scene()
+    pred = _scene()
+    pred.rgb = pred.rgb.copy()
+    pred.rgb[1:] = pred.rgb[1:] // 2 + 40  # frame 0 exact, every later frame off
+    result = evaluate_clips(pred, gt, Settings(geometry_pixels=0))
+    report = build_report([result], {"psnr_max_db": 100.0})
+    all_frames = report["regions"]["static"]["psnr"]
+    generated = report["regions_generated"]["static"]["psnr"]
+    assert all_frames > generated + 10  # frame 0's capped 100 dB lifts the all-frame mean
+    assert generated < 30
