@@ -19,6 +19,11 @@ def initial_pointmap(spec: simulator_pb2.SimulationSpec, store=None) -> np.ndarr
     """(H, W, 3) float32 metres, zeros where the depth is 0; None without a depth."""
     if not has_initial_depth(spec):
         return None
-    depth = from_tensor_data(spec.initial_depth, store, "spec.initial_depth")
+    return depth_pointmap(spec, from_tensor_data(spec.initial_depth, store, "spec.initial_depth"))
+
+
+def depth_pointmap(spec: simulator_pb2.SimulationSpec, depth: np.ndarray) -> np.ndarray:
+    """(H, W) metres in the spec's camera -> (H, W, 3) float32 points (the embedded runner
+    passes a depth it read from a file without putting it into the spec)."""
     camera = camera_from_proto(spec.camera, "spec.camera")
     return camera.points_from_depth(np.asarray(depth, np.float32))

@@ -13,7 +13,7 @@ from google.protobuf import json_format
 from k4d.camera_proto import camera_from_proto
 from k4d.errors import InvalidArgument
 from k4d.generation import STATIC_WORLD
-from k4d_embedded.inputs import SimulationInputs, build_spec
+from k4d_embedded.inputs import SimulationInputs, load_simulation
 from k4d_embedded.outputs import robot_link_meshes, write_rollout
 from k4d_embedded.pipeline import (
     EmbeddedResult,
@@ -120,7 +120,7 @@ def simulate_to_directory(inputs: SimulationInputs, out_dir: Path, *, fps: float
     if viewer_points is not None and viewer_points < 1:
         raise InvalidArgument.for_field("--viewer-points", f"must be >= 1, got {viewer_points}")
     started = time.perf_counter()
-    spec = build_spec(inputs)
+    spec, scene = load_simulation(inputs)
     static = not (spec.model.name or spec.model.uri) or spec.sampling.backend == STATIC_WORLD
     if static:
         log.warning("no model given: using the STATIC-WORLD backend. %s", STATIC_WORLD_NOTICE)
@@ -133,7 +133,7 @@ def simulate_to_directory(inputs: SimulationInputs, out_dir: Path, *, fps: float
     cores = cores or StageCores()
     bars = StageBars(show_progress)
     try:
-        result = run_embedded(spec, store, bars, cores=cores)
+        result = run_embedded(spec, store, bars, cores=cores, scene=scene)
     finally:
         bars.close()
     summary = build_summary(inputs, spec, result, time.perf_counter() - started)

@@ -1,7 +1,8 @@
 """Build a SimulationSpec from the files a user has: robot name, actions JSON, initial
 image (PNG/JPEG), camera JSON, optional model and sampling settings.
 
-Used by `k4d simulate` (embedded) and `k4d submit` (cluster): both send the same spec.
+Used by `k4d simulate` (embedded: `load_simulation`, the initial image and depth beside
+the spec) and `k4d submit` (cluster: `build_spec`, the same spec with them inline).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from k4d.action_proto import spec_to_proto
 from k4d.camera_proto import camera_to_proto
 from k4d.errors import InvalidArgument
 from k4d.tensor_io import to_tensor
+from k4d_embedded.pipeline import InitialScene
 from k4d_embedded.shipped import is_shipped_model, verify_shipped_model
 from kinema4d.v1 import common_pb2, generator_pb2, simulator_pb2
 
@@ -168,6 +170,19 @@ def model_ref(text: str) -> common_pb2.ModelRef:
 
 
 def build_spec(inputs: SimulationInputs) -> simulator_pb2.SimulationSpec:
+    """The whole SimulationSpec, the initial image (and depth) inline: what `k4d submit`
+    sends."""
+    spec, scene = load_simulation(inputs)
+    spec.initial_image.inline.CopyFrom(to_tensor(scene.image))
+    if scene.depth is not None:
+        spec.initial_depth.inline.CopyFrom(to_tensor(scene.depth))
+    return spec
+
+
+def load_simulation(inputs: SimulationInputs) -> tuple[simulator_pb2.SimulationSpec, InitialScene]:
+    """The SimulationSpec without its big arrays, and those arrays (InitialScene): what
+    `k4d simulate` hands the embedded runner, so that no array read here is encoded into
+    the spec and decoded back in the same process."""
     image = load_image(inputs.image)
     camera = load_camera(inputs.camera)
     depth = load_depth(inputs.depth, image.shape[:2]) if inputs.depth is not None else None
@@ -182,13 +197,10 @@ def build_spec(inputs: SimulationInputs) -> simulator_pb2.SimulationSpec:
         robot=common_pb2.RobotRef(name=inputs.robot),
         actions=actions_proto,
         camera=camera_to_proto(camera),
-        initial_image=common_pb2.TensorData(inline=to_tensor(image)),
         model=model_ref(inputs.model),
         sampling=generator_pb2.SamplingParams(num_steps=inputs.steps, seed=inputs.seed,
                                               guidance_scale=inputs.guidance,
                                               backend=inputs.backend),
         num_frames=inputs.frames or actions.num_frames,
         clip_to_limits=inputs.clip_to_limits or actions.clip)
-    if depth is not None:
-        spec.initial_depth.inline.CopyFrom(to_tensor(depth))
-    return spec
+    return spec, InitialScene(np.require(image, requirements="W"), depth)  # torch: writable

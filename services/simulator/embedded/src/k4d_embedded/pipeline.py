@@ -1,10 +1,17 @@
 """The embedded pipeline: kinematics -> projection -> generation in one process.
 
-`run_embedded(spec, store, progress)` calls the stage cores directly (no servers, no
+`run_embedded(spec, store, progress)` calls the stage cores the stage workers call
+(`k4d_kinematics.core`, `k4d_projection.core`, `k4d_generator.core`: no servers, no
 bus), in the order the cluster runs them, with the timing of every stage and
-cancellation checked between stages (and between sampler steps inside generation).
-`StageCores` holds the classes the stage workers run (the projection worker's
-RendererCache, the generator worker's ModelManager), so both modes run the same code.
+cancellation checked between stages (and between sampler steps inside generation). Only
+the decode and encode around the cores differ: a worker reads its inputs from the event
+and the object store and stores its outputs; here the arrays pass from stage to stage.
+`StageCores` holds what the stage workers hold per process (robots, the projection
+worker's RendererCache, the generator worker's ModelManager).
+
+The SimulationSpec is the contract between `k4d simulate` and the runner; its big
+arrays (the initial image and depth) may travel beside it as an `InitialScene`, so that
+files read in this process are not encoded into the spec and decoded again.
 
 Without a model the generator's static-world backend composites the robot onto the
 unchanged scene; results say so (`static_world=True`, model "static-world").
@@ -14,67 +21,60 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from k4d.camera_proto import camera_from_proto
-from k4d.errors import Cancelled, FieldViolation, InvalidArgument
-from k4d.generation import STATIC_WORLD
-from k4d.initial_scene import initial_pointmap
+from k4d.errors import Cancelled, InvalidArgument
+from k4d.initial_scene import depth_pointmap
 from k4d.store import from_tensor_data
 from k4d_simulator.outcomes import stage_outcomes
 from k4d_simulator.validation import DEFAULT_NUM_FRAMES, validate_spec
 from kinema4d.v1 import common_pb2, simulator_pb2
 
+if TYPE_CHECKING:  # the stage packages are imported when a stage runs (`k4d submit`
+    # reads its inputs with this package and needs none of them)
+    from k4d_generator.core import GenerationOutput
+    from k4d_kinematics.core import KinematicsOutput
+    from k4d_projection.renderer import RenderResult
+
 ProgressFn = Callable[[common_pb2.Progress], None]
 CancelFn = Callable[[], bool]
 STAGES = ("kinematics", "projection", "generation")
+# What an InitialScene supplies in place of the spec's fields of the same name.
+SCENE_FIELDS = ("spec.initial_image", "spec.initial_depth")
 
 
 @dataclass
-class KinematicsOutput:
-    """joints (T, J) float64; poses (T, L, 4, 4) float64 T_base_from_link."""
+class InitialScene:
+    """The spec's big arrays, decoded once: image (H, W, 3) uint8 (writable: torch refuses
+    read-only buffers without a warning), depth (H, W) float32 metres (0 = unknown) of an
+    RGB-D observation, or None."""
 
-    joint_names: list[str]
-    link_names: list[str]
-    joints: np.ndarray
-    poses: np.ndarray
-    failed_frames: int = 0
+    image: np.ndarray
+    depth: np.ndarray | None = None
 
+    @classmethod
+    def from_spec(cls, spec: simulator_pb2.SimulationSpec, store=None) -> InitialScene:
+        """Decoded from the spec's `initial_image` / `initial_depth` (inline or by ref)."""
+        image = np.array(from_tensor_data(spec.initial_image, store, "spec.initial_image"))
+        depth = None
+        if spec.HasField("initial_depth") and spec.initial_depth.WhichOneof("kind"):
+            depth = np.asarray(from_tensor_data(spec.initial_depth, store,
+                                                "spec.initial_depth"), np.float32)
+        return cls(image, depth)
 
-@dataclass
-class ProjectionOutput:
-    """The robot condition, pixel-aligned with the image: depth (T, H, W) float32,
-    pointmap (T, H, W, 3) float32 camera frame, mask (T, H, W) bool, link_id (T, H, W)
-    int16 (-1 background), rgb (T, H, W, 3) uint8 shaded robot on black."""
-
-    depth: np.ndarray
-    pointmap: np.ndarray
-    mask: np.ndarray
-    link_id: np.ndarray
-    rgb: np.ndarray
-
-
-@dataclass
-class GenerationOutput:
-    """rgb (T, H, W, 3) uint8; pointmap (T, H, W, 3) float32 in the first frame's camera,
-    metres when `metric`; model: name/version/variant/...; static_world flags the
-    composite backend."""
-
-    rgb: np.ndarray
-    pointmap: np.ndarray
-    metric: bool
-    model: dict[str, Any]
-    seed: int
-    static_world: bool
-    metadata: dict[str, Any] = field(default_factory=dict)
+    def pointmap(self, spec: simulator_pb2.SimulationSpec) -> np.ndarray | None:
+        """(H, W, 3) float32 metres of the depth in the spec's camera, as the generator
+        worker reads it (`k4d.initial_scene`); None without a depth."""
+        return None if self.depth is None else depth_pointmap(spec, self.depth)
 
 
 @dataclass
 class EmbeddedResult:
     kinematics: KinematicsOutput
-    projection: ProjectionOutput
+    projection: RenderResult  # the robot condition (k4d_projection.core.robot_condition)
     generation: GenerationOutput
     image: np.ndarray  # (H, W, 3) uint8 initial image
     stage_seconds: dict[str, float]
@@ -128,32 +128,22 @@ class StageCores:
                                                device=self.device, warm_up=False)
         return self._managers[key]
 
-    def generator(self, model_ref: common_pb2.ModelRef, sampling, store=None,
-                  clip: tuple[int, int, int] | None = None):
-        """The manager with `model_ref` loaded on the job's backend (as the generator
-        worker ensures it); with `clip` (T, H, W), InvalidArgument unless the model samples
-        that clip, so a job fails before its other stages run."""
-        from k4d_generator.service import model_ref_string
+    def sampling(self, spec: simulator_pb2.SimulationSpec, store=None,
+                 clip: tuple[int, int, int] | None = None) -> tuple[Any, dict]:
+        """(the ModelManager of `store`, the job's sampling settings) with the job's model
+        loaded on its backend and precision as the generator worker does it
+        (`k4d_generator.core.choose_backend`); static-world for a job without a model.
+        With `clip` (T, H, W), InvalidArgument unless the model samples that clip, so a
+        job fails before its other stages run."""
+        from k4d_generator.api import sampling_kwargs
+        from k4d_generator.core import choose_backend
 
         manager = self.models(store)
-        backend = sampling.backend or "torch"
-        loaded = manager.loaded
-        if loaded is None or loaded.backend != backend or not loaded.matches(
-                model_ref.name, model_ref.version, model_ref.uri):
-            loaded = manager.load(model_ref_string(model_ref.name, model_ref.version,
-                                                   model_ref.uri),
-                                  backend, sampling.precision or None)
-        if clip is not None:
-            info = loaded.pipeline.info
-            native = (info.num_frames, info.height, info.width)
-            if tuple(clip) != native:
-                raise InvalidArgument(
-                    f"model {info.name} samples {native[0]} frames at {native[2]}x{native[1]};"
-                    f" the job asks for {clip[0]} frames at {clip[2]}x{clip[1]}",
-                    [FieldViolation("spec.num_frames", f"the model samples {native[0]} frames"),
-                     FieldViolation("spec.camera.intrinsics",
-                                    f"the model samples {native[2]}x{native[1]} images")])
-        return manager
+        ref = spec.model
+        return manager, choose_backend(manager, sampling_kwargs(spec.sampling), name=ref.name,
+                                       version=ref.version, uri=ref.uri,
+                                       precision=spec.sampling.precision, clip=clip)
+
 
 def _robot_name(spec: simulator_pb2.SimulationSpec) -> str:
     source = spec.robot.WhichOneof("source")
@@ -162,91 +152,112 @@ def _robot_name(spec: simulator_pb2.SimulationSpec) -> str:
 
 def run_kinematics(spec: simulator_pb2.SimulationSpec, cores: StageCores,
                    store=None) -> KinematicsOutput:
-    """Actions -> joint trajectory (IK for end-effector actions) -> full-tree FK."""
+    """Decode the robot and the actions; the kinematics core (the worker's, with its IK
+    budget)."""
     from k4d.action_proto import action_spec_from_proto
-    from k4d_kinematics.trajectory import solve_actions
+    from k4d_kinematics.core import run_kinematics as kinematics_core
 
     model = cores.robot(_robot_name(spec), store)
     actions = action_spec_from_proto(
         spec.actions, spec.num_frames or DEFAULT_NUM_FRAMES, spec.clip_to_limits,
         lambda data, field, _max: from_tensor_data(data, store, field).astype(np.float64),
         field="spec.actions")
-    trajectory = solve_actions(model, actions)
-    return KinematicsOutput(list(model.joint_names), list(model.link_names),
-                            np.asarray(trajectory.joints, np.float64),
-                            np.asarray(trajectory.poses, np.float64),
-                            int((~np.asarray(trajectory.success, bool)).sum()))
+    return kinematics_core(model, actions)
 
 
 def run_projection(spec: simulator_pb2.SimulationSpec, kin: KinematicsOutput,
-                   cores: StageCores, store=None) -> ProjectionOutput:
-    """Ray-cast every link into the camera: the robot condition."""
-    from k4d_projection.renderer import CONDITION_OUTPUTS
+                   cores: StageCores, store=None) -> RenderResult:
+    """The projection core: every link ray-cast into the camera (the robot condition)."""
+    from k4d_projection.core import robot_condition
 
     camera = camera_from_proto(spec.camera, "spec.camera")
     model = cores.robot(_robot_name(spec), store)
-    rendered = cores.renderer(model).render(kin.poses, camera, outputs=CONDITION_OUTPUTS)
-    return ProjectionOutput(rendered.depth, rendered.pointmap, rendered.mask, rendered.link_id,
-                            rendered.rgb)
+    return robot_condition(cores.renderer(model), kin.poses, camera)
 
 
-def run_generation(spec: simulator_pb2.SimulationSpec, image: np.ndarray,
-                   robot: ProjectionOutput, cores: StageCores, store=None,
+def run_generation(spec: simulator_pb2.SimulationSpec, scene: InitialScene,
+                   robot: RenderResult, cores: StageCores, store=None,
                    progress: ProgressFn | None = None,
                    cancelled: CancelFn | None = None) -> GenerationOutput:
-    """The world's reaction: the real sampler for a model, static-world without one."""
-    sampling = spec.sampling
+    """The generation core: the real sampler for a model, static-world without one."""
+    from k4d_generator.core import run_generation as generation_core
 
     def on_step(done: int, total: int) -> None:
         if progress is not None:
             progress(common_pb2.Progress(stage="generation", step=done, total=total,
                                          message="sampling"))
 
-    from k4d_generator.api import sampling_kwargs
-
-    kwargs = sampling_kwargs(sampling)  # the generator worker's reading of SamplingParams
-    T, H, W = robot.mask.shape
-    if uses_model(spec):
-        manager = cores.generator(spec.model, sampling, store, clip=(T, H, W))
-        kwargs["backend"] = manager.loaded.backend
-    else:  # the generator worker's static-world path (intrinsics from the robot pointmap)
-        manager, kwargs["backend"] = cores.models(store), STATIC_WORLD
-    result = manager.generate(image, robot.rgb, robot.pointmap, robot.mask, callback=on_step,
-                              should_cancel=cancelled,
-                              initial_pointmap=initial_pointmap(spec, store), **kwargs)
-    meta, seed = result.metadata, kwargs["seed"]
-    static = kwargs["backend"] == STATIC_WORLD
-    if static:
+    manager, sampling = cores.sampling(spec, store, clip=robot.mask.shape)
+    out = generation_core(manager, scene.image, robot.rgb, robot.pointmap, robot.mask, sampling,
+                          initial_pointmap=scene.pointmap(spec), on_step=on_step,
+                          should_cancel=cancelled)
+    if out.static_world:  # one step: its bar completes
         on_step(1, 1)
-        model = {"name": STATIC_WORLD, "version": "", "variant": STATIC_WORLD}
-    else:
-        model = {**meta.get("model", {}), "model_id": meta.get("model_id", "")}
-    return GenerationOutput(result.rgb, result.pointmap,
-                            metric=meta.get("pointmap_units") == "metres", model=model,
-                            seed=seed, static_world=static, metadata=dict(meta))
+    return out
 
 
 def uses_model(spec: simulator_pb2.SimulationSpec) -> bool:
     """Whether generation runs a real model (else the static-world backend)."""
-    return spec.sampling.backend != STATIC_WORLD and bool(spec.model.name or spec.model.uri)
+    from k4d_generator.core import uses_model as core_uses_model
+
+    return core_uses_model(spec.model.name, spec.model.uri, spec.sampling.backend)
 
 
-def load_initial_image(spec: simulator_pb2.SimulationSpec, store=None) -> np.ndarray:
-    """(H, W, 3) uint8, writable (torch refuses read-only buffers without a warning)."""
-    return np.array(from_tensor_data(spec.initial_image, store, "spec.initial_image"))
+def _validate(spec: simulator_pb2.SimulationSpec, scene: InitialScene | None) -> None:
+    """The front door's `validate_spec`; with an InitialScene beside the spec, its arrays
+    stand for the spec's initial image and depth (checked against the camera here)."""
+    try:
+        validate_spec(spec)
+        violations = []
+    except InvalidArgument as exc:
+        if scene is None:
+            raise
+        violations = [v for v in exc.violations if not v.field.startswith(SCENE_FIELDS)]
+    if scene is not None:
+        violations += scene_violations(scene, spec)
+    if violations:
+        raise InvalidArgument("invalid simulation request: " + "; ".join(
+            f"{v.field}: {v.description}" for v in violations), violations)
+
+
+def scene_violations(scene: InitialScene, spec: simulator_pb2.SimulationSpec) -> list:
+    """What `validate_spec` checks of the initial image and depth, for arrays in hand."""
+    from k4d.errors import FieldViolation
+
+    out = []
+    size = (spec.camera.intrinsics.height, spec.camera.intrinsics.width)
+    image, depth = scene.image, scene.depth
+    if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
+        out.append(FieldViolation(SCENE_FIELDS[0], f"expected an (H, W, 3) uint8 image, got "
+                                                   f"{image.dtype} {image.shape}"))
+    elif image.shape[:2] != size:
+        out.append(FieldViolation(SCENE_FIELDS[0], f"image is {image.shape[1]}x{image.shape[0]} "
+                                                   f"(WxH) but the camera is {size[1]}x{size[0]};"
+                                                   " they must match"))
+    if depth is not None:
+        if depth.dtype != np.float32 or depth.shape != size:
+            out.append(FieldViolation(SCENE_FIELDS[1], f"expected (H, W) = {size} float32 metres,"
+                                                       f" got {depth.dtype} {depth.shape}"))
+        elif not np.isfinite(depth).all() or depth.min(initial=0) < 0:
+            out.append(FieldViolation(SCENE_FIELDS[1], "depth must be finite metres >= 0 "
+                                                       "(0 = unknown)"))
+    return out
 
 
 def run_embedded(spec: simulator_pb2.SimulationSpec, store=None,
                  progress: ProgressFn | None = None, *, cores: StageCores | None = None,
-                 cancelled: CancelFn | None = None) -> EmbeddedResult:
+                 cancelled: CancelFn | None = None,
+                 scene: InitialScene | None = None) -> EmbeddedResult:
     """Run the three stages in process. progress: called with stage progress (every stage
     reports 0/1 at its start and 1/1 at its end; generation also per sampler step).
-    cancelled: polled between stages and sampler steps; raises Cancelled when true."""
-    validate_spec(spec)
+    cancelled: polled between stages and sampler steps; raises Cancelled when true.
+    scene: the initial image (and depth) in hand, for a spec that leaves them out (else
+    they are read from the spec)."""
+    _validate(spec, scene)
     cores = cores or StageCores()
     report = progress or (lambda _p: None)
     seconds: dict[str, float] = {}
-    image = load_initial_image(spec, store)
+    scene = scene or InitialScene.from_spec(spec, store)
 
     def stage(name: str, fn):
         if cancelled is not None and cancelled():
@@ -264,11 +275,10 @@ def run_embedded(spec: simulator_pb2.SimulationSpec, store=None,
         start = time.perf_counter()
         intrinsics = spec.camera.intrinsics
         num_frames = spec.num_frames or DEFAULT_NUM_FRAMES
-        cores.generator(spec.model, spec.sampling, store,
-                        clip=(num_frames, intrinsics.height, intrinsics.width))
+        cores.sampling(spec, store, clip=(num_frames, intrinsics.height, intrinsics.width))
         seconds["model_load"] = time.perf_counter() - start
     kin = stage("kinematics", lambda: run_kinematics(spec, cores, store))
     proj = stage("projection", lambda: run_projection(spec, kin, cores, store))
-    gen = stage("generation", lambda: run_generation(spec, image, proj, cores, store, report,
+    gen = stage("generation", lambda: run_generation(spec, scene, proj, cores, store, report,
                                                      cancelled))
-    return EmbeddedResult(kin, proj, gen, image, seconds)
+    return EmbeddedResult(kin, proj, gen, scene.image, seconds)
