@@ -6,6 +6,7 @@ report must be perfect, which checks the whole chain (loading, frames, regions, 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -153,3 +154,41 @@ def test_eval_run_with_depth_gives_the_first_frames_depth(dataset, tmp_path, cap
     summary = json.loads((out / "predictions" / "ep0" / "summary.json").read_text())
     assert summary["inputs"]["depth"].endswith("depth.npy")
     assert report["baseline"]["metrics"]["depth_absrel"] < 0.01
+
+
+def _export(folder: Path, seed: int) -> Path:
+    """A shipped-model folder (manifest.json with every file's sha256, beside weights/) of a
+    tiny model, always named tiny/1: a re-export of the same name and version."""
+    from k4d.tensor_io import sha256_file
+
+    if folder.exists():
+        shutil.rmtree(folder)
+    weights = folder / "weights"
+    _k4d("generate", "init-model", "--config", "tiny", "--seed", str(seed), "--out", str(weights))
+    files = [{"path": p.relative_to(weights).as_posix(), "size_bytes": p.stat().st_size,
+              "sha256": sha256_file(p)} for p in sorted(weights.rglob("*")) if p.is_file()]
+    (folder / "manifest.json").write_text(json.dumps(
+        {"name": "tiny", "version": "1", "files": files, "weights_dir": "weights"}))
+    return folder
+
+
+@pytest.mark.slow  # two more models and `k4d simulate` runs (~55 s on 2 cores)
+def test_eval_run_resumed_with_another_model_generates_again(dataset, tmp_path, capsys):
+    """Resume reuses rollouts only of the same model content: a re-export of the same name
+    and version with other weights (another manifest) makes every rollout and result again."""
+    out, model = tmp_path / "run", tmp_path / "model"
+    args = ["eval", "run", "--model", str(_export(model, 0)), "--data", str(dataset / "data"),
+            "--out", str(out), "--no-baseline", "--no-progress", "--geometry-pixels", "0"]
+    assert main(args) == 0
+    summary = out / "predictions" / "ep0" / "summary.json"
+    first, first_report = summary.read_bytes(), json.loads((out / "report.json").read_text())
+    capsys.readouterr()
+
+    _export(model, 1)
+    assert main(args) == 0
+    assert "generating all 1 again" in capsys.readouterr().out
+    assert summary.read_bytes() != first
+    ids = {json.loads(b)["model"]["id"] for b in (first, summary.read_bytes())}
+    assert len(ids) == 2  # the rollout is the new model's (its content hash)
+    again = json.loads((out / "report.json").read_text())
+    assert again["metrics"]["psnr"] != first_report["metrics"]["psnr"]  # not the cached result

@@ -77,7 +77,8 @@ def register(subparsers) -> None:
     q.set_defaults(handler=_run_pair)
 
     r = sub.add_parser("run", help="generate the held-out episodes with a model (and the "
-                                   "static-world floor), then evaluate them; resumable")
+                                   "static-world floor), then evaluate them; resumable (rollouts "
+                                   "of another model, by its content, are made again)")
     r.add_argument("--model", required=True, help="model for `k4d simulate --model` "
                                                   "(registry name[/version] or directory)")
     r.add_argument("--data", required=True, help="data engine dataset (path, file://, s3://)")
@@ -89,7 +90,8 @@ def register(subparsers) -> None:
     r.add_argument("--no-baseline", action="store_true", help="leave the static-world floor out")
     r.add_argument("--depth", action="store_true",
                    help="give the model and the floor each episode's first-frame depth too "
-                        "(an RGB-D observation; `k4d simulate --depth`); use a fresh --out")
+                        "(an RGB-D observation; `k4d simulate --depth`); rollouts made "
+                        "without it are made again")
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
     _settings_arguments(r)
     r.set_defaults(handler=_run_run)

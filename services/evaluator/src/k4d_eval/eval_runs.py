@@ -1,7 +1,8 @@
 """The evaluation workflows behind the CLI: one NPZ pair, or predictions (one `k4d
 simulate` directory per episode) against a data engine dataset, with the static-world
 floor beside them. Per-episode results are cached under OUT/results/<method>/ so an
-interrupted evaluation resumes where it stopped."""
+interrupted evaluation resumes where it stopped; a cached result counts only for the
+settings and the prediction (its summary.json's sha256) it was computed from."""
 
 from __future__ import annotations
 
@@ -94,6 +95,15 @@ class EpisodeJob:
     def recording(self) -> Path:
         return Path(self.out) / comparison_recording.COMPARISONS_DIR / f"{self.episode_id}.rrd"
 
+    def prediction_sha256(self) -> str | None:
+        """sha256 of the prediction's summary.json (`k4d simulate` writes it last, with its
+        model and creation time): a regenerated prediction is a new one."""
+        try:
+            return hashlib.sha256((Path(self.pred_dir) / inputs.SIM_SUMMARY_JSON).read_bytes()
+                                  ).hexdigest()
+        except OSError:
+            return None
+
 
 def _cached(job: EpisodeJob) -> EpisodeResult | None:
     try:
@@ -102,6 +112,8 @@ def _cached(job: EpisodeJob) -> EpisodeResult | None:
         return None
     if data.get("settings_key") != settings_key(job.settings):
         return None
+    if data.get("prediction_sha256") != job.prediction_sha256():
+        return None  # the prediction was made again (another model) or replaced
     if job.record and not job.recording.is_file():
         return None  # evaluated before the recording was asked for (or rerun installed)
     return EpisodeResult.from_json(data["result"])
@@ -126,7 +138,9 @@ def run_episode(job: EpisodeJob) -> EpisodeResult:
                                    psnr_max_db=job.settings.psnr_max_db, method=job.method,
                                    fps=float(gt.meta.get("fps") or 24.0))
     job.cache.parent.mkdir(parents=True, exist_ok=True)
-    write_json(job.cache, {"settings_key": settings_key(job.settings), "result": result.to_json()})
+    write_json(job.cache, {"settings_key": settings_key(job.settings),
+                           "prediction_sha256": job.prediction_sha256(),
+                           "result": result.to_json()})
     strips = Path(job.out) / STRIPS_DIR / job.method
     strips.mkdir(parents=True, exist_ok=True)
     plots.strip(strips / f"{job.episode_id}.png", pred, gt)

@@ -4,11 +4,17 @@ the evaluator stays a consumer of the CLI contract, docs/adr/006-evaluator-packa
 
 Each episode's inputs (first frame as PNG, camera JSON, actions JSON, robot) come from
 the dataset; outputs go to OUT/<method>/<episode_id>/. A directory with summary.json
-(written last by `k4d simulate`) is complete and is skipped when the run resumes."""
+(written last by `k4d simulate`) is complete and is skipped when the run resumes, but only
+when the same generation made it: OUT/<method>/generation.json records the model (by the
+sha256 of its content, `model_sha256`), backend, steps and depth input, and a resumed run
+with another model regenerates every rollout (an export of the same name and version with
+other weights included)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -20,11 +26,14 @@ from k4d.generation import STATIC_WORLD
 
 from k4d_eval.eval_runs import BASELINE, MODEL, eval_dataset, resolve_episodes
 from k4d_eval.inputs import SIM_SUMMARY_JSON
+from k4d_eval.report import write_json
 
 PREDICTIONS_DIR = "predictions"
 BASELINE_DIR = "static-world"
 INPUTS_DIR = "inputs"
 MODEL_FILE = "k4d_model.json"  # a k4d model directory's description (docs/generator.md)
+MANIFEST_FILE = "manifest.json"  # a registry manifest: every file's path, size and sha256
+GENERATION_JSON = "generation.json"  # OUT/<method>/: what made the rollouts beside it
 
 
 def write_episode_inputs(dataset, episode_id: str, where: Path, depth: bool = False
@@ -124,14 +133,97 @@ def check_clip_sizes(model: str, dataset, episode_ids: Sequence[str]) -> None:
                         f"{meta.width}x{meta.height}")
 
 
+def _local_model_dir(model: str) -> Path | None:
+    if not model or ("://" in model and not model.startswith("file://")):
+        return None
+    path = Path(model.removeprefix("file://"))
+    return path if path.is_dir() else None
+
+
+def model_sha256(model: str) -> str | None:
+    """The sha256 that identifies a local model's content, without loading it; None for a
+    reference that is not a local directory (a registry name[/version]: registry versions
+    are immutable).
+    - A folder with a manifest.json (a shipped model such as models/demo-small, or a model
+      fetched from the registry): the sha256 of the manifest's file list, every file's path,
+      size and sha256 (its description or held-out figures may change, the model does not).
+    - A k4d model directory: the sha256 of its k4d_model.json and of every other file's
+      path, size and modification time (hashing a 14B model's weights on every run would
+      cost minutes; rewriting a file changes its time)."""
+    path = _local_model_dir(model)
+    if path is None:
+        return None
+    digest = hashlib.sha256()
+    if (path / MANIFEST_FILE).is_file():
+        try:
+            files = json.loads((path / MANIFEST_FILE).read_text())["files"]
+        except (OSError, ValueError, KeyError, TypeError):
+            files = None
+        if files is not None:
+            digest.update(json.dumps(files, sort_keys=True).encode())
+            return digest.hexdigest()
+    if (path / MODEL_FILE).is_file():
+        digest.update((path / MODEL_FILE).read_bytes())
+    for file in sorted(p for p in path.rglob("*") if p.is_file() and p.name != MODEL_FILE):
+        stat = file.stat()
+        digest.update(f"{file.relative_to(path).as_posix()}\0{stat.st_size}\0"
+                      f"{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+def generation_record(model: str, backend: str, steps: int, depth: bool) -> dict:
+    """What makes a rollout: the model (by content where it is a local directory), the
+    backend, the sampler steps and whether the first frame's depth was given."""
+    return {"model": model, "model_sha256": model_sha256(model) if model else None,
+            "backend": backend, "steps": steps, "depth": depth}
+
+
+def _same_generation(before: dict, now: dict) -> bool:
+    if now["model_sha256"] is not None or before.get("model_sha256") is not None:
+        same_model = before.get("model_sha256") == now["model_sha256"]  # moved or renamed: same
+    else:
+        same_model = before.get("model") == now["model"]
+    return same_model and all(before.get(k) == now[k] for k in ("backend", "steps", "depth"))
+
+
+def _describe(record: dict | None) -> str:
+    if record is None:
+        return "an unrecorded generation"
+    what = f"model {record['model']}" if record.get("model") else "the static-world backend"
+    if record.get("model_sha256"):
+        what += f" (sha256 {record['model_sha256'][:12]})"
+    extras = [f"{k} {record.get(k)}" for k in ("backend", "steps") if record.get(k)]
+    return ", ".join([what, *extras, "RGB-D input" if record.get("depth") else "RGB input"])
+
+
+def start_generation(root: Path, record: dict) -> None:
+    """Reuse the rollouts under `root` only when `record` made them; otherwise remove them
+    (one line says why) so every episode is generated again. Then record `record`."""
+    stamp = root / GENERATION_JSON
+    rollouts = [p for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
+    if rollouts:
+        try:
+            before = json.loads(stamp.read_text())
+        except (OSError, ValueError):
+            before = None
+        if before is None or not _same_generation(before, record):
+            print(f"k4d eval: {root} holds rollouts of {_describe(before)}, not of "
+                  f"{_describe(record)}: generating all {len(rollouts)} again", flush=True)
+            for path in rollouts:
+                shutil.rmtree(path)
+    root.mkdir(parents=True, exist_ok=True)
+    write_json(stamp, record)
+
+
 def generate(dataset, episode_ids: Sequence[str], out: Path, method_dir: str, *,
              model: str = "", backend: str = "", steps: int = 0, workers: int = 1,
              progress: bool = True, depth: bool = False) -> Path:
-    """Every episode's rollout under out/method_dir/<episode_id>/ (parallel, resumable)."""
+    """Every episode's rollout under out/method_dir/<episode_id>/ (parallel, resumable:
+    rollouts of the same generation are kept, those of another are made again)."""
     from tqdm import tqdm
 
     root = out / method_dir
-    root.mkdir(parents=True, exist_ok=True)
+    start_generation(root, generation_record(model, backend, steps, depth))
     todo = [e for e in episode_ids if not (root / e / SIM_SUMMARY_JSON).is_file()]
     specs = {e: write_episode_inputs(dataset, e, out / INPUTS_DIR / e, depth) for e in todo}
     with tqdm(total=len(episode_ids), initial=len(episode_ids) - len(todo), unit="episode",
