@@ -141,7 +141,7 @@ def generate_episode(config: EpisodeConfig, *, verify: bool = False) -> tuple[Ep
     """Arrays in the k4d.episodes schema and their meta. verify=True adds
     `_mujoco_robot_mask` (T, H, W) (MuJoCo's robot-only segmentation) and
     `_mujoco_robot_depth` for the agreement checks of tests and benchmarks."""
-    from k4d_projection.renderer import CONDITION_OUTPUTS
+    from k4d_projection.core import robot_condition
 
     rng = episode_rng(config.seed, config.index)
     rollout = plan_episode(config, rng)
@@ -172,7 +172,7 @@ def generate_episode(config: EpisodeConfig, *, verify: bool = False) -> tuple[Ep
     finally:
         scene_cam.close()
     camera = rollout.scene.camera.camera()
-    robot = sim.renderer.render(poses, camera, outputs=CONDITION_OUTPUTS)
+    robot = robot_condition(sim.renderer, poses, camera)  # the projection stage's core
     success, how = judge(rollout.plan, rollout.scene, object_poses)
     fps = (T - 1) / DURATION_S if T > 1 else 1.0 / DURATION_S
     arrays = {

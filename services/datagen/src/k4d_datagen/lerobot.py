@@ -337,12 +337,12 @@ def _build_episode(dataset, episode, episode_id, robot, renderer, cameras, joint
                    video_cache, state_key, mapping: StateMapping, ik: dict | None):
     from k4d.robots.fk import forward_kinematics
     from k4d.robots.validation import validate_joints
-    from k4d_projection.renderer import CONDITION_OUTPUTS
+    from k4d_projection.core import robot_condition
 
     i = int(episode["episode_index"])
     joints = validate_joints(robot, joints, clip=False, field=f"episode {i} {state_key}")
     camera = _camera_for(cameras, i)
-    rendered = renderer.render(forward_kinematics(robot, joints), camera, outputs=CONDITION_OUTPUTS)
+    rendered = robot_condition(renderer, forward_kinematics(robot, joints), camera)
     if not rendered.mask.any():
         raise InvalidArgument.for_field("camera", f"the camera sees no robot in episode {i} "
                                         "(check T_cam_from_world and the robot's base frame)")

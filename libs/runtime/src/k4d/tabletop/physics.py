@@ -166,16 +166,13 @@ class SceneCamera:
     without lights or shadows gives the geom id of every pixel."""
 
     def __init__(self, sim: Simulation):
-        from k4d.mujoco_gl import linearize_depth
+        from k4d.mujoco_gl import OffscreenContext
 
         mj = self.mujoco = sim.mujoco
-        self.sim, self._linearize = sim, linearize_depth
+        self.sim = sim
         cam = sim.scene.camera
         self.width, self.height = cam.width, cam.height
-        self._gl = mj.GLContext(cam.width, cam.height)
-        self._gl.make_current()
-        self._context = mj.MjrContext(sim.model, mj.mjtFontScale.mjFONTSCALE_150)
-        mj.mjr_setBuffer(mj.mjtFramebuffer.mjFB_OFFSCREEN, self._context)
+        self._gl = OffscreenContext(mj, sim.model, cam.width, cam.height)
         self._scene = mj.MjvScene(sim.model, maxgeom=sim.model.ngeom + 16)
         self._option = mj.MjvOption()
         self._option.geomgroup[:] = 1  # MuJoCo hides groups 3-5 by default; the table and walls are in 3
@@ -190,8 +187,6 @@ class SceneCamera:
         self._cam = mj.MjvCamera()
         self._cam.type = mj.mjtCamera.mjCAMERA_FIXED
         self._cam.fixedcamid = mj.mj_name2id(sim.model, mj.mjtObj.mjOBJ_CAMERA, "cam")
-        self._viewport = mj.MjrRect(0, 0, cam.width, cam.height)
-        self._zero_far = self._context.readDepthMap == mj.mjtDepthMap.mjDEPTH_ZEROFAR
         extent = sim.model.stat.extent
         self._znear, self._zfar = sim.model.vis.map.znear * extent, sim.model.vis.map.zfar * extent
         self._rgb = np.empty((cam.height, cam.width, 3), np.uint8)
@@ -212,13 +207,13 @@ class SceneCamera:
         mj = self.mujoco
         option = self._robot_only if robot_only else self._option
         self._update(option, segment=False)
-        mj.mjr_render(self._viewport, self._scene, self._context)
-        mj.mjr_readPixels(self._rgb, self._depth, self._viewport, self._context)
+        self._gl.render(self._scene)
+        self._gl.read(self._rgb, self._depth)
         rgb = self._rgb[::-1].copy()
-        depth, hit = self._linearize(self._depth[::-1], self._znear, self._zfar, self._zero_far)
+        depth, hit = self._gl.metres(self._depth[::-1], self._znear, self._zfar)
         self._update(self._robot_only if robot_only else self._no_robot, segment=True)
-        mj.mjr_render(self._viewport, self._scene, self._context)
-        mj.mjr_readPixels(self._rgb, None, self._viewport, self._context)
+        self._gl.render(self._scene)
+        self._gl.read(self._rgb, None)
         ids = self._rgb[::-1].astype(np.int32)
         seg = ids[..., 0] + ids[..., 1] * 256 + ids[..., 2] * 65536 - 1  # scene geom index, -1 none
         geom = np.full(seg.shape, -1, np.int32)
@@ -233,12 +228,7 @@ class SceneCamera:
         return rgb, depth, geom
 
     def close(self) -> None:
-        if self._context is not None:
-            self._context.free()
-            self._context = None
-        if self._gl is not None:
-            self._gl.free()
-            self._gl = None
+        self._gl.close()
 
 
 def depth_to_pointmap(depth: np.ndarray, camera) -> np.ndarray:

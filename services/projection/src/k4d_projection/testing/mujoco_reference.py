@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from k4d.camera import Camera
 from k4d.errors import InvalidArgument
-from k4d.mujoco_gl import import_mujoco, linearize_depth
+from k4d.mujoco_gl import OffscreenContext, import_mujoco
 from k4d.pointmap_codec import invert_rigid
 
 from k4d_projection.meshes import LinkMesh
@@ -60,17 +60,12 @@ class MujocoReference:
                                   quat=cam_quat.tolist(), fovy=camera.fovy_deg)
         self.model = spec.compile()
         self.data = mujoco.MjData(self.model)
-        self._gl = mujoco.GLContext(camera.width, camera.height)
-        self._gl.make_current()
-        self._context = mujoco.MjrContext(self.model, mujoco.mjtFontScale.mjFONTSCALE_150)
-        mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN, self._context)
+        self._gl = OffscreenContext(mujoco, self.model, camera.width, camera.height)
         self._scene = mujoco.MjvScene(self.model, maxgeom=len(link_meshes) + 16)
         self._option = mujoco.MjvOption()
         self._cam = mujoco.MjvCamera()
         self._cam.type = mujoco.mjtCamera.mjCAMERA_FIXED
         self._cam.fixedcamid = 0
-        self._viewport = mujoco.MjrRect(0, 0, camera.width, camera.height)
-        self._zero_far = self._context.readDepthMap == mujoco.mjtDepthMap.mjDEPTH_ZEROFAR
         self._window_depth = np.empty((camera.height, camera.width), np.float32)
 
     def render_depth(self, poses: np.ndarray) -> np.ndarray:
@@ -88,18 +83,13 @@ class MujocoReference:
             mujoco.mj_camlight(self.model, self.data)  # camera poses (not in mj_kinematics)
             mujoco.mjv_updateScene(self.model, self.data, self._option, None, self._cam,
                                    mujoco.mjtCatBit.mjCAT_ALL, self._scene)
-            mujoco.mjr_render(self._viewport, self._scene, self._context)
-            mujoco.mjr_readPixels(None, self._window_depth, self._viewport, self._context)
+            self._gl.render(self._scene)
+            self._gl.read(None, self._window_depth)
             # OpenGL rows start at the bottom of the image.
             window = self._window_depth[::-1]
-            depth, hit = linearize_depth(window, self.znear, self.zfar, self._zero_far)
+            depth, hit = self._gl.metres(window, self.znear, self.zfar)
             out[t] = np.where(hit, depth, 0.0)
         return out
 
     def close(self) -> None:
-        if self._context is not None:
-            self._context.free()
-            self._context = None
-        if self._gl is not None:
-            self._gl.free()
-            self._gl = None
+        self._gl.close()
