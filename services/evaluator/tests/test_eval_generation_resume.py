@@ -115,6 +115,10 @@ def test_a_moved_model_is_the_same_and_unrecorded_rollouts_are_made_again(tmp_pa
     (root / GENERATION_JSON).unlink()  # rollouts nobody recorded (an older k4d eval run)
     start_generation(root, generation_record(str(tmp_path / "b"), "", 0, False))
     assert not (root / "ep0").exists()
+    _rollout(root, "ep0")
+    (root / GENERATION_JSON).write_text("[1, 2")  # a damaged record: made again too
+    start_generation(root, generation_record(str(tmp_path / "b"), "", 0, False))
+    assert not (root / "ep0").exists()
 
 
 def test_a_cached_result_counts_only_for_its_prediction(tmp_path):

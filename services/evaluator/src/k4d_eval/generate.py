@@ -189,11 +189,11 @@ def _same_generation(before: dict, now: dict) -> bool:
 def _describe(record: dict | None) -> str:
     if record is None:
         return "an unrecorded generation"
-    what = f"model {record['model']}" if record.get("model") else "the static-world backend"
-    if record.get("model_sha256"):
-        what += f" (sha256 {record['model_sha256'][:12]})"
-    extras = [f"{k} {record.get(k)}" for k in ("backend", "steps") if record.get(k)]
-    return ", ".join([what, *extras, "RGB-D input" if record.get("depth") else "RGB input"])
+    parts = [f"model {record['model']}"] if record.get("model") else []
+    if parts and record.get("model_sha256"):
+        parts[-1] += f" (sha256 {record['model_sha256'][:12]})"
+    parts += [f"{k} {record[k]}" for k in ("backend", "steps") if record.get(k)]
+    return ", ".join([*parts, "RGB-D input" if record.get("depth") else "RGB input"])
 
 
 def start_generation(root: Path, record: dict) -> None:
@@ -206,6 +206,7 @@ def start_generation(root: Path, record: dict) -> None:
             before = json.loads(stamp.read_text())
         except (OSError, ValueError):
             before = None
+        before = before if isinstance(before, dict) else None  # unrecorded or damaged
         if before is None or not _same_generation(before, record):
             print(f"k4d eval: {root} holds rollouts of {_describe(before)}, not of "
                   f"{_describe(record)}: generating all {len(rollouts)} again", flush=True)
