@@ -61,3 +61,33 @@ def test_rt_publish_stamps_the_header_and_cancel_reads_the_marker(tmp_path):
     assert done.header.traceparent == "00-t-s-01" and first.job_id == "job-9"
     failed = events_pb2.SimulationFailed.FromString(second.value)
     assert (failed.error.code, failed.error.stage) == ("CANCELLED", "projection")
+
+
+def test_rt_stage_prologue_skips_cancelled_jobs_and_reports_a_cancel_mid_stage(tmp_path):
+    """StageWorker.for_stage: `handle(event, context)` runs for a live job; a job with a
+    cancel marker, or one whose handler raises Cancelled, ends in SimulationFailed{CANCELLED}."""
+    from k4d.bus import StageWorker
+    from k4d.config import Config
+    from k4d.errors import Cancelled
+
+    bus, store = InProcessBus(), LocalStore(tmp_path)
+    handled = []
+
+    def handle(event, context):
+        handled.append((context.job_id, event.spec.num_frames))
+        if context.job_id == "job-raises":
+            raise Cancelled("cancelled between steps")
+
+    worker = StageWorker.for_stage(Config(), bus, store, "k4d.sim.requested", "g",
+                                   stage="kinematics",
+                                   event_type=events_pb2.SimulationRequested, handle=handle)
+    consumer = bus.consumer([SIM_FAILED], "test")
+    store.put_bytes(cancel_marker_key("job-marked"), b"")
+    for job in ("job-live", "job-marked", "job-raises"):
+        event = events_pb2.SimulationRequested(header=events_pb2.EventHeader(job_id=job))
+        event.spec.num_frames = 5
+        worker.handler(_message(event, key=job.encode()))
+    assert handled == [("job-live", 5), ("job-raises", 5)]
+    failed = [events_pb2.SimulationFailed.FromString(m.value) for m in consumer.poll(1.0, 10)]
+    assert sorted((f.header.job_id, f.error.code, f.error.stage) for f in failed) == [
+        ("job-marked", "CANCELLED", "kinematics"), ("job-raises", "CANCELLED", "kinematics")]
