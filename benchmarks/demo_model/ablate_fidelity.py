@@ -31,8 +31,9 @@ def goal_figures(report: dict) -> dict:
     """The issue-21 goal figures of a `k4d eval` report (model and floor)."""
     model, floor = report, report.get("baseline") or {}
 
-    def region(sec, name, key):
-        return (sec.get("regions", {}).get(name) or {}).get(key)
+    def region(sec, name, key, frames="regions_generated"):
+        # Generated frames only (t >= 1): frame 0 is the given image (k4d_eval.report).
+        return ((sec.get(frames) or sec.get("regions", {})).get(name) or {}).get(key)
 
     agreement = (report.get("policy") or {}).get("agreement") or {}
     abstained = ((report.get("policy") or {}).get("judge_abstentions") or {}).get(
@@ -51,6 +52,8 @@ def goal_figures(report: dict) -> dict:
         "whole_psnr": region(model, "whole", "psnr"),
         "depth_absrel": region(model, "whole", "depth_absrel"),
         "depth_absrel_floor": region(floor, "whole", "depth_absrel"),
+        "static_psnr_all_frames": region(model, "static", "psnr", "regions"),
+        "robot_psnr_all_frames": region(model, "robot", "psnr", "regions"),
         "agreement": agreement.get("accuracy"),
         "abstained": abstained.get("count"),
     }
@@ -76,6 +79,8 @@ def main() -> None:
     parser.add_argument("--depth", action="store_true",
                         help="give the pipeline the first frame's points (RGB-D input)")
     parser.add_argument("--steps", type=int, default=0)
+    parser.add_argument("--eval-only", action="store_true",
+                        help="score the variants' existing rollouts again (no sampling)")
     args = parser.parse_args()
 
     from k4d.episodes import open_dataset
@@ -83,6 +88,8 @@ def main() -> None:
     from k4d_eval.eval_runs import eval_dataset
     from k4d_eval.evaluate import Settings
     from k4d_generator.pipeline import Kinema4DPipeline
+    from k4d_model.conditions import PointmapNormalization
+    from k4d_model.results import RobotCondition
     from PIL import Image
 
     pipe = Kinema4DPipeline.from_pretrained(args.model)
@@ -90,35 +97,74 @@ def main() -> None:
     dataset = open_dataset(args.data)
     floor = args.run / "static-world"
     ids = sorted(p.name for p in floor.iterdir() if (p / "summary.json").is_file())
-    results = {}
+    variants = []
     for spec in args.variant:
         name, _, text = spec.partition("=")
-        pipe.info.extra = {**base_extra, **json.loads(text or "{}")}
-        root = args.out / name
-        pred = root / "predictions"
-        started = time.perf_counter()
-        for episode_id in ids:
-            where = pred / episode_id
+        variants.append((name, {**base_extra, **json.loads(text or "{}")}))
+    # Variants that differ only in output options share one sampling: the latents depend on
+    # `latent_anchor` alone (and the seed), so each episode is sampled once per anchor
+    # setting and every output option is applied to the same decoded latents.
+    decoded: dict[tuple[str, bool], tuple] = {}
+    original_decode = pipe.decode_float
+    static_of: dict[bytes, np.ndarray] = {}  # the static reconstruction, once per image
+    original_static = pipe.static_reconstruction
+
+    def static_reconstruction(image):
+        key = image.tobytes()
+        if key not in static_of:
+            static_of.clear()
+            static_of[key] = original_static(image)
+        return static_of[key]
+
+    pipe.static_reconstruction = static_reconstruction
+    seconds = {name: 0.0 for name, _ in variants}
+    for episode_id in [] if args.eval_only else ids:
+        image = np.asarray(Image.open(args.run / "inputs" / episode_id / "image.png")
+                           .convert("RGB"))
+        robot = np.load(floor / episode_id / "robot.npz")
+        initial = first_pointmap(dataset, episode_id) if args.depth else None
+        condition = RobotCondition(robot["rgb"], robot["pointmap"].astype(np.float32),
+                                   robot["mask"].astype(bool))
+        for name, extra in variants:
+            pipe.info.extra = extra
+            key = (episode_id, bool(extra.get("latent_anchor", False)))
+            cache = args.out / "_decoded" / f"{episode_id}-anchor{int(key[1])}.npz"
+            if key not in decoded and cache.is_file():  # sampled by an earlier run
+                with np.load(cache) as data:
+                    decoded[key] = (data["rgb"], data["pointmap"])
+            started = time.perf_counter()
+            if key in decoded:
+                norm = PointmapNormalization.from_points(condition.pointmap, condition.mask)
+                rgb, points = pipe.finish_output(image, condition, *decoded[key], norm, initial)
+            else:
+                def remember(latents, _key=key):
+                    decoded[_key] = original_decode(latents)
+                    return decoded[_key]
+
+                pipe.decode_float = remember
+                result = pipe(image, condition.rgb, condition.pointmap, condition.mask,
+                              initial_pointmap=initial, num_steps=args.steps or None)
+                pipe.decode_float = original_decode
+                rgb, points = result.rgb, result.pointmap
+                cache.parent.mkdir(parents=True, exist_ok=True)
+                np.savez(cache, rgb=decoded[key][0], pointmap=decoded[key][1])
+            seconds[name] += time.perf_counter() - started
+            where = args.out / name / "predictions" / episode_id
             where.mkdir(parents=True, exist_ok=True)
-            image = np.asarray(Image.open(args.run / "inputs" / episode_id / "image.png")
-                               .convert("RGB"))
-            robot = np.load(floor / episode_id / "robot.npz")
-            initial = first_pointmap(dataset, episode_id) if args.depth else None
-            result = pipe(image, robot["rgb"], robot["pointmap"].astype(np.float32),
-                          robot["mask"].astype(bool), initial_pointmap=initial,
-                          num_steps=args.steps or None)
-            write_pointmap_npz(where / "pointmap.npz", result.pointmap,
-                               world_point_mask(result.pointmap), result.rgb)
+            write_pointmap_npz(where / "pointmap.npz", points, world_point_mask(points), rgb)
             shutil.copyfile(floor / episode_id / "robot.npz", where / "robot.npz")
             summary = json.loads((floor / episode_id / "summary.json").read_text())
             summary["model"] = {"id": pipe.model_id, "name": pipe.info.name}
             (where / "summary.json").write_text(json.dumps(summary))
-        generation_s = time.perf_counter() - started
-        report = eval_dataset(str(pred), args.data, root / "eval", Settings(),
+        print(f"generated {episode_id}", flush=True)
+    results = {}
+    for name, extra in variants:
+        root = args.out / name
+        report = eval_dataset(str(root / "predictions"), args.data, root / "eval", Settings(),
                               baseline_uri=str(floor), episodes=ids, progress=False,
                               method=f"model: {args.model} [{name}]")
-        figures = {"variant": name, "extra": pipe.info.extra, "depth_input": args.depth,
-                   "generation_s_per_episode": generation_s / len(ids), **goal_figures(report)}
+        figures = {"variant": name, "extra": extra, "depth_input": args.depth,
+                   "output_s_per_episode": seconds[name] / len(ids), **goal_figures(report)}
         results[name] = figures
         print("RESULT " + json.dumps(figures), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,12 @@ import pytest
 import torch
 from k4d.errors import InvalidArgument
 from k4d.generation import FidelityOptions
-from k4d_model.fidelity import anchor_first_latent, change_mask, compose_relative
+from k4d_model.fidelity import (
+    anchor_first_latent,
+    change_mask,
+    compose_over_input,
+    compose_relative,
+)
 from k4d_model.pipeline import Kinema4DPipeline
 from k4d_model.testing import CallableDenoiser as Denoiser
 from k4d_model.testing import sliding_box_robot as _robot
@@ -111,3 +116,26 @@ def test_bad_initial_pointmap_is_invalid_argument(make_tiny):
     bad[0, 0, 0] = np.nan
     with pytest.raises(InvalidArgument):
         pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1, initial_pointmap=bad)
+
+
+def test_change_near_the_robot_only_and_composite_over_input():
+    T, H, W = 3, 20, 20
+    delta = np.zeros((T, H, W, 3), np.float32)
+    delta[2, 3, 3] = 90.0     # a change next to where the robot went
+    delta[2, 15, 15] = 90.0   # far from it: decoder noise in a static scene
+    robot = np.zeros((T, H, W), bool)
+    robot[1, 2:4, 5:7] = True
+    opts = FidelityOptions.from_extra({"decode": "composite", "change_threshold": 40,
+                                       "change_dilate": 0, "change_near_robot_px": 3})
+    mask = change_mask(delta, None, robot, opts)
+    assert mask[2, 3, 3] and not mask[2, 15, 15]
+    first = np.zeros((H, W, 3), np.float32)
+    generated = np.full((T, H, W, 3), 7.0, np.float32)
+    out = compose_over_input(first, generated, mask)
+    assert out[2, 3, 3, 0] == 7.0 and out[2, 15, 15, 0] == 0.0
+
+
+def test_composite_options_are_checked():
+    assert FidelityOptions.check({"decode": "composite", "change_near_robot_px": 4}).against_input
+    with pytest.raises(InvalidArgument):
+        FidelityOptions.check({"change_near_robot_px": -1})

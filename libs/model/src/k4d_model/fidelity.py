@@ -31,14 +31,28 @@ def change_mask(rgb_delta: np.ndarray, depth_delta_m: np.ndarray | None,
     changed = np.abs(rgb_delta).max(axis=-1) > options.change_threshold
     if depth_delta_m is not None:
         changed |= np.abs(depth_delta_m) > options.change_depth_m
+    if options.change_near_robot_px > 0:
+        swept = np.logical_or.accumulate(robot_mask, axis=0)  # where the robot has been
+        changed &= _grow(swept, options.change_near_robot_px)
     changed |= robot_mask | robot_mask[:1]
     if options.change_dilate > 0:
-        k = 2 * options.change_dilate + 1
-        grown = F.max_pool2d(torch.from_numpy(changed.astype(np.float32))[:, None], k, stride=1,
-                             padding=options.change_dilate)
-        changed = grown[:, 0].numpy() > 0.5
+        changed = _grow(changed, options.change_dilate)
     changed[0] = False  # frame 0 is the observation
     return changed
+
+
+def _grow(mask: np.ndarray, pixels: int) -> np.ndarray:
+    """(T, H, W) bool grown by `pixels` in every direction (a square window), per frame."""
+    k = 2 * pixels + 1
+    grown = F.max_pool2d(torch.from_numpy(mask.astype(np.float32))[:, None], k, stride=1,
+                         padding=pixels)
+    return grown[:, 0].numpy() > 0.5
+
+
+def compose_over_input(first: np.ndarray, generated: np.ndarray, mask: np.ndarray
+                       ) -> np.ndarray:
+    """Generated pixels inside `mask` (T, H, W), the input `first` (H, W, C) elsewhere."""
+    return np.where(mask[..., None], generated, first[None])
 
 
 def compose_relative(first: np.ndarray, generated: np.ndarray, reference: np.ndarray,

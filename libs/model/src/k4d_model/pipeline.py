@@ -38,7 +38,12 @@ from k4d_model.conditions import (
     first_frame_mask,
     uniform_pointmap,
 )
-from k4d_model.fidelity import anchor_first_latent, change_mask, compose_relative
+from k4d_model.fidelity import (
+    anchor_first_latent,
+    change_mask,
+    compose_over_input,
+    compose_relative,
+)
 from k4d_model.memory import ensure_fits, estimate
 from k4d_model.results import GenerationResult, RobotCondition, check_robot
 
@@ -270,7 +275,7 @@ class Kinema4DPipeline:
         model's fidelity options (k4d_model.fidelity)."""
         opts = FidelityOptions.from_extra(self.info.extra)
         points = norm.denormalise(pointmap)
-        if opts.relative:
+        if opts.against_input:
             generated = (rgb + 1.0) * 127.5
             reference = (self.static_reconstruction(image) + 1.0) * 127.5
             first_points = points[0]
@@ -278,13 +283,18 @@ class Kinema4DPipeline:
                 first_points = np.where(initial_pointmap[..., 2:] > 0, initial_pointmap,
                                         points[0])
             mask = None
-            if opts.change_threshold > 0:
+            if opts.change_threshold > 0 or not opts.relative:
                 mask = change_mask(generated - reference, points[..., 2] - points[:1, ..., 2],
                                    robot.mask, opts)
-            rgb_out = compose_relative(image.astype(np.float32), generated, reference, mask)
+            if opts.relative:
+                rgb_out = compose_relative(image.astype(np.float32), generated, reference, mask)
+                points = compose_relative(first_points.astype(np.float32), points, points[:1],
+                                          mask)
+            else:
+                rgb_out = compose_over_input(image.astype(np.float32), generated, mask)
+                points = compose_over_input(first_points.astype(np.float32), points, mask)
             rgb_out = np.round(np.clip(rgb_out, 0.0, 255.0)).astype(np.uint8)
-            points = compose_relative(first_points.astype(np.float32), points, points[:1],
-                                      mask).astype(np.float32)
+            points = points.astype(np.float32)
         else:
             rgb_out = _to_uint8(rgb)
         if opts.robot_pointmap == ROBOT_POINTMAP_KINEMATICS:

@@ -21,10 +21,15 @@ is the input, not a VAE reconstruction of it:
                      encoded static clip of the input image; pointmap: the model's own frame
                      0, which it had to guess when no pointmap was given). VAE error then
                      cancels where the scene is the same as in frame 0.
-  change_threshold   with "relative": a pixel keeps x_0 exactly unless its decoded change
-                     exceeds this many RGB levels (0-255) or `change_depth_m` metres of depth,
-                     or the robot covers it now or in frame 0; the mask is grown by
-                     `change_dilate` pixels so the edges of a moving object stay generated.
+                     "composite": inside the change mask the generated pixels D(z)_t, outside
+                     it x_0 (generated pixels composited over the input's).
+  change_threshold   with "relative" or "composite": a pixel keeps x_0 exactly unless its
+                     decoded change D(z)_t - R_t exceeds this many RGB levels (0-255) or
+                     `change_depth_m` metres of depth, or the robot covers it now or in frame
+                     0; the mask is grown by `change_dilate` pixels. With
+                     `change_near_robot_px` > 0, change away from the robot counts only
+                     within that many pixels of where the robot has been up to frame t (in
+                     a tabletop scene the world moves where the robot touches it).
   robot_pointmap     "kinematics": the robot's pixels take the robot condition's points,
                      which kinematics gives exactly.
 """
@@ -37,9 +42,10 @@ from typing import Any
 STATIC_WORLD = "static-world"
 
 FIDELITY_KEYS = ("first_frame", "latent_anchor", "decode", "change_threshold",
-                 "change_depth_m", "change_dilate", "robot_pointmap")
+                 "change_depth_m", "change_dilate", "change_near_robot_px", "robot_pointmap")
 FIRST_FRAME_GIVEN = "given"
 DECODE_RELATIVE = "relative"
+DECODE_COMPOSITE = "composite"
 ROBOT_POINTMAP_KINEMATICS = "kinematics"
 
 
@@ -53,6 +59,7 @@ class FidelityOptions:
     change_threshold: float = 0.0
     change_depth_m: float = 0.02
     change_dilate: int = 1
+    change_near_robot_px: int = 0
     robot_pointmap: str = ""
 
     @classmethod
@@ -64,6 +71,7 @@ class FidelityOptions:
                    change_threshold=float(extra.get("change_threshold", 0.0)),
                    change_depth_m=float(extra.get("change_depth_m", 0.02)),
                    change_dilate=int(extra.get("change_dilate", 1)),
+                   change_near_robot_px=int(extra.get("change_near_robot_px", 0)),
                    robot_pointmap=str(extra.get("robot_pointmap", "")))
 
     @classmethod
@@ -71,12 +79,14 @@ class FidelityOptions:
         """The options of `extra` (other keys ignored), or InvalidArgument naming the key."""
         from k4d.errors import InvalidArgument
 
-        choices = {"first_frame": ("", FIRST_FRAME_GIVEN), "decode": ("", DECODE_RELATIVE),
+        choices = {"first_frame": ("", FIRST_FRAME_GIVEN),
+                   "decode": ("", DECODE_RELATIVE, DECODE_COMPOSITE),
                    "robot_pointmap": ("", ROBOT_POINTMAP_KINEMATICS)}
         for key, allowed in choices.items():
             if key in extra and extra[key] not in allowed:
                 raise InvalidArgument.for_field(f"{prefix}.{key}", f"must be one of {allowed}")
-        for key in ("change_threshold", "change_depth_m", "change_dilate"):
+        for key in ("change_threshold", "change_depth_m", "change_dilate",
+                    "change_near_robot_px"):
             value = extra.get(key, 0)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise InvalidArgument.for_field(f"{prefix}.{key}", "must be a number >= 0")
@@ -88,8 +98,14 @@ class FidelityOptions:
     def relative(self) -> bool:
         return self.decode == DECODE_RELATIVE
 
+    @property
+    def against_input(self) -> bool:
+        """Whether the output is built against the input (relative or composite)."""
+        return self.decode in (DECODE_RELATIVE, DECODE_COMPOSITE)
+
     def to_dict(self) -> dict[str, Any]:
         return {"first_frame": self.first_frame, "latent_anchor": self.latent_anchor,
                 "decode": self.decode, "change_threshold": self.change_threshold,
                 "change_depth_m": self.change_depth_m, "change_dilate": self.change_dilate,
+                "change_near_robot_px": self.change_near_robot_px,
                 "robot_pointmap": self.robot_pointmap}
