@@ -169,6 +169,42 @@ def headline(model: Path, report_path: Path) -> dict:
     return figures
 
 
+def compare_strip(data: str, episodes: list[str], rows: list[str], out: Path,
+                  frames: int = 5, scale: int = 2) -> dict:
+    """One picture a person can judge at a glance: per episode, a row each for the ground
+    truth and every NAME=DIR of `k4d simulate` outputs (DIR/<episode>/pointmap.npz), at
+    `frames` evenly spaced frames; the first column is frame 0, the image every method
+    was given. Labels on the left."""
+    import numpy as np
+    from k4d.episodes import open_dataset
+    from PIL import Image, ImageDraw
+
+    dataset = open_dataset(data)
+    named = [r.partition("=")[::2] for r in rows]
+    tiles = []
+    for episode_id in episodes:
+        truth = dataset.open(episode_id).read("rgb")
+        pick = np.linspace(0, truth.shape[0] - 1, frames).round().astype(int)
+        clips = [("ground truth", truth)]
+        for name, folder in named:
+            with np.load(Path(folder) / episode_id / "pointmap.npz") as npz:
+                clips.append((name, npz["rgb"]))
+        for name, clip in clips:
+            row = np.concatenate([clip[t] for t in pick], axis=1)
+            tiles.append((f"{episode_id} {name}", row))
+    label_w = 150
+    h, w = tiles[0][1].shape[:2]
+    canvas = Image.new("RGB", (label_w + w * scale, h * scale * len(tiles)), "white")
+    draw = ImageDraw.Draw(canvas)
+    for i, (label, row) in enumerate(tiles):
+        image = Image.fromarray(row).resize((w * scale, h * scale), Image.Resampling.NEAREST)
+        canvas.paste(image, (label_w, i * h * scale))
+        draw.text((4, i * h * scale + h * scale // 2 - 6), label, fill="black")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    canvas.save(out)
+    return {"picture": str(out), "rows": len(tiles), "frames": [int(t) for t in pick]}
+
+
 ARCHIVE = "checkpoint.tar.xz"
 
 
@@ -269,6 +305,12 @@ def main(argv: list[str] | None = None) -> int:
                                         "model's manifest (make demo prints them)")
     p.add_argument("--model", required=True, type=Path)
     p.add_argument("--report", required=True, type=Path)
+    p = sub.add_parser("compare", help="a strip picture: ground truth and each method's "
+                                       "rollouts of some episodes, frame 0 first")
+    p.add_argument("--data", required=True)
+    p.add_argument("--episodes", nargs="+", required=True)
+    p.add_argument("--row", action="append", required=True, help="NAME=DIR (k4d simulate outputs)")
+    p.add_argument("--out", required=True, type=Path)
     p = sub.add_parser("golden")
     p.add_argument("--model", required=True, type=Path)
     p.add_argument("--example", type=Path, default=Path("examples/demo_heldout"))
@@ -280,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"out": str(args.out), "version": manifest["version"],
                           "files": len(manifest["files"]),
                           "bytes": sum(f["size_bytes"] for f in manifest["files"])}))
+    elif args.command == "compare":
+        print(json.dumps(compare_strip(args.data, args.episodes, args.row, args.out)))
     elif args.command == "headline":
         print(json.dumps(headline(args.model, args.report)))
     elif args.command == "options":
