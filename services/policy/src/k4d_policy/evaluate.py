@@ -52,6 +52,7 @@ class EvalConfig:
     robot: str = "panda"
     clip: tuple[int, int, int] = (13, 96, 144)  # (T, H, W): the model's; set by `plan_clip`
     model_name: str = ""
+    model_digest: str = ""  # sha256 of the model's k4d_model.json: its output options change results
     extra: dict = field(default_factory=dict)
 
     @property
@@ -64,7 +65,7 @@ class EvalConfig:
 
     def fingerprint(self) -> str:
         """What an episode record depends on (a rerun with other settings recomputes it)."""
-        key = {k: getattr(self, k) for k in ("seed", "mode", "chunk", "robot", "model_name")}
+        key = {k: getattr(self, k) for k in ("seed", "mode", "chunk", "robot", "model_name", "model_digest")}
         key["clip"] = list(self.clip)
         return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -217,6 +218,7 @@ def plan_clip(cfg: EvalConfig) -> EvalConfig:
     conf = Path(ref) / "k4d_model.json" if ref else None
     if conf is not None and conf.is_file():
         data = json.loads(conf.read_text())
+        cfg.model_digest = hashlib.sha256(conf.read_bytes()).hexdigest()[:16]
         cfg.clip = (int(data["num_frames"]), int(data["height"]), int(data["width"]))
         cfg.model_name = f"{data.get('name', '')}/{data.get('version', '')}"
     else:

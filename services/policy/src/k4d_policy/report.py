@@ -111,7 +111,8 @@ def build_report(cfg: EvalConfig, records: list[dict]) -> dict:
         "malformed_actions": malformed,
         "not_evaluated": not_evaluated,
         "settings": {"policies": cfg.policies, "tasks": cfg.tasks, "scenes": cfg.scenes, "seed": cfg.seed,
-                     "mode": cfg.mode, "chunk": cfg.chunk, "model": cfg.model_name, "clip": list(cfg.clip),
+                     "mode": cfg.mode, "chunk": cfg.chunk, "model": cfg.model_name, "model_config_sha256": cfg.model_digest,
+                     "clip": list(cfg.clip),
                      "dt_s": cfg.dt_s, "horizon": cfg.horizon, "robot": cfg.robot},
         "timing": _timing(records),
     }
