@@ -59,6 +59,33 @@ def goal_figures(report: dict) -> dict:
     }
 
 
+TABLE_COLUMNS = (("frame 0 dB (min)", "frame0_psnr_min", ".1f"),
+                 ("static dB", "static_psnr", ".2f"),
+                 ("changed MSE (x floor)", "changed_mse", ".0f"),
+                 ("changed CD-L1 m", "changed_cd_l1", ".3f"),
+                 ("robot dB", "robot_psnr", ".2f"),
+                 ("depth AbsRel", "depth_absrel", ".3f"),
+                 ("agreement (abstained)", "agreement", ".2f"))
+
+
+def markdown_table(rows: dict) -> str:
+    """The ablation as a markdown table (generated frames t >= 1 for region figures)."""
+    head = "| variant | " + " | ".join(c[0] for c in TABLE_COLUMNS) + " |"
+    lines = [head, "|---" * (len(TABLE_COLUMNS) + 1) + "|"]
+    for name, r in rows.items():
+        cells = []
+        for _, key, fmt in TABLE_COLUMNS:
+            v = r.get(key)
+            text = "-" if v is None else format(v, fmt)
+            if key == "changed_mse" and v is not None and r.get("changed_mse_floor"):
+                text += f" ({v / r['changed_mse_floor']:.2f})"
+            if key == "agreement" and v is not None:
+                text += f" ({r.get('abstained', 0)})"
+            cells.append(text)
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def first_pointmap(dataset, episode_id: str) -> np.ndarray:
     """Frame 0's ground-truth points in the camera frame (zeros where no depth): what an
     RGB-D camera would give with the image."""
@@ -81,7 +108,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=0)
     parser.add_argument("--eval-only", action="store_true",
                         help="score the variants' existing rollouts again (no sampling)")
+    parser.add_argument("--table", action="store_true",
+                        help="print OUT/ablation.json as a markdown table and stop")
     args = parser.parse_args()
+    if args.table:
+        print(markdown_table(json.loads((args.out / "ablation.json").read_text())))
+        return
 
     from k4d.episodes import open_dataset
     from k4d_embedded.outputs import world_point_mask, write_pointmap_npz
