@@ -125,7 +125,10 @@ def main() -> None:
     from PIL import Image
 
     pipe = Kinema4DPipeline.from_pretrained(args.model)
-    base_extra = dict(pipe.info.extra)
+    from k4d.generation import FIDELITY_KEYS
+
+    # Each variant states its options in full: the model's own are left out of the base.
+    base_extra = {k: v for k, v in pipe.info.extra.items() if k not in FIDELITY_KEYS}
     dataset = open_dataset(args.data)
     floor = args.run / "static-world"
     ids = sorted(p.name for p in floor.iterdir() if (p / "summary.json").is_file())

@@ -29,7 +29,7 @@ def change_mask(rgb_delta: np.ndarray, depth_delta_m: np.ndarray | None,
     or None; robot_mask: (T, H, W) the robot condition (its pixels now and in frame 0 are
     always generated: the robot moves there, or uncovers what it hid)."""
     changed = np.abs(rgb_delta).max(axis=-1) > options.change_threshold
-    if depth_delta_m is not None:
+    if depth_delta_m is not None and options.change_depth_m > 0:  # 0: RGB change only
         changed |= np.abs(depth_delta_m) > options.change_depth_m
     if options.change_near_robot_px > 0:
         swept = np.logical_or.accumulate(robot_mask, axis=0)  # where the robot has been

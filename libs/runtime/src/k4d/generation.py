@@ -25,7 +25,8 @@ is the input, not a VAE reconstruction of it:
                      it x_0 (generated pixels composited over the input's).
   change_threshold   with "relative" or "composite": a pixel keeps x_0 exactly unless its
                      decoded change D(z)_t - R_t exceeds this many RGB levels (0-255) or
-                     `change_depth_m` metres of depth, or the robot covers it now or in frame
+                     `change_depth_m` metres of depth (0: RGB alone decides; a model's own
+                     depth flickers more than its colour), or the robot covers it now or in frame
                      0; the mask is grown by `change_dilate` pixels. With
                      `change_near_robot_px` > 0, change away from the robot counts only
                      within that many pixels of where the robot has been up to frame t (in
