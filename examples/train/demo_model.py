@@ -135,13 +135,16 @@ def heldout_figures(report: dict) -> dict:
     model, floor = report, report.get("baseline") or {}
 
     def region(sec, name, key):
-        value = (sec.get("regions", {}).get(name) or {}).get(key)
+        # Generated frames (t >= 1): frame 0 is the given image (k4d_eval.report).
+        regions = sec.get("regions_generated") or sec.get("regions", {})
+        value = (regions.get(name) or {}).get(key)
         return None if value is None else round(float(value), 4)
 
     policy = report.get("policy") or {}
     abstained = (policy.get("judge_abstentions") or {}).get("prediction") or {}
     return {
         "episodes": report["counts"]["episodes"],
+        "frames": "generated frames t >= 1 (frame 0: frame0_psnr_min)",
         "given": (report.get("inputs") or {}).get("given", "first frame RGB"),
         "frame0_psnr_min": (model.get("first_frame") or {}).get("psnr_min"),
         "static_psnr": region(model, "static", "psnr"),

@@ -105,7 +105,7 @@ def heldout_line(shipped: Path = SHIPPED_DEFAULT) -> str:
 
     return (f"{manifest.get('name')} {manifest.get('version')} on {h.get('episodes')} held-out "
             f"episodes ({h.get('given', 'first frame RGB')} given): frame 0 "
-            f"{pair('frame0_psnr_min', '.1f', ' dB')} worst, static region "
+            f"{pair('frame0_psnr_min', '.1f', ' dB')} worst; generated frames: static region "
             f"{pair('static_psnr', '.1f', ' dB')}, changed-region RGB MSE "
             f"{pair('changed_mse', '.0f')}, robot {pair('robot_psnr', '.1f', ' dB')}, depth AbsRel "
             f"{pair('depth_absrel', '.3f')}, success agreement {pair('success_agreement', '.2f')}"
