@@ -130,22 +130,28 @@ def _action_violations(actions: kinematics_pb2.ActionSequence, p: str) -> list[F
     return out
 
 
-def _image_violations(spec, p: str, camera_hw: tuple[int, int] | None) -> list[FieldViolation]:
-    if not spec.HasField("initial_image") or spec.initial_image.WhichOneof("kind") is None:
-        return [FieldViolation(p, "required: an (H, W, 3) uint8 image, inline or by reference")]
-    out: list[FieldViolation] = []
-    if spec.initial_image.WhichOneof("kind") == "ref":
-        ref = spec.initial_image.ref
-        dtype, shape = ref.dtype, tuple(ref.shape)
+def _tensor_header(data, p: str, out: list[FieldViolation]):
+    """(dtype name, shape, the array or None for a reference) of a TensorData, its reference's
+    uri and sha256 checked into `out`; None when an inline tensor does not decode."""
+    if data.WhichOneof("kind") == "ref":
+        ref = data.ref
         if not ref.uri:
             out.append(FieldViolation(p + ".ref.uri", "must not be empty"))
         if len(ref.sha256) != 64:
             out.append(FieldViolation(p + ".ref.sha256", "expected 64 hex characters"))
-    else:
-        image = _decoded(spec.initial_image, p, out)
-        if image is None:
-            return out
-        dtype, shape = image.dtype.name, tuple(image.shape)
+        return ref.dtype, tuple(ref.shape), None
+    array = _decoded(data, p, out)
+    return None if array is None else (array.dtype.name, tuple(array.shape), array)
+
+
+def _image_violations(spec, p: str, camera_hw: tuple[int, int] | None) -> list[FieldViolation]:
+    if not spec.HasField("initial_image") or spec.initial_image.WhichOneof("kind") is None:
+        return [FieldViolation(p, "required: an (H, W, 3) uint8 image, inline or by reference")]
+    out: list[FieldViolation] = []
+    header = _tensor_header(spec.initial_image, p, out)
+    if header is None:
+        return out
+    dtype, shape, _ = header
     if dtype != "uint8":
         out.append(FieldViolation(p, f"expected dtype uint8, got {dtype}"))
     if len(shape) != 3 or shape[2] != 3:
@@ -161,18 +167,13 @@ def _depth_violations(spec, p: str, camera_hw: tuple[int, int] | None) -> list[F
     if not spec.HasField("initial_depth") or spec.initial_depth.WhichOneof("kind") is None:
         return []
     out: list[FieldViolation] = []
-    if spec.initial_depth.WhichOneof("kind") == "ref":
-        ref = spec.initial_depth.ref
-        dtype, shape = ref.dtype, tuple(ref.shape)
-        if not ref.uri:
-            out.append(FieldViolation(p + ".ref.uri", "must not be empty"))
-    else:
-        depth = _decoded(spec.initial_depth, p, out)
-        if depth is None:
-            return out
-        dtype, shape = depth.dtype.name, tuple(depth.shape)
-        if dtype == "float32" and (not np.isfinite(depth).all() or depth.min(initial=0) < 0):
-            out.append(FieldViolation(p, "depth must be finite metres >= 0 (0 = unknown)"))
+    header = _tensor_header(spec.initial_depth, p, out)
+    if header is None:
+        return out
+    dtype, shape, depth = header
+    if depth is not None and dtype == "float32" and (
+            not np.isfinite(depth).all() or depth.min(initial=0) < 0):
+        out.append(FieldViolation(p, "depth must be finite metres >= 0 (0 = unknown)"))
     if dtype != "float32":
         out.append(FieldViolation(p, f"expected dtype float32, got {dtype}"))
     if len(shape) != 2:
