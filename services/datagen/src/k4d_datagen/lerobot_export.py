@@ -21,6 +21,7 @@ mask and depth as more video keys (docs/data.md, "Exports").
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -83,10 +84,11 @@ class _Video:
             self.stream = self.container.add_stream(VCODEC, rate=self.fps, options={"g": str(GOP), "crf": str(CRF)})
             self.stream.width, self.stream.height, self.stream.pix_fmt = frames.shape[2], frames.shape[1], "yuv420p"
         start = self.frames_in_file
-        for frame in frames:
-            image = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
-            for packet in self.stream.encode(image):
-                self.container.mux(packet)
+        with _scheduling_kept():
+            for frame in frames:
+                image = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
+                for packet in self.stream.encode(image):
+                    self.container.mux(packet)
         self.frames_in_file += len(frames)
         where = (self.chunk, self.file, float(start / self.fps), float(self.frames_in_file / self.fps))
         # PyAV opens the file at the first muxed packet (the encoder may still hold them all).
@@ -98,10 +100,28 @@ class _Video:
 
     def close(self) -> None:
         if self.container is not None:
-            for packet in self.stream.encode():
-                self.container.mux(packet)
-            self.container.close()
+            with _scheduling_kept():
+                for packet in self.stream.encode():
+                    self.container.mux(packet)
+                self.container.close()
             self.container = self.stream = None
+
+
+@contextlib.contextmanager
+def _scheduling_kept():
+    """Keeps the calling thread's CPU scheduling policy across encoder calls. SVT-AV1, run as
+    root, raises the thread that starts its encoder to SCHED_FIFO priority 99; every thread and
+    process started from it afterwards inherits that, and two busy real-time processes on a
+    small machine starve everything else (a test run hung that way)."""
+    if not hasattr(os, "sched_getscheduler"):  # not Linux: nothing to keep
+        yield
+        return
+    policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+    try:
+        yield
+    finally:
+        if (os.sched_getscheduler(0), os.sched_getparam(0)) != (policy, param):
+            os.sched_setscheduler(0, policy, param)
 
 
 def _next_file(chunk: int, file: int) -> tuple[int, int]:

@@ -115,6 +115,8 @@ class HeadlessBrowser:
                 if "error" in reply:
                     raise BrowserError(f"{method}: {reply['error']}")
                 return reply.get("result", {})
+            if time.monotonic() > deadline:  # a page flooding events must not hold us here
+                raise BrowserError(f"{method}: no reply in {timeout_s:.0f} s")
 
     def _read_message(self, deadline: float) -> dict:
         import select

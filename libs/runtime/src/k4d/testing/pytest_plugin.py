@@ -8,6 +8,8 @@
 - cluster_config(function): a Config pointing at both servers (fresh bucket)
 - span_exporter (function): an InMemorySpanExporter on the process's tracer provider,
                             cleared for each test
+- _cpu_scheduling_unchanged (autouse): fails a test that leaves the main thread on another
+                            CPU scheduling policy (a real-time one starves later processes)
 
 When the package that ships a server is missing, a fixture skips its test with the pip
 command to run; under `CI=true` (set by .ci/run and by CI systems) it fails the test
@@ -141,3 +143,22 @@ def span_exporter(_session_span_exporter):
     _session_span_exporter.clear()
     yield _session_span_exporter
     _session_span_exporter.clear()
+
+
+@pytest.fixture(autouse=True)
+def _cpu_scheduling_unchanged():
+    """Fails the test that leaves the process's main thread on another CPU scheduling policy
+    (and puts it back). A native library that raises it to real time (SVT-AV1 does, as root)
+    makes every later subprocess real time too, and two busy ones starve the machine: the
+    suite then hangs where no timeout can fire."""
+    if not hasattr(os, "sched_getscheduler"):
+        yield
+        return
+    before = os.sched_getscheduler(0), os.sched_getparam(0)
+    yield
+    after = os.sched_getscheduler(0), os.sched_getparam(0)
+    if after != before:
+        os.sched_setscheduler(0, *before)
+        pytest.fail(f"the test changed the CPU scheduling policy {before[0]} (priority "
+                    f"{before[1].sched_priority}) to {after[0]} (priority "
+                    f"{after[1].sched_priority})", pytrace=False)
