@@ -10,7 +10,9 @@ import torch
 from k4d.errors import InvalidArgument
 from k4d.generation import FidelityOptions
 from k4d_model.fidelity import (
+    MIN_CALIBRATION_PIXELS,
     anchor_first_latent,
+    calibrated_robot_render,
     change_mask,
     compose_over_input,
     compose_relative,
@@ -86,7 +88,7 @@ def test_given_frame_comes_back_and_unchanged_pixels_are_the_input(make_tiny):
     assert np.array_equal(out.rgb[0], image)
     assert np.array_equal(out.pointmap[0], initial)
     # With thresholds nothing reaches, only the robot's pixels (now or in frame 0) change.
-    grown = change_mask(np.zeros((*robot.mask.shape, 3), np.float32), None, robot.mask,
+    grown = 0 < change_mask(np.zeros((*robot.mask.shape, 3), np.float32), None, robot.mask,
                         FidelityOptions.from_extra(ALL_ON))
     assert np.all(out.rgb[~grown] == np.broadcast_to(image, out.rgb.shape)[~grown])
     later = robot.mask.copy()
@@ -139,3 +141,55 @@ def test_composite_options_are_checked():
     assert FidelityOptions.check({"decode": "composite", "change_near_robot_px": 4}).against_input
     with pytest.raises(InvalidArgument):
         FidelityOptions.check({"change_near_robot_px": -1})
+
+
+def test_change_ramp_fades_the_generated_change_in_above_the_threshold():
+    T, H, W = 2, 1, 4
+    delta = np.zeros((T, H, W, 3), np.float32)
+    delta[1, 0, :, 0] = [40.0, 50.0, 60.0, 90.0]
+    opts = FidelityOptions.check({"decode": "composite", "change_threshold": 40,
+                                  "change_ramp": 20, "change_dilate": 0})
+    weight = change_mask(delta, None, np.zeros((T, H, W), bool), opts)
+    assert weight[1, 0].tolist() == [0.0, 0.5, 1.0, 1.0] and not weight[0].any()
+    first = np.full((H, W, 3), 100.0, np.float32)
+    generated = np.full((T, H, W, 3), 200.0, np.float32)
+    out = compose_over_input(first, generated, weight)
+    assert out[1, 0, :, 0].tolist() == [100.0, 150.0, 200.0, 200.0]
+
+
+def test_calibrated_robot_render_takes_the_colours_of_the_given_robot():
+    T, H, W = 3, 12, 12
+    rng = np.random.default_rng(0)
+    render = rng.integers(0, 256, (T, H, W, 3)).astype(np.uint8)
+    mask = np.zeros((T, H, W), bool)
+    mask[:, 2:10, 2:10] = True
+    # the scene's lights: darker and warmer than the projection stage's shading, per channel
+    x = render.astype(np.float64) / 255.0
+    seen = np.round(np.clip(255.0 * np.stack([0.2 + 0.5 * x[..., 0] ** 2, 0.6 * x[..., 1],
+                                              0.1 + 0.3 * x[..., 2]], -1), 0, 255))
+    image = np.where(mask[0, ..., None], seen[0], 0).astype(np.uint8)
+    painted = calibrated_robot_render(render, image, mask)
+    assert np.abs(painted[1:][mask[1:]].astype(int) - seen[1:][mask[1:]]).max() <= 1
+    few = np.zeros_like(mask)
+    few[0, 0, :MIN_CALIBRATION_PIXELS - 1] = True
+    assert calibrated_robot_render(render, image, few) is None  # too few pixels to fit
+
+
+def test_calibrated_robot_rgb_paints_the_robot_after_frame_zero(make_tiny):
+    pipe = _pipe(make_tiny, {**ALL_ON, "robot_rgb": "calibrated"})
+    info = pipe.info
+    image, robot = _robot(info.num_frames, info.height, info.width)
+    out = pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=2)
+    painted = calibrated_robot_render(robot.rgb, image, robot.mask)
+    assert painted is not None
+    later = robot.mask.copy()
+    later[0] = False
+    assert np.array_equal(out.rgb[later], painted[later])
+    assert np.array_equal(out.rgb[0], image)
+    assert out.metadata["fidelity"]["robot_rgb"] == "calibrated"
+
+
+@pytest.mark.parametrize("extra", [{"robot_rgb": "painted"}, {"change_ramp": -1}])
+def test_new_output_options_are_checked(extra):
+    with pytest.raises(InvalidArgument):
+        FidelityOptions.check(extra)

@@ -10,6 +10,10 @@ import torch
 import torch.nn.functional as F
 from k4d.generation import FidelityOptions
 
+# Fewer robot pixels than this in frame 0 cannot pin down a colour fit (7 coefficients per
+# channel); the generated robot stays.
+MIN_CALIBRATION_PIXELS = 32
+
 
 def anchor_first_latent(latents: torch.Tensor, clean_first: torch.Tensor, noise: torch.Tensor,
                         sigma: float) -> torch.Tensor:
@@ -23,44 +27,84 @@ def anchor_first_latent(latents: torch.Tensor, clean_first: torch.Tensor, noise:
 
 def change_mask(rgb_delta: np.ndarray, depth_delta_m: np.ndarray | None,
                 robot_mask: np.ndarray, options: FidelityOptions) -> np.ndarray:
-    """(T, H, W) bool: where the output shows generated change rather than the input.
+    """(T, H, W) float32 in [0, 1]: how much of the generated change the output shows; 0 or 1
+    only, unless `change_ramp` > 0 fades it in above `change_threshold`.
 
     rgb_delta: (T, H, W, 3) decoded change in levels (0-255 scale); depth_delta_m: (T, H, W)
     or None; robot_mask: (T, H, W) the robot condition (its pixels now and in frame 0 are
     always generated: the robot moves there, or uncovers what it hid)."""
-    changed = np.abs(rgb_delta).max(axis=-1) > options.change_threshold
+    level = np.abs(rgb_delta).max(axis=-1)
+    if options.change_ramp > 0:
+        weight = np.clip((level - options.change_threshold) / options.change_ramp, 0.0, 1.0)
+    else:
+        weight = (level > options.change_threshold).astype(np.float32)
     if depth_delta_m is not None and options.change_depth_m > 0:  # 0: RGB change only
-        changed |= np.abs(depth_delta_m) > options.change_depth_m
+        weight = np.maximum(weight, np.abs(depth_delta_m) > options.change_depth_m)
     if options.change_near_robot_px > 0:
         swept = np.logical_or.accumulate(robot_mask, axis=0)  # where the robot has been
-        changed &= _grow(swept, options.change_near_robot_px)
-    changed |= robot_mask | robot_mask[:1]
+        weight = weight * _grow(swept.astype(np.float32), options.change_near_robot_px)
+    weight = np.maximum(weight, robot_mask | robot_mask[:1])
     if options.change_dilate > 0:
-        changed = _grow(changed, options.change_dilate)
-    changed[0] = False  # frame 0 is the observation
-    return changed
+        weight = _grow(weight, options.change_dilate)
+    weight = weight.astype(np.float32)
+    weight[0] = 0.0  # frame 0 is the observation
+    return weight
 
 
-def _grow(mask: np.ndarray, pixels: int) -> np.ndarray:
-    """(T, H, W) bool grown by `pixels` in every direction (a square window), per frame."""
+def _grow(weight: np.ndarray, pixels: int) -> np.ndarray:
+    """(T, H, W) float grown by `pixels` in every direction (a square window's maximum), per
+    frame."""
     k = 2 * pixels + 1
-    grown = F.max_pool2d(torch.from_numpy(mask.astype(np.float32))[:, None], k, stride=1,
+    grown = F.max_pool2d(torch.from_numpy(weight.astype(np.float32))[:, None], k, stride=1,
                          padding=pixels)
-    return grown[:, 0].numpy() > 0.5
+    return grown[:, 0].numpy()
 
 
-def compose_over_input(first: np.ndarray, generated: np.ndarray, mask: np.ndarray
+def compose_over_input(first: np.ndarray, generated: np.ndarray, weight: np.ndarray
                        ) -> np.ndarray:
-    """Generated pixels inside `mask` (T, H, W), the input `first` (H, W, C) elsewhere."""
-    return np.where(mask[..., None], generated, first[None])
+    """Generated pixels where `weight` (T, H, W) is 1, the input `first` (H, W, C) where it
+    is 0, a linear blend between."""
+    return _blend(np.broadcast_to(first[None], generated.shape), generated, weight)
 
 
 def compose_relative(first: np.ndarray, generated: np.ndarray, reference: np.ndarray,
-                     mask: np.ndarray | None) -> np.ndarray:
-    """x_t = x_0 + (generated_t - reference_t), and x_0 itself outside `mask` (T, H, W).
+                     weight: np.ndarray | None) -> np.ndarray:
+    """x_t = x_0 + weight (generated_t - reference_t), weight (T, H, W) in [0, 1] (None: 1).
 
     first (H, W, C); generated, reference (T, H, W, C) in the units of `first`."""
     out = first[None] + (generated - reference)
-    if mask is not None:
-        out = np.where(mask[..., None], out, first[None])
-    return out
+    if weight is None:
+        return out
+    return _blend(np.broadcast_to(first[None], out.shape), out, weight)
+
+
+def _blend(base: np.ndarray, target: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """target where weight is 1 and base where it is 0, exactly (no rounding); between, the
+    linear blend."""
+    w = weight[..., None]
+    between = base + w * (target - base)
+    return np.where(w >= 1.0, target, np.where(w <= 0.0, base, between))
+
+
+def calibrated_robot_render(render: np.ndarray, image: np.ndarray, robot_mask: np.ndarray,
+                            min_pixels: int = MIN_CALIBRATION_PIXELS) -> np.ndarray | None:
+    """(T, H, W, 3) uint8: the robot render recoloured to the given image, or None when frame 0
+    has fewer than `min_pixels` robot pixels to fit on.
+
+    A per-channel quadratic of the render's colours (1, r, g, b, r^2, g^2, b^2 -> each output
+    channel), least squares on frame 0's robot pixels, where the image shows the robot: the
+    render's shading is the projection stage's, the image's is the scene's lights.
+    render: (T, H, W, 3) uint8 on black; image: (H, W, 3) uint8; robot_mask: (T, H, W)."""
+    first = robot_mask[0]
+    if int(first.sum()) < min_pixels:
+        return None
+    coef, *_ = np.linalg.lstsq(_colour_features(render[0][first]),
+                               image[first].astype(np.float64), rcond=None)
+    out = _colour_features(render.reshape(-1, 3)) @ coef
+    return np.round(np.clip(out, 0.0, 255.0)).astype(np.uint8).reshape(render.shape)
+
+
+def _colour_features(rgb: np.ndarray) -> np.ndarray:
+    """(N, 3) uint8 -> (N, 7) float64: 1, the channels and their squares (0-1 scale)."""
+    x = rgb.astype(np.float64) / 255.0
+    return np.concatenate([np.ones((len(x), 1)), x, x * x], axis=1)

@@ -27,7 +27,12 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from k4d.errors import Cancelled, InvalidArgument
-from k4d.generation import FIRST_FRAME_GIVEN, ROBOT_POINTMAP_KINEMATICS, FidelityOptions
+from k4d.generation import (
+    FIRST_FRAME_GIVEN,
+    ROBOT_POINTMAP_KINEMATICS,
+    ROBOT_RGB_CALIBRATED,
+    FidelityOptions,
+)
 
 from k4d_model.checkpoints import ModelComponents
 from k4d_model.conditions import (
@@ -40,6 +45,7 @@ from k4d_model.conditions import (
 )
 from k4d_model.fidelity import (
     anchor_first_latent,
+    calibrated_robot_render,
     change_mask,
     compose_over_input,
     compose_relative,
@@ -282,23 +288,31 @@ class Kinema4DPipeline:
             if initial_pointmap is not None:  # observed points where the depth was known
                 first_points = np.where(initial_pointmap[..., 2:] > 0, initial_pointmap,
                                         points[0])
-            mask = None
+            weight = point_weight = None
             if opts.change_threshold > 0 or not opts.relative:
-                mask = change_mask(generated - reference, points[..., 2] - points[:1, ..., 2],
-                                   robot.mask, opts)
+                weight = change_mask(generated - reference, points[..., 2] - points[:1, ..., 2],
+                                     robot.mask, opts)
+                # a point is the input's or the model's, never a blend of two depths
+                point_weight = (weight >= 0.5).astype(np.float32)
             if opts.relative:
-                rgb_out = compose_relative(image.astype(np.float32), generated, reference, mask)
+                rgb_out = compose_relative(image.astype(np.float32), generated, reference,
+                                           weight)
                 points = compose_relative(first_points.astype(np.float32), points, points[:1],
-                                          mask)
+                                          point_weight)
             else:
-                rgb_out = compose_over_input(image.astype(np.float32), generated, mask)
-                points = compose_over_input(first_points.astype(np.float32), points, mask)
+                rgb_out = compose_over_input(image.astype(np.float32), generated, weight)
+                points = compose_over_input(first_points.astype(np.float32), points,
+                                            point_weight)
             rgb_out = np.round(np.clip(rgb_out, 0.0, 255.0)).astype(np.uint8)
             points = points.astype(np.float32)
         else:
             rgb_out = _to_uint8(rgb)
         if opts.robot_pointmap == ROBOT_POINTMAP_KINEMATICS:
             points = np.where(robot.mask[..., None], robot.pointmap, points).astype(np.float32)
+        if opts.robot_rgb == ROBOT_RGB_CALIBRATED:
+            painted = calibrated_robot_render(robot.rgb, image, robot.mask)
+            if painted is not None:
+                rgb_out = np.where(robot.mask[..., None], painted, rgb_out)
         if opts.first_frame == FIRST_FRAME_GIVEN:  # observations win over what is derived
             rgb_out[0] = image
             if initial_pointmap is not None:

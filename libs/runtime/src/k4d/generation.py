@@ -31,8 +31,18 @@ is the input, not a VAE reconstruction of it:
                      `change_near_robot_px` > 0, change away from the robot counts only
                      within that many pixels of where the robot has been up to frame t (in
                      a tabletop scene the world moves where the robot touches it).
+  change_ramp        with "composite": > 0 fades from x_0 to the generated pixel as the
+                     decoded change rises from `change_threshold` to `change_threshold` +
+                     this many levels, instead of switching at the threshold (a small
+                     generated change is partly shown, not dropped).
   robot_pointmap     "kinematics": the robot's pixels take the robot condition's points,
                      which kinematics gives exactly.
+  robot_rgb          "calibrated": the robot's pixels (t >= 1) show the robot condition's
+                     render recoloured to the input image: a per-channel quadratic of the
+                     render's colours fitted by least squares on frame 0's robot pixels, where
+                     the input shows the robot (the render's shading is the projection
+                     stage's, not the scene's lights). Too few robot pixels in frame 0 to fit:
+                     the generated pixels stay.
 """
 
 from __future__ import annotations
@@ -43,11 +53,13 @@ from typing import Any
 STATIC_WORLD = "static-world"
 
 FIDELITY_KEYS = ("first_frame", "latent_anchor", "decode", "change_threshold",
-                 "change_depth_m", "change_dilate", "change_near_robot_px", "robot_pointmap")
+                 "change_depth_m", "change_dilate", "change_near_robot_px", "change_ramp",
+                 "robot_pointmap", "robot_rgb")
 FIRST_FRAME_GIVEN = "given"
 DECODE_RELATIVE = "relative"
 DECODE_COMPOSITE = "composite"
 ROBOT_POINTMAP_KINEMATICS = "kinematics"
+ROBOT_RGB_CALIBRATED = "calibrated"
 
 
 @dataclass(frozen=True)
@@ -61,7 +73,9 @@ class FidelityOptions:
     change_depth_m: float = 0.02
     change_dilate: int = 1
     change_near_robot_px: int = 0
+    change_ramp: float = 0.0
     robot_pointmap: str = ""
+    robot_rgb: str = ""
 
     @classmethod
     def from_extra(cls, extra: dict[str, Any] | None) -> FidelityOptions:
@@ -73,7 +87,9 @@ class FidelityOptions:
                    change_depth_m=float(extra.get("change_depth_m", 0.02)),
                    change_dilate=int(extra.get("change_dilate", 1)),
                    change_near_robot_px=int(extra.get("change_near_robot_px", 0)),
-                   robot_pointmap=str(extra.get("robot_pointmap", "")))
+                   change_ramp=float(extra.get("change_ramp", 0.0)),
+                   robot_pointmap=str(extra.get("robot_pointmap", "")),
+                   robot_rgb=str(extra.get("robot_rgb", "")))
 
     @classmethod
     def check(cls, extra: dict[str, Any], prefix: str = "extra") -> FidelityOptions:
@@ -82,12 +98,13 @@ class FidelityOptions:
 
         choices = {"first_frame": ("", FIRST_FRAME_GIVEN),
                    "decode": ("", DECODE_RELATIVE, DECODE_COMPOSITE),
-                   "robot_pointmap": ("", ROBOT_POINTMAP_KINEMATICS)}
+                   "robot_pointmap": ("", ROBOT_POINTMAP_KINEMATICS),
+                   "robot_rgb": ("", ROBOT_RGB_CALIBRATED)}
         for key, allowed in choices.items():
             if key in extra and extra[key] not in allowed:
                 raise InvalidArgument.for_field(f"{prefix}.{key}", f"must be one of {allowed}")
         for key in ("change_threshold", "change_depth_m", "change_dilate",
-                    "change_near_robot_px"):
+                    "change_near_robot_px", "change_ramp"):
             value = extra.get(key, 0)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise InvalidArgument.for_field(f"{prefix}.{key}", "must be a number >= 0")
@@ -109,4 +126,5 @@ class FidelityOptions:
                 "decode": self.decode, "change_threshold": self.change_threshold,
                 "change_depth_m": self.change_depth_m, "change_dilate": self.change_dilate,
                 "change_near_robot_px": self.change_near_robot_px,
-                "robot_pointmap": self.robot_pointmap}
+                "change_ramp": self.change_ramp, "robot_pointmap": self.robot_pointmap,
+                "robot_rgb": self.robot_rgb}
