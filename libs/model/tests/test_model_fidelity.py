@@ -16,6 +16,8 @@ from k4d_model.fidelity import (
     change_mask,
     compose_over_input,
     compose_relative,
+    fill_behind_robot,
+    uncovered_by_robot,
 )
 from k4d_model.pipeline import Kinema4DPipeline
 from k4d_model.testing import CallableDenoiser as Denoiser
@@ -189,7 +191,47 @@ def test_calibrated_robot_rgb_paints_the_robot_after_frame_zero(make_tiny):
     assert out.metadata["fidelity"]["robot_rgb"] == "calibrated"
 
 
-@pytest.mark.parametrize("extra", [{"robot_rgb": "painted"}, {"change_ramp": -1}])
+@pytest.mark.parametrize("extra", [{"robot_rgb": "painted"}, {"change_ramp": -1},
+                                   {"uncovered": "inpainted"}])
 def test_new_output_options_are_checked(extra):
     with pytest.raises(InvalidArgument):
         FidelityOptions.check(extra)
+
+
+def test_fill_behind_robot_continues_the_surroundings():
+    H, W = 24, 32
+    u = np.arange(W, dtype=np.float32)
+    ramp = np.repeat(np.stack([40 + 4 * u, np.full(W, 90.0), 200 - 2 * u], -1)[None], H, 0)
+    robot = np.zeros((H, W), bool)
+    robot[6:18, 10:20] = True
+    image = np.where(robot[..., None], 255.0, ramp).astype(np.uint8)  # the robot, painted over
+    filled = fill_behind_robot(image, robot)
+    assert np.array_equal(filled[~robot], image[~robot].astype(np.float32))  # only behind it
+    # a linear background comes back nearly linear (Laplace's equation), far from the robot's 255
+    assert np.abs(filled[robot] - ramp[robot]).max() < 6.0
+    flat = fill_behind_robot(np.full((H, W, 3), 70, np.uint8), robot)
+    assert np.allclose(flat, 70.0)
+
+
+def test_uncovered_is_what_of_frame_zero_robot_it_has_left():
+    T, H, W = 3, 10, 12
+    robot = np.zeros((T, H, W), bool)
+    robot[0, 3:6, 2:5] = True
+    robot[1, 3:6, 3:6] = True   # moved one pixel right
+    robot[2, 3:6, 8:11] = True  # gone from where it was
+    uncovered = uncovered_by_robot(robot)
+    assert not uncovered[0].any()
+    assert uncovered[1].sum() == 3 and uncovered[1, 3:6, 2].all()
+    assert np.array_equal(uncovered[2], robot[0])
+
+
+def test_uncovered_filled_replaces_the_models_guess_behind_the_robot(make_tiny):
+    pipe = _pipe(make_tiny, {**ALL_ON, "uncovered": "filled"})
+    info = pipe.info
+    image, robot = _robot(info.num_frames, info.height, info.width)
+    out = pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=2)
+    uncovered = uncovered_by_robot(robot.mask)
+    assert uncovered.any()
+    filled = np.round(np.clip(fill_behind_robot(image, robot.mask[0]), 0, 255)).astype(np.uint8)
+    assert np.array_equal(out.rgb[uncovered], np.broadcast_to(filled, out.rgb.shape)[uncovered])
+    assert out.metadata["fidelity"]["uncovered"] == "filled"

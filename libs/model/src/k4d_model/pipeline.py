@@ -31,6 +31,7 @@ from k4d.generation import (
     FIRST_FRAME_GIVEN,
     ROBOT_POINTMAP_KINEMATICS,
     ROBOT_RGB_CALIBRATED,
+    UNCOVERED_FILLED,
     FidelityOptions,
 )
 
@@ -49,6 +50,8 @@ from k4d_model.fidelity import (
     change_mask,
     compose_over_input,
     compose_relative,
+    fill_behind_robot,
+    uncovered_by_robot,
 )
 from k4d_model.memory import ensure_fits, estimate
 from k4d_model.results import GenerationResult, RobotCondition, check_robot
@@ -309,6 +312,10 @@ class Kinema4DPipeline:
             rgb_out = _to_uint8(rgb)
         if opts.robot_pointmap == ROBOT_POINTMAP_KINEMATICS:
             points = np.where(robot.mask[..., None], robot.pointmap, points).astype(np.float32)
+        if opts.uncovered == UNCOVERED_FILLED and robot.mask[0].any():
+            uncovered = uncovered_by_robot(robot.mask)
+            filled = np.round(np.clip(fill_behind_robot(image, robot.mask[0]), 0, 255))
+            rgb_out = np.where(uncovered[..., None], filled.astype(np.uint8)[None], rgb_out)
         if opts.robot_rgb == ROBOT_RGB_CALIBRATED:
             painted = calibrated_robot_render(robot.rgb, image, robot.mask)
             if painted is not None:

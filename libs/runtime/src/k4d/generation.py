@@ -43,6 +43,12 @@ is the input, not a VAE reconstruction of it:
                      the input shows the robot (the render's shading is the projection
                      stage's, not the scene's lights). Too few robot pixels in frame 0 to fit:
                      the generated pixels stay.
+  uncovered          "filled": pixels the robot covered in frame 0 and has left by frame t show
+                     the input image filled in over frame 0's robot from the pixels around it
+                     (rings from the outside in, then Laplace smoothing)
+                     (what was behind the robot was never observed; a smooth fill of its
+                     surroundings instead of the model's guess, which a weak model draws as a
+                     ghost of the robot).
 """
 
 from __future__ import annotations
@@ -54,12 +60,13 @@ STATIC_WORLD = "static-world"
 
 FIDELITY_KEYS = ("first_frame", "latent_anchor", "decode", "change_threshold",
                  "change_depth_m", "change_dilate", "change_near_robot_px", "change_ramp",
-                 "robot_pointmap", "robot_rgb")
+                 "robot_pointmap", "robot_rgb", "uncovered")
 FIRST_FRAME_GIVEN = "given"
 DECODE_RELATIVE = "relative"
 DECODE_COMPOSITE = "composite"
 ROBOT_POINTMAP_KINEMATICS = "kinematics"
 ROBOT_RGB_CALIBRATED = "calibrated"
+UNCOVERED_FILLED = "filled"
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,7 @@ class FidelityOptions:
     change_ramp: float = 0.0
     robot_pointmap: str = ""
     robot_rgb: str = ""
+    uncovered: str = ""
 
     @classmethod
     def from_extra(cls, extra: dict[str, Any] | None) -> FidelityOptions:
@@ -89,7 +97,8 @@ class FidelityOptions:
                    change_near_robot_px=int(extra.get("change_near_robot_px", 0)),
                    change_ramp=float(extra.get("change_ramp", 0.0)),
                    robot_pointmap=str(extra.get("robot_pointmap", "")),
-                   robot_rgb=str(extra.get("robot_rgb", "")))
+                   robot_rgb=str(extra.get("robot_rgb", "")),
+                   uncovered=str(extra.get("uncovered", "")))
 
     @classmethod
     def check(cls, extra: dict[str, Any], prefix: str = "extra") -> FidelityOptions:
@@ -99,7 +108,8 @@ class FidelityOptions:
         choices = {"first_frame": ("", FIRST_FRAME_GIVEN),
                    "decode": ("", DECODE_RELATIVE, DECODE_COMPOSITE),
                    "robot_pointmap": ("", ROBOT_POINTMAP_KINEMATICS),
-                   "robot_rgb": ("", ROBOT_RGB_CALIBRATED)}
+                   "robot_rgb": ("", ROBOT_RGB_CALIBRATED),
+                   "uncovered": ("", UNCOVERED_FILLED)}
         for key, allowed in choices.items():
             if key in extra and extra[key] not in allowed:
                 raise InvalidArgument.for_field(f"{prefix}.{key}", f"must be one of {allowed}")
@@ -127,4 +137,4 @@ class FidelityOptions:
                 "change_depth_m": self.change_depth_m, "change_dilate": self.change_dilate,
                 "change_near_robot_px": self.change_near_robot_px,
                 "change_ramp": self.change_ramp, "robot_pointmap": self.robot_pointmap,
-                "robot_rgb": self.robot_rgb}
+                "robot_rgb": self.robot_rgb, "uncovered": self.uncovered}
