@@ -6,7 +6,6 @@ info.json keys); export -> import gives the same joints exactly and frames withi
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -219,14 +218,3 @@ def test_stats_prints_the_tasks(imported, capsys):
     assert "sources: lerobot 2" in text and "robots: panda 2" in text
 
 
-
-@pytest.mark.skipif(not hasattr(os, "sched_setscheduler"), reason="Linux scheduling API")
-def test_the_encoder_leaves_the_cpu_scheduling_as_it_was():
-    """SVT-AV1 (as root) raises the thread that starts it to real time; the export puts it back
-    (the suite-wide guard in k4d.testing.pytest_plugin checks every export test end to end)."""
-    from k4d_datagen.lerobot_export import _scheduling_kept
-
-    before = os.sched_getscheduler(0), os.sched_getparam(0)
-    with _scheduling_kept():
-        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))  # what an encoder might do
-    assert (os.sched_getscheduler(0), os.sched_getparam(0)) == before

@@ -45,10 +45,9 @@ is the input, not a VAE reconstruction of it:
                      the generated pixels stay.
   uncovered          "filled": pixels the robot covered in frame 0 and has left by frame t show
                      the input image filled in over frame 0's robot from the pixels around it
-                     (rings from the outside in, then Laplace smoothing)
-                     (what was behind the robot was never observed; a smooth fill of its
-                     surroundings instead of the model's guess, which a weak model draws as a
-                     ghost of the robot).
+                     (rings from the outside in, then Laplace smoothing). What was behind the
+                     robot was never observed: a smooth fill of its surroundings, instead of the
+                     model's guess, which a weak model draws as a ghost of the robot.
 """
 
 from __future__ import annotations

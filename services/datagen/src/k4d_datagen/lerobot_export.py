@@ -21,7 +21,6 @@ mask and depth as more video keys (docs/data.md, "Exports").
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -31,6 +30,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
+from k4d import cpu_scheduling
 from k4d.episodes import open_dataset
 from k4d.errors import InvalidArgument
 
@@ -84,7 +84,7 @@ class _Video:
             self.stream = self.container.add_stream(VCODEC, rate=self.fps, options={"g": str(GOP), "crf": str(CRF)})
             self.stream.width, self.stream.height, self.stream.pix_fmt = frames.shape[2], frames.shape[1], "yuv420p"
         start = self.frames_in_file
-        with _scheduling_kept():
+        with cpu_scheduling.kept():  # SVT-AV1 as root raises it to real time
             for frame in frames:
                 image = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
                 for packet in self.stream.encode(image):
@@ -100,28 +100,11 @@ class _Video:
 
     def close(self) -> None:
         if self.container is not None:
-            with _scheduling_kept():
+            with cpu_scheduling.kept():  # SVT-AV1 as root raises it to real time
                 for packet in self.stream.encode():
                     self.container.mux(packet)
                 self.container.close()
             self.container = self.stream = None
-
-
-@contextlib.contextmanager
-def _scheduling_kept():
-    """Keeps the calling thread's CPU scheduling policy across encoder calls. SVT-AV1, run as
-    root, raises the thread that starts its encoder to SCHED_FIFO priority 99; every thread and
-    process started from it afterwards inherits that, and two busy real-time processes on a
-    small machine starve everything else (a test run hung that way)."""
-    if not hasattr(os, "sched_getscheduler"):  # not Linux: nothing to keep
-        yield
-        return
-    policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
-    try:
-        yield
-    finally:
-        if (os.sched_getscheduler(0), os.sched_getparam(0)) != (policy, param):
-            os.sched_setscheduler(0, policy, param)
 
 
 def _next_file(chunk: int, file: int) -> tuple[int, int]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from k4d import local_servers
+from k4d import cpu_scheduling, local_servers
 
 # Group joins wait for the rebalance timeout; a few seconds keeps each join ~3 s.
 TEST_SESSION_TIMEOUT_MS = 3000
@@ -150,15 +150,11 @@ def _cpu_scheduling_unchanged():
     """Fails the test that leaves the process's main thread on another CPU scheduling policy
     (and puts it back). A native library that raises it to real time (SVT-AV1 does, as root)
     makes every later subprocess real time too, and two busy ones starve the machine: the
-    suite then hangs where no timeout can fire."""
-    if not hasattr(os, "sched_getscheduler"):
-        yield
-        return
-    before = os.sched_getscheduler(0), os.sched_getparam(0)
+    suite then hangs where no timeout can fire (k4d.cpu_scheduling)."""
+    before = cpu_scheduling.current()
     yield
-    after = os.sched_getscheduler(0), os.sched_getparam(0)
-    if after != before:
-        os.sched_setscheduler(0, *before)
+    found = cpu_scheduling.restore(before)
+    if found is not None:
         pytest.fail(f"the test changed the CPU scheduling policy {before[0]} (priority "
-                    f"{before[1].sched_priority}) to {after[0]} (priority "
-                    f"{after[1].sched_priority})", pytrace=False)
+                    f"{before[1].sched_priority}) to {found[0]} (priority "
+                    f"{found[1].sched_priority})", pytrace=False)
