@@ -62,9 +62,11 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
     step, folder = _newest_checkpoint(run)
     components = model_lib.load_components(config.recipe, config.model, config.seed)
     vae = load_saved_vae(RunDir(str(run.resolve())))
-    if vae is None:
+    if vae is not None:
+        components.vae = vae
+    elif not config.model.init:  # a second stage keeps its init model's VAE
         sys.exit(f"demo_model: error: {run} has no committed VAE")
-    components.vae = vae
+    started_from = components.info.version if config.model.init else None
     transformer = components.transformer
     model_lib.set_trainable(transformer, config.recipe)
     # The checkpoint holds the trainable parameters (ignore_frozen_params); the frozen ones
@@ -75,7 +77,8 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
     dcp.load(state, storage_reader=dcp.FileSystemReader(str(folder)))
     full = {n: t.detach().float().clone() for n, t in transformer.state_dict().items()}
     full.update({n: t.float() for n, t in state["model_optim"]["model"].items()})
-    version = f"step-{step}"
+    # A second stage names the steps of both: step-3794-then-2000.
+    version = f"{started_from}-then-{step}" if started_from else f"step-{step}"
     if out.exists():
         shutil.rmtree(out / WEIGHTS, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
@@ -95,7 +98,10 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
                      "size": config.model.size, "seed": config.seed, "step": step,
                      "planned_steps": config.training.steps,
                      "global_batch_size": config.training.global_batch_size,
-                     "vae_steps": config.vae.steps,
+                     "vae_steps": 0 if config.model.init else config.vae.steps,
+                     "init": config.model.init, "init_version": started_from,
+                     "changed_loss_weight": config.training.changed_loss_weight,
+                     "robot_loss_weight": config.training.robot_loss_weight,
                      "train_seconds": round(sum(m.get("step_time_s", 0.0) for m in metrics), 1),
                      "last_loss": metrics[-1]["loss"] if metrics else None},
     })

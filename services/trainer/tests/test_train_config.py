@@ -35,6 +35,9 @@ def _error_lines(capsys) -> list[str]:
     ({"model": {"fidelity": {"decode": "absolute"}}}, "model.fidelity.decode"),
     ({"model": {"fidelity": {"anchor": True}}}, "model.fidelity"),
     ({"model": {"fidelity": {"change_threshold": -1}}}, "model.fidelity.change_threshold"),
+    ({"training": {"changed_loss_weight": -2}}, "training.changed_loss_weight"),
+    ({"training": {"robot_loss_weight": "heavy"}}, "training.robot_loss_weight"),
+    ({"model": {"init": "elsewhere"}}, "model.init"),
 ])
 def test_bad_recipe_is_one_error_naming_the_field(tmp_path, capsys, recipe, change, field):
     path = recipe(tmp_path, str(tmp_path / "data"), str(tmp_path / "base"), **change)
@@ -64,6 +67,37 @@ def test_fidelity_options_reach_the_published_model():
     components = load_components("from-scratch", config.model, seed=0)
     assert {k: components.info.extra[k] for k in fidelity} == fidelity
     assert components.info.extra["vae_decode"] == "split"
+
+
+def test_init_model_starts_from_its_weights(tmp_path):
+    """model.init: a from-scratch model of the size that starts from a saved k4d model's
+    transformer and VAE; a model of another size or clip is refused naming the field."""
+    import torch
+    from k4d.errors import NotFound
+    from k4d_model.checkpoints import build_components, save_k4d
+    from k4d_model.model.configs import get_model_config
+    from k4d_trainer.model import load_components
+
+    saved, _ = build_components(get_model_config("tiny"), seed=7)
+    save_k4d(saved, tmp_path / "tiny")
+    config = config_from_dict({"recipe": "from-scratch",
+                               "model": {"size": "tiny", "init": str(tmp_path / "tiny"),
+                                         "fidelity": {"first_frame": "given"}}})
+    components = load_components("from-scratch", config.model, seed=0)
+    for ours, theirs in ((components.transformer, saved.transformer),
+                         (components.vae, saved.vae)):
+        for (name, a), b in zip(ours.state_dict().items(), theirs.state_dict().values()):
+            torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
+    assert components.info.extra["first_frame"] == "given"
+
+    other = config_from_dict({"recipe": "from-scratch",
+                              "model": {"size": "small", "init": str(tmp_path / "tiny")}})
+    with pytest.raises(InvalidArgument, match="model.init"):
+        load_components("from-scratch", other.model, seed=0)
+    missing = config_from_dict({"recipe": "from-scratch",
+                                "model": {"size": "tiny", "init": str(tmp_path / "none")}})
+    with pytest.raises(NotFound, match="model.init"):
+        load_components("from-scratch", missing.model, seed=0)
 
 
 def test_degrees_must_multiply_to_the_world_size():

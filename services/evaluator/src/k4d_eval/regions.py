@@ -10,9 +10,10 @@
                  pixels changing). It holds the frames before they move too, where copying
                  the input is exact.
   changed        frame t's pixels outside the robot (in frame t and in frame 0) whose ground
-                 truth differs from frame 0: any RGB channel by more than RGB_CHANGE levels
-                 or depth by more than DEPTH_CHANGE_M (where both depths are valid). What a
-                 model has to generate; copying the input is wrong here by definition.
+                 truth differs from frame 0 (`k4d.scene_change`: any RGB channel by more
+                 than 25 levels or depth by more than 1 cm, where both depths are valid).
+                 What a model has to generate; copying the input is wrong here by
+                 definition. The trainer weights its loss by the same rule.
   static         the other pixels outside the robot (in frame t and in frame 0): where the
                  right answer is the input itself.
 """
@@ -20,14 +21,13 @@
 from __future__ import annotations
 
 import numpy as np
+from k4d import scene_change
 
 from k4d_eval.clip import Clip
 
 REGIONS = ("whole", "robot", "environment", "moving_object", "changed", "static")
 MOVED_M = 0.005          # an object moved when its position changed by more than 5 mm
 MOVED_RAD = np.deg2rad(2.0)  # ... or its orientation by more than 2 degrees
-RGB_CHANGE = 25          # without object ids: a pixel changed by more than this (0-255)
-DEPTH_CHANGE_M = 0.01    # ... or its depth by more than 1 cm
 
 
 def build_regions(gt: Clip, condition_robot_mask: np.ndarray | None = None,
@@ -52,13 +52,8 @@ def build_regions(gt: Clip, condition_robot_mask: np.ndarray | None = None,
 
 
 def changed_from_first(gt: Clip) -> np.ndarray:
-    """(T, H, W) bool: ground truth differs from frame 0 by more than RGB_CHANGE levels in
-    any channel or DEPTH_CHANGE_M of depth (where both depths are valid)."""
-    diff = np.abs(gt.rgb.astype(np.int16) - gt.rgb[:1].astype(np.int16)).max(axis=-1) > RGB_CHANGE
-    if gt.depth is not None:
-        both = (gt.depth > 0) & (gt.depth[:1] > 0)
-        diff |= both & (np.abs(gt.depth - gt.depth[:1]) > DEPTH_CHANGE_M)
-    return diff
+    """(T, H, W) bool: where the ground truth differs from its frame 0 (k4d.scene_change)."""
+    return scene_change.changed_from_first(gt.rgb, gt.depth)
 
 
 def moved_objects(object_poses: np.ndarray) -> list[int]:

@@ -48,12 +48,16 @@ class ModelSection:
     finetune-lora: `base` is a Wan2.1-I2V diffusers directory, an official pair directory
     (base/ + kinema4d/), a k4d-layout model directory or `registry:name[/version]`;
     `kinema4d` optionally an official Kinema4D directory applied on top of a bare base.
-    from-scratch: `size` names the generator's model config (`tiny`, `small`).
+    from-scratch: `size` names the generator's model config (`tiny`, `small`); `init`
+    optionally a k4d-layout model of that size (directory or `registry:name[/version]`) to
+    start from instead of random weights: its transformer trains on, its VAE is kept and
+    the VAE stage does not run (a second stage of a from-scratch recipe).
     """
 
     base: str | None = None
     kinema4d: str | None = None
     size: str | None = None
+    init: str | None = None
     variant: str = "act"
     num_frames: int | None = None  # clip; default: the checkpoint's or the size's
     height: int | None = None
@@ -95,6 +99,8 @@ class ModelSection:
             _check(bool(self.base), "model.base", "the finetune-lora recipe needs a base model "
                                                   "(Wan2.1-I2V directory or Kinema4D checkpoint)")
             _check(self.size is None, "model.size", "only the from-scratch recipe takes a size")
+            _check(self.init is None, "model.init", "only the from-scratch recipe takes an init "
+                                                    "model; finetune-lora starts from model.base")
         else:
             _check(bool(self.size), "model.size", "the from-scratch recipe needs a model size "
                                                   "(tiny, small)")
@@ -137,6 +143,12 @@ class TrainingSection:
     soft_mask_ratio: float = 0.1  # fraction of robot-mask entries set to 0.5
     timestep_shift: float = 1.0  # FlowMatchEulerDiscrete shift of the training schedule
     deterministic: bool = False  # torch.use_deterministic_algorithms for the run
+    # Loss weight of a latent cell (issue 21): the largest that applies, 1 elsewhere. Where
+    # the scene changed from frame 0 (the evaluator's `changed` rule, k4d.scene_change) and
+    # the robot are a few percent of the cells and hold most of the error. 1 and 1 is the
+    # official objective.
+    changed_loss_weight: float = 1.0
+    robot_loss_weight: float = 1.0
 
     def validate(self) -> None:
         _check(self.steps >= 1, "training.steps", f"must be >= 1, got {self.steps}")
@@ -155,6 +167,14 @@ class TrainingSection:
         _check(0 <= self.soft_mask_ratio <= 1, "training.soft_mask_ratio", "must be in [0, 1]")
         _check(math.isfinite(self.timestep_shift) and self.timestep_shift > 0,
                "training.timestep_shift", "must be a finite number > 0")
+        for name in ("changed_loss_weight", "robot_loss_weight"):
+            value = getattr(self, name)
+            _check(math.isfinite(value) and value >= 0, f"training.{name}",
+                   f"must be a finite number >= 0, got {value}")
+
+    @property
+    def weighted_loss(self) -> bool:
+        return self.changed_loss_weight != 1.0 or self.robot_loss_weight != 1.0
 
 
 @dataclass

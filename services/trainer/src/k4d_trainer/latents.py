@@ -8,6 +8,9 @@ conditioning the generator computes at inference:
     condition     (20, F, h, 2w)  first-frame mask + latents of [first frame | uniform pointmap]
     image_embeds  (N, D)          CLIP penultimate hidden states of the first frame
     arm_cond      (20, F, h, 2w)  robot mask + robot latents (w for `pmcond`), no soft mask
+    change        (1, F, h, 2w)   1 where the scene changed from frame 0 off the robot
+                                  (k4d.scene_change, any pixel of the latent cell), else 0:
+                                  what `training.changed_loss_weight` weights
 
 The scene pointmap is normalised with the same `PointmapNormalization` the generator
 derives from the robot's points at inference, so decoded outputs de-normalise alike.
@@ -26,6 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
+from k4d import scene_change
 from k4d_model.checkpoints import ModelComponents
 from k4d_model.conditions import (
     POINTMAP_LATENT_MEAN,
@@ -40,7 +45,7 @@ from safetensors.torch import save as save_safetensors
 from k4d_trainer import uris
 from k4d_trainer.clips import ClipSpec
 
-SAMPLE_KEYS = ("latents", "condition", "image_embeds", "arm_cond")
+SAMPLE_KEYS = ("latents", "condition", "image_embeds", "arm_cond", "change")
 INDEX_FILE = "index.json"
 
 
@@ -68,6 +73,25 @@ def normalised_scene(clip: dict[str, np.ndarray], norm: PointmapNormalization) -
     return pm
 
 
+def change_map(clip: dict[str, np.ndarray], latent_height: int, latent_width: int,
+               temporal_stride: int) -> torch.Tensor:
+    """(1, F, h, w) float: 1 on the latent cells (frame 0's alone, then each chunk of
+    `temporal_stride` frames) holding a pixel that changed from frame 0 off the robot (in
+    that frame and in frame 0), as the evaluator's `changed` region; depth from the metric
+    scene pointmap, colour alone for stored [-1, 1] codes."""
+    depth = None
+    if not bool(clip.get("normalised", False)):
+        points = clip["pointmap"].astype(np.float32)
+        known = np.isfinite(points).all(-1) & ~(points == 0).all(-1)
+        depth = np.where(known, np.nan_to_num(points[..., 2]), 0.0)
+    robot = np.asarray(clip["robot_mask"], dtype=bool)
+    changed = scene_change.changed_from_first(clip["rgb"], depth) & ~robot & ~robot[:1]
+    frames = torch.from_numpy(changed.astype(np.float32))[:, None]  # (T, 1, H, W)
+    cells = F.adaptive_max_pool2d(frames, (latent_height, latent_width))[:, 0]
+    later = cells[1:].reshape(-1, temporal_stride, latent_height, latent_width).amax(dim=1)
+    return torch.cat([cells[:1], later])[None]
+
+
 class SampleEncoder:
     """Episode clip arrays -> one training sample, with the generator pipeline's code."""
 
@@ -78,7 +102,7 @@ class SampleEncoder:
         info = components.info
         payload = {"vae": _digest(components.vae), "clip": _digest(components.image_encoder),
                    "variant": self.variant, "size": [info.num_frames, info.height, info.width],
-                   "format": 1}
+                   "format": 2}  # 2: with the change map
         self.fingerprint = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
     @torch.no_grad()
@@ -97,6 +121,8 @@ class SampleEncoder:
             "condition": pipe.prepare_condition(image)[0],
             "image_embeds": pipe.encode_image(image)[0],
             "arm_cond": pipe.prepare_arm_cond(robot, norm)[0],
+            "change": change_map(clip, rgb_latent.shape[3], rgb_latent.shape[4],
+                                 pipe.temporal_stride).repeat(1, 1, 1, 2),
         }
         return {k: v.detach().float().cpu().contiguous() for k, v in sample.items()}
 

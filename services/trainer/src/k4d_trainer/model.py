@@ -5,8 +5,9 @@ layouts (k4d_model.checkpoints / model / registry), and choosing what is trainab
   registry reference) + optionally an official Kinema4D directory; peft LoRA on
   to_q/to_k/to_v/to_out.0; trainable = LoRA + every parameter named
   `learnable_domain_embeddings` or containing `arm`; the rest frozen.
-- from-scratch: the generator's named size (`tiny`, `small`) with random weights, every
-  transformer parameter trainable (the VAE is trained in its own stage, k4d_trainer.vae).
+- from-scratch: the generator's named size (`tiny`, `small`) with random weights, or the
+  weights of `init` (a model of that size), every transformer parameter trainable (the VAE
+  is trained in its own stage, k4d_trainer.vae, or kept from `init`).
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ def _from_scratch(section: ModelSection, seed: int) -> ModelComponents:
             raise InvalidArgument.for_field(f"model.{name}", f"size {section.size!r} has a fixed "
                                                              f"clip {config.num_frames}x"
                                                              f"{config.height}x{config.width}")
+    if section.init:
+        return _init_model(section, config)
     components, _ = checkpoints.build_components(config, seed=seed, name=f"k4d-{section.size}")
     # The VAE stage trains on single videos and the samples encode RGB and pointmap apart,
     # so the published model decodes them apart too (k4d_model.pipeline.decode).
@@ -63,13 +66,40 @@ def _from_scratch(section: ModelSection, seed: int) -> ModelComponents:
     return components
 
 
-def _finetune_base(section: ModelSection) -> ModelComponents:
+def _model_path(ref: str, field_name: str) -> Path:
     from k4d_model.registry import is_registry_ref, resolve_registry_ref
 
-    ref = section.base
     path = resolve_registry_ref(ref) if is_registry_ref(ref) else Path(ref)
     if not path.exists():
-        raise NotFound(f"model.base: {path} not found")
+        raise NotFound(f"{field_name}: {path} not found")
+    return path
+
+
+def _init_model(section: ModelSection, config) -> ModelComponents:
+    """A from-scratch model of `size` that starts from `init`'s weights (a k4d layout)."""
+    path = _model_path(section.init, "model.init")
+    if not (path / checkpoints.K4D_MODEL_FILE).exists():
+        raise InvalidArgument.for_field("model.init", f"{path} is not a k4d-layout model "
+                                                      f"(no {checkpoints.K4D_MODEL_FILE})")
+    components = checkpoints.load_model(path)
+    have, want = components.transformer.config, config.transformer
+    for key in ("variant", "num_layers", "num_attention_heads", "attention_head_dim"):
+        if have.get(key) != want.get(key):
+            raise InvalidArgument.for_field(
+                "model.init", f"{path} has {key} {have.get(key)!r}; size {section.size!r} "
+                              f"needs {want.get(key)!r}")
+    info = components.info
+    if (info.num_frames, info.height, info.width) != (config.num_frames, config.height,
+                                                      config.width):
+        raise InvalidArgument.for_field(
+            "model.init", f"{path} is a {info.num_frames}x{info.height}x{info.width} model; "
+                          f"size {section.size!r} is {config.num_frames}x{config.height}x"
+                          f"{config.width}")
+    return components
+
+
+def _finetune_base(section: ModelSection) -> ModelComponents:
+    path = _model_path(section.base, "model.base")
     clip = {k: getattr(section, k) for k in ("num_frames", "height", "width")}
     if section.kinema4d:
         kinema4d = Path(section.kinema4d)

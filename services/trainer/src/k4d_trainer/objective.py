@@ -5,6 +5,10 @@
 - x_t = (1 - s) x + s eps, target = eps - x, loss = MSE(model(x_t, t, ...), target);
 - the robot mask (arm_cond channels 0:4) has 10% of its ones set to 0.5 ("soft mask").
 
+Optionally (issue 21, not the official objective) the squared error is a weighted mean over
+latent cells: `changed_loss_weight` where the scene changed from frame 0, `robot_loss_weight`
+on the robot, 1 elsewhere (`loss_weights`).
+
 Every random draw of a sample comes from a generator seeded by (run seed, global sample
 number), so a sample gets the same noise whichever rank, world size or restart computes
 it: a DDP step equals the single-process step on the same global batch, and a resumed run
@@ -72,5 +76,23 @@ def noise_batch(batch: dict[str, torch.Tensor], sample_numbers: list[int], seed:
                        torch.stack(arms))
 
 
-def flow_matching_loss(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    return F.mse_loss(prediction.float(), target.float())
+def loss_weights(batch: dict[str, torch.Tensor], changed_weight: float, robot_weight: float,
+                 ) -> torch.Tensor:
+    """(B, 1, F, h, 2w): per latent cell the largest weight that applies (the changed scene,
+    the robot's un-softened mask), 1 elsewhere."""
+    change = batch["change"]
+    robot = batch["arm_cond"][:, :1]
+    if robot.shape[-1] != change.shape[-1]:  # `pmcond`: one mask for both halves
+        robot = robot.repeat(1, 1, 1, 1, change.shape[-1] // robot.shape[-1])
+    ones = torch.ones_like(change)
+    return torch.maximum(torch.maximum(ones, changed_weight * change), robot_weight * robot)
+
+
+def flow_matching_loss(prediction: torch.Tensor, target: torch.Tensor,
+                       weights: torch.Tensor | None = None) -> torch.Tensor:
+    """MSE; with `weights` (broadcast over the channels) their weighted mean."""
+    if weights is None:
+        return F.mse_loss(prediction.float(), target.float())
+    error = (prediction.float() - target.float()).square()
+    weights = weights.to(error.device, torch.float32).expand_as(error)
+    return (weights * error).sum() / weights.sum()

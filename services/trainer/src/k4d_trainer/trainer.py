@@ -25,7 +25,12 @@ from k4d_trainer.clips import ClipSpec
 from k4d_trainer.config import TrainConfig, resolve_degrees
 from k4d_trainer.data import EpisodeSampler, collate, encode_missing, open_source, select_episodes
 from k4d_trainer.latents import LatentCache, SampleEncoder
-from k4d_trainer.objective import flow_matching_loss, noise_batch, training_schedule
+from k4d_trainer.objective import (
+    flow_matching_loss,
+    loss_weights,
+    noise_batch,
+    training_schedule,
+)
 from k4d_trainer.observe import NullReporter, RunReporter
 from k4d_trainer.parallel import (
     DistInfo,
@@ -117,7 +122,7 @@ class Trainer:
         clip = model_lib.clip_of(components)
         episode_ids = select_episodes(dataset, config.data, clip)
 
-        if config.recipe == "from-scratch":
+        if config.recipe == "from-scratch" and not config.model.init:
             from k4d_trainer.vae import vae_stage
 
             vae_stage(components, dataset, episode_ids, clip, config.vae, dist, run, config.seed,
@@ -219,7 +224,10 @@ class Trainer:
             prediction = self.model(noised.model_input.to(device), noised.timestep.to(device),
                                     batch["image_embeds"].to(device), noised.arm_cond.to(device),
                                     return_dict=False)[0]
-        loss = flow_matching_loss(prediction, noised.target.to(device))
+        t = self.config.training
+        weights = loss_weights(batch, t.changed_loss_weight, t.robot_loss_weight) \
+            if t.weighted_loss else None
+        loss = flow_matching_loss(prediction, noised.target.to(device), weights)
         loss.backward()
         max_norm = self.config.training.max_grad_norm or float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, max_norm)

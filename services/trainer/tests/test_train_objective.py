@@ -1,0 +1,85 @@
+"""The change-weighted objective (issue 21): the change map a training sample carries, the
+per-cell loss weights built from it and the robot mask, and the weighted mean."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from k4d_trainer.objective import flow_matching_loss, loss_weights
+from k4d_trainer.latents import change_map
+
+
+def _clip(frames: int = 9, height: int = 32, width: int = 48) -> dict[str, np.ndarray]:
+    """A grey scene at 1 m with a robot at the left edge; a 4x4 red block moves right from
+    frame 5 on."""
+    rgb = np.full((frames, height, width, 3), 128, np.uint8)
+    points = np.zeros((frames, height, width, 3), np.float32)
+    points[..., 2] = 1.0
+    robot = np.zeros((frames, height, width), bool)
+    robot[:, :, :4] = True
+    rgb[:5, 8:12, 16:20] = (200, 30, 30)
+    rgb[5:, 8:12, 32:36] = (200, 30, 30)
+    return {"rgb": rgb, "pointmap": points, "robot_mask": robot}
+
+
+def test_change_map_marks_the_cells_where_the_scene_changed():
+    cells = change_map(_clip(), 4, 6, 4)[0]  # (F=3, 4, 6): frame 0, frames 1-4, 5-8
+    assert cells.shape == (3, 4, 6)
+    assert cells[0].sum() == 0 and cells[1].sum() == 0  # nothing moved before frame 5
+    expected = torch.zeros(4, 6)
+    expected[1, 2] = expected[1, 4] = 1.0  # where the block left and where it arrived
+    torch.testing.assert_close(cells[2], expected)
+
+
+def test_change_map_uses_depth_and_leaves_the_robot_out():
+    clip = _clip()
+    clip["rgb"][:] = 128
+    clip["pointmap"][5:, 24:28, 40:44, 2] = 0.9  # 10 cm nearer: changed by depth alone
+    clip["pointmap"][5:, 0:4, 24:28, 2] = 1.005  # 5 mm: not a change
+    clip["rgb"][5:, 16:20, 0:4] = 0  # under the robot: not the scene's change
+    cells = change_map(clip, 4, 6, 4)[0]
+    assert cells[2].sum() == 1 and cells[2, 3, 5] == 1
+    clip["normalised"] = np.bool_(True)  # stored [-1, 1] codes: colour alone decides
+    assert change_map(clip, 4, 6, 4).sum() == 0
+
+
+def test_loss_weights_take_the_largest_that_applies():
+    change = torch.zeros(1, 1, 2, 2, 4)
+    change[0, 0, 1, 0, 0] = 1
+    change[0, 0, 1, 1, 1] = 1
+    arm_cond = torch.zeros(1, 20, 2, 2, 4)
+    arm_cond[0, :4, 1, 1, 1] = 1  # robot and changed: the larger weight
+    arm_cond[0, :4, 0, 0, 3] = 1
+    weights = loss_weights({"change": change, "arm_cond": arm_cond}, 10.0, 3.0)
+    assert weights.shape == (1, 1, 2, 2, 4)
+    assert weights[0, 0, 1, 0, 0] == 10 and weights[0, 0, 1, 1, 1] == 10
+    assert weights[0, 0, 0, 0, 3] == 3 and weights.sum() == 10 + 10 + 3 + 13
+    pmcond = loss_weights({"change": change, "arm_cond": arm_cond[..., :2]}, 1.0, 3.0)
+    assert pmcond[0, 0, 1, 1, 1] == 3 and pmcond[0, 0, 1, 1, 3] == 3  # one mask, both halves
+
+
+def test_weighted_loss_is_the_weighted_mean_and_unit_weights_are_the_mse():
+    generator = torch.Generator().manual_seed(0)
+    prediction = torch.randn(2, 16, 2, 2, 4, generator=generator)
+    target = torch.randn(2, 16, 2, 2, 4, generator=generator)
+    plain = flow_matching_loss(prediction, target)
+    ones = flow_matching_loss(prediction, target, torch.ones(2, 1, 2, 2, 4))
+    torch.testing.assert_close(ones, plain)
+    weights = torch.ones(2, 1, 2, 2, 4)
+    weights[0, 0, 0, 0, 0] = 9.0
+    error = (prediction - target).square()
+    expected = (error.sum() + 8 * error[0, :, 0, 0, 0].sum()) / (16 * (weights.sum()))
+    torch.testing.assert_close(flow_matching_loss(prediction, target, weights), expected)
+
+
+@pytest.mark.parametrize("weight", [10.0])
+def test_a_heavier_weight_moves_the_gradient_to_the_changed_cells(weight):
+    prediction = torch.zeros(1, 16, 2, 2, 4, requires_grad=True)
+    target = torch.ones(1, 16, 2, 2, 4)
+    change = torch.zeros(1, 1, 2, 2, 4)
+    change[..., 0, 0, 0] = 1
+    batch = {"change": change, "arm_cond": torch.zeros(1, 20, 2, 2, 4)}
+    flow_matching_loss(prediction, target, loss_weights(batch, weight, 1.0)).backward()
+    grad = prediction.grad.abs()
+    assert torch.isclose(grad[0, 0, 0, 0, 0] / grad[0, 0, 1, 1, 1], torch.tensor(weight))
