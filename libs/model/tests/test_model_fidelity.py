@@ -11,12 +11,15 @@ from k4d.errors import InvalidArgument
 from k4d.generation import FidelityOptions
 from k4d_model.fidelity import (
     MIN_CALIBRATION_PIXELS,
+    MIN_SHADING_PIXELS,
     anchor_first_latent,
     calibrated_robot_render,
     change_mask,
     compose_over_input,
     compose_relative,
     fill_behind_robot,
+    shaded_robot_render,
+    surface_normals,
     uncovered_by_robot,
 )
 from k4d_model.pipeline import Kinema4DPipeline
@@ -177,6 +180,55 @@ def test_calibrated_robot_render_takes_the_colours_of_the_given_robot():
     assert calibrated_robot_render(render, image, few) is None  # too few pixels to fit
 
 
+def _planes(slopes: list[tuple[float, float]], size: int = 10) -> np.ndarray:
+    """(size, size * len(slopes), 3): side-by-side planar patches z = 1 + a x + b y."""
+    v, u = np.mgrid[0:size, 0:size] * 0.01
+    return np.concatenate([np.stack([u, v, 1.0 + a * u + b * v], -1) for a, b in slopes], 1)
+
+
+def test_surface_normals_face_the_camera_and_ignore_points_off_the_mask():
+    points = np.zeros((12, 12, 3))
+    points[1:11, 1:11] = _planes([(0.5, 0.0)])
+    mask = np.zeros((12, 12), bool)
+    mask[1:11, 1:11] = True
+    normals = surface_normals(points, mask)
+    expected = np.array([0.5, 0.0, -1.0]) / np.hypot(0.5, 1.0)
+    np.testing.assert_allclose(normals[mask], np.broadcast_to(expected, (100, 3)), atol=1e-9)
+    assert not normals[~mask].any()
+
+
+def test_shaded_robot_render_carries_the_scenes_shading_to_new_poses():
+    """A rounded link lit by the scene's light in frame 0, two planar faces at new tilts in
+    frame 1. The render (the projection stage's) is one flat grey, so only the normals can
+    tell the shading; the colour fit alone cannot."""
+    light = np.array([0.3, -0.4, -0.87])
+
+    def seen(points):
+        n = surface_normals(points, np.ones(points.shape[:2], bool))
+        return 255.0 * (0.5 + 0.3 * n @ light)
+
+    v, u = np.mgrid[0:20, 0:20] * 0.01
+    dome = np.stack([u, v, 1.2 - np.sqrt(0.2 ** 2 - (u - 0.095) ** 2 - (v - 0.095) ** 2)], -1)
+    points = np.stack([dome, _planes([(0.6, 0.0), (-0.4, 0.3)], size=20)[:, :20]])
+    points[1, :, 10:] = _planes([(-0.4, 0.3)], size=20)[:, :10]
+    mask = np.ones(points.shape[:3], bool)
+    render = np.full(points.shape, 180, np.uint8)
+    image = np.round(seen(points[0])).astype(np.uint8)[..., None].repeat(3, -1)
+    shaded = shaded_robot_render(render, points, image, mask)
+    truth = seen(points[1])[..., None]
+    inner = np.zeros((20, 20), bool)  # off the seam between the two faces
+    inner[:, 1:9] = inner[:, 12:19] = True
+    assert np.abs(shaded[1][inner].astype(float) - truth[inner]).max() <= 2.0
+    flat = calibrated_robot_render(render, image, mask)
+    assert np.abs(flat[1][inner].astype(float) - truth[inner]).max() > 15.0
+    few = np.zeros_like(mask)  # too few pixels for the shading fit: the colour fit alone
+    few[:, :3] = True
+    assert MIN_CALIBRATION_PIXELS <= few[0].sum() < MIN_SHADING_PIXELS
+    colour_only = calibrated_robot_render(render, image, few)
+    assert colour_only is not None
+    assert np.array_equal(shaded_robot_render(render, points, image, few), colour_only)
+
+
 def test_calibrated_robot_rgb_paints_the_robot_after_frame_zero(make_tiny):
     pipe = _pipe(make_tiny, {**ALL_ON, "robot_rgb": "calibrated"})
     info = pipe.info
@@ -189,6 +241,19 @@ def test_calibrated_robot_rgb_paints_the_robot_after_frame_zero(make_tiny):
     assert np.array_equal(out.rgb[later], painted[later])
     assert np.array_equal(out.rgb[0], image)
     assert out.metadata["fidelity"]["robot_rgb"] == "calibrated"
+
+
+def test_shaded_robot_rgb_paints_the_robot_after_frame_zero(make_tiny):
+    pipe = _pipe(make_tiny, {**ALL_ON, "robot_rgb": "shaded"})
+    info = pipe.info
+    image, robot = _robot(info.num_frames, info.height, info.width)
+    out = pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=2)
+    painted = shaded_robot_render(robot.rgb, robot.pointmap, image, robot.mask)
+    later = robot.mask.copy()
+    later[0] = False
+    assert later.any() and np.array_equal(out.rgb[later], painted[later])
+    assert np.array_equal(out.rgb[0], image)
+    assert out.metadata["fidelity"]["robot_rgb"] == "shaded"
 
 
 @pytest.mark.parametrize("extra", [{"robot_rgb": "painted"}, {"change_ramp": -1},

@@ -86,7 +86,7 @@ def test_init_model_starts_from_its_weights(tmp_path):
     components = load_components("from-scratch", config.model, seed=0)
     for ours, theirs in ((components.transformer, saved.transformer),
                          (components.vae, saved.vae)):
-        for (name, a), b in zip(ours.state_dict().items(), theirs.state_dict().values()):
+        for (name, a), b in zip(ours.state_dict().items(), theirs.state_dict().values(), strict=True):
             torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
     assert components.info.extra["first_frame"] == "given"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from k4d_trainer.objective import flow_matching_loss, loss_weights
 from k4d_trainer.latents import change_map
+from k4d_trainer.objective import flow_matching_loss, loss_weights
 
 
 def _clip(frames: int = 9, height: int = 32, width: int = 48) -> dict[str, np.ndarray]:

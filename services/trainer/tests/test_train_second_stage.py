@@ -26,7 +26,7 @@ def test_second_stage_starts_from_init_and_weights_the_changed_cells(tmp_path, r
     try:
         model = trainer.components.transformer
         for (name, ours), theirs in zip(model.state_dict().items(),
-                                        saved.transformer.state_dict().values()):
+                                        saved.transformer.state_dict().values(), strict=True):
             torch.testing.assert_close(ours, theirs, rtol=0, atol=0, msg=name)
         assert not (tmp_path / "run" / "vae").exists()  # the init model's VAE, no VAE stage
 

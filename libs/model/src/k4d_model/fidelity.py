@@ -13,6 +13,8 @@ from k4d.generation import FidelityOptions
 # Fewer robot pixels than this in frame 0 cannot pin down a colour fit (7 coefficients per
 # channel); the generated robot stays.
 MIN_CALIBRATION_PIXELS = 32
+# ... and for the shaded fit (16 coefficients per channel); with fewer, the colour fit alone.
+MIN_SHADING_PIXELS = 64
 
 
 def anchor_first_latent(latents: torch.Tensor, clean_first: torch.Tensor, noise: torch.Tensor,
@@ -108,6 +110,66 @@ def _colour_features(rgb: np.ndarray) -> np.ndarray:
     """(N, 3) uint8 -> (N, 7) float64: 1, the channels and their squares (0-1 scale)."""
     x = rgb.astype(np.float64) / 255.0
     return np.concatenate([np.ones((len(x), 1)), x, x * x], axis=1)
+
+
+def surface_normals(points: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """(..., H, W, 3) unit normals of a pointmap's surface, facing the camera, from differences
+    with neighbours inside `mask` (..., H, W) only (one-sided at the mask's edge: the points
+    off the robot are not its surface); zero off the mask or where a direction has no
+    neighbour."""
+    points = np.asarray(points, np.float64)
+    mask = np.asarray(mask, bool)
+
+    def derivative(axis: int) -> np.ndarray:
+        ahead = np.zeros_like(points)
+        behind = np.zeros_like(points)
+        ok_ahead = np.zeros_like(mask)
+        ok_behind = np.zeros_like(mask)
+        cut = [slice(None)] * mask.ndim
+        head, tail = list(cut), list(cut)
+        head[axis], tail[axis] = slice(None, -1), slice(1, None)
+        head, tail = tuple(head), tuple(tail)
+        pair = mask[head] & mask[tail]
+        step = points[tail] - points[head]
+        ahead[head], ok_ahead[head] = step, pair
+        behind[tail], ok_behind[tail] = step, pair
+        count = ok_ahead.astype(np.float64) + ok_behind
+        total = ahead * ok_ahead[..., None] + behind * ok_behind[..., None]
+        return total / np.maximum(count, 1.0)[..., None]
+
+    normal = np.cross(derivative(mask.ndim - 1), derivative(mask.ndim - 2))
+    length = np.linalg.norm(normal, axis=-1, keepdims=True)
+    normal = np.where(length > 0, normal / np.maximum(length, 1e-12), 0.0)
+    normal = np.where((np.sum(normal * points, axis=-1) > 0)[..., None], -normal, normal)
+    return np.where(mask[..., None], normal, 0.0)
+
+
+def shaded_robot_render(render: np.ndarray, points: np.ndarray, image: np.ndarray,
+                        robot_mask: np.ndarray) -> np.ndarray | None:
+    """(T, H, W, 3) uint8: the robot render recoloured and shaded like the given image, or
+    None when frame 0 has too few robot pixels even for the colour fit.
+
+    Per output channel, least squares on frame 0's robot pixels of the render's colours
+    (1, r, g, b and their squares) and the second-order spherical harmonics of the surface
+    normal from the robot's points (n, n^2, nx ny, ny nz, nx nz): the scene's lights shade a
+    link by where it faces, so the fit carries the given image's shading to every pose that
+    kinematics gives. Fewer than MIN_SHADING_PIXELS robot pixels: the colour fit alone.
+    points: (T, H, W, 3) the robot's points in the camera frame (metres)."""
+    first = robot_mask[0]
+    if int(first.sum()) < MIN_SHADING_PIXELS:
+        return calibrated_robot_render(render, image, robot_mask)
+    normals = surface_normals(points, robot_mask)
+    coef, *_ = np.linalg.lstsq(_shading_features(render[0][first], normals[0][first]),
+                               image[first].astype(np.float64), rcond=None)
+    out = _shading_features(render.reshape(-1, 3), normals.reshape(-1, 3)) @ coef
+    return np.round(np.clip(out, 0.0, 255.0)).astype(np.uint8).reshape(render.shape)
+
+
+def _shading_features(rgb: np.ndarray, normal: np.ndarray) -> np.ndarray:
+    """(N, 3) uint8 colours and (N, 3) normals -> (N, 16) float64."""
+    n = normal.astype(np.float64)
+    pairs = np.stack([n[:, 0] * n[:, 1], n[:, 1] * n[:, 2], n[:, 0] * n[:, 2]], axis=1)
+    return np.concatenate([_colour_features(rgb), n, n * n, pairs], axis=1)
 
 
 def uncovered_by_robot(robot_mask: np.ndarray) -> np.ndarray:

@@ -31,6 +31,7 @@ from k4d.generation import (
     FIRST_FRAME_GIVEN,
     ROBOT_POINTMAP_KINEMATICS,
     ROBOT_RGB_CALIBRATED,
+    ROBOT_RGB_SHADED,
     UNCOVERED_FILLED,
     FidelityOptions,
 )
@@ -51,6 +52,7 @@ from k4d_model.fidelity import (
     compose_over_input,
     compose_relative,
     fill_behind_robot,
+    shaded_robot_render,
     uncovered_by_robot,
 )
 from k4d_model.memory import ensure_fits, estimate
@@ -316,8 +318,10 @@ class Kinema4DPipeline:
             uncovered = uncovered_by_robot(robot.mask)
             filled = np.round(np.clip(fill_behind_robot(image, robot.mask[0]), 0, 255))
             rgb_out = np.where(uncovered[..., None], filled.astype(np.uint8)[None], rgb_out)
-        if opts.robot_rgb == ROBOT_RGB_CALIBRATED:
-            painted = calibrated_robot_render(robot.rgb, image, robot.mask)
+        if opts.robot_rgb in (ROBOT_RGB_CALIBRATED, ROBOT_RGB_SHADED):
+            painted = calibrated_robot_render(robot.rgb, image, robot.mask) \
+                if opts.robot_rgb == ROBOT_RGB_CALIBRATED else \
+                shaded_robot_render(robot.rgb, robot.pointmap, image, robot.mask)
             if painted is not None:
                 rgb_out = np.where(robot.mask[..., None], painted, rgb_out)
         if opts.first_frame == FIRST_FRAME_GIVEN:  # observations win over what is derived

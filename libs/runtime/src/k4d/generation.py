@@ -43,6 +43,11 @@ is the input, not a VAE reconstruction of it:
                      the input shows the robot (the render's shading is the projection
                      stage's, not the scene's lights). Too few robot pixels in frame 0 to fit:
                      the generated pixels stay.
+                     "shaded": as "calibrated", and the fit also takes the second-order
+                     spherical harmonics of the robot surface's normal (from the robot
+                     condition's points), so each link is shaded by where it faces the
+                     scene's lights in every pose; the colour fit alone with fewer than 64
+                     robot pixels in frame 0.
   uncovered          "filled": pixels the robot covered in frame 0 and has left by frame t show
                      the input image filled in over frame 0's robot from the pixels around it
                      (rings from the outside in, then Laplace smoothing). What was behind the
@@ -65,6 +70,7 @@ DECODE_RELATIVE = "relative"
 DECODE_COMPOSITE = "composite"
 ROBOT_POINTMAP_KINEMATICS = "kinematics"
 ROBOT_RGB_CALIBRATED = "calibrated"
+ROBOT_RGB_SHADED = "shaded"
 UNCOVERED_FILLED = "filled"
 
 
@@ -107,7 +113,7 @@ class FidelityOptions:
         choices = {"first_frame": ("", FIRST_FRAME_GIVEN),
                    "decode": ("", DECODE_RELATIVE, DECODE_COMPOSITE),
                    "robot_pointmap": ("", ROBOT_POINTMAP_KINEMATICS),
-                   "robot_rgb": ("", ROBOT_RGB_CALIBRATED),
+                   "robot_rgb": ("", ROBOT_RGB_CALIBRATED, ROBOT_RGB_SHADED),
                    "uncovered": ("", UNCOVERED_FILLED)}
         for key, allowed in choices.items():
             if key in extra and extra[key] not in allowed:
