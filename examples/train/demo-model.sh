@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # The demo model's recipe from a fresh clone (issue 13; `make demo-model`):
 #   1. training and held-out episodes with k4d datagen (disjoint seeds; .k4d/demo-model/data)
-#   2. k4d train --config examples/train/demo-model.yaml (VAE stage, then the transformer),
-#      resumed from the run's newest checkpoint, or from the state committed under
-#      models/demo-small/resume/ when the run directory is new
-#   3. the newest committed checkpoint exported to models/demo-small/ (manifest with sha256,
-#      loss.png, golden.json) and evaluated with `k4d eval run` against static-world
+#   2. stage 1: k4d train --config examples/train/demo-model.yaml (VAE stage, then 3794
+#      transformer steps), resumed from the run's newest checkpoint, or from the state
+#      committed under models/demo-small/resume/ when the run directory is new; exported to
+#      .k4d/demo-model/stage1
+#   3. stage 2 (issue 21): k4d train --config examples/train/demo-model-stage2.yaml, which
+#      starts from stage 1's model (model.init) and trains on with the change-weighted loss
+#   4. stage 2's newest committed checkpoint exported to models/demo-small/ (manifest with
+#      sha256, loss.png, golden.json) and evaluated with `k4d eval run` against static-world
 #   bash examples/train/demo-model.sh [path/to/k4d]
-# Settings (environment): DEMO_STEPS (total optimizer steps, default the recipe's),
+# Settings (environment): DEMO_STEPS (stage 1's total optimizer steps, default the recipe's),
 # DEMO_NPROC (training processes, default 2), DEMO_LABEL (early | trained, default early),
 # DEMO_DEFAULT=1 (make it the model `k4d simulate` uses without --model), DEMO_SKIP_TRAIN=1
-# (export/evaluate only), DEMO_RUN (run directory, default .k4d/demo-model/run).
+# (export/evaluate only), DEMO_RUN (stage 1's run directory, default .k4d/demo-model/run),
+# DEMO_STAGE2=0 (ship stage 1 itself, as before issue 21).
 set -euo pipefail
 
 K4D="${1:-k4d}"
@@ -19,8 +23,11 @@ cd "$ROOT"
 PY="$(dirname "$(command -v "$K4D")")/python"
 WORK=.k4d/demo-model
 RUN="${DEMO_RUN:-$WORK/run}"
+RUN2="$WORK/run2"
 MODEL=models/demo-small
 CONFIG=examples/train/demo-model.yaml
+CONFIG2=examples/train/demo-model-stage2.yaml
+STAGE1="$WORK/stage1"  # CONFIG2's model.init is $STAGE1/weights
 export MUJOCO_GL="${MUJOCO_GL:-osmesa}"
 # One thread per process, DEMO_NPROC processes (default 2, data parallel): on this shared
 # 2-core VM a 2-thread torch step was 2x (VAE) to 11x (transformer) slower than a 1-thread
@@ -44,6 +51,15 @@ fi
 
 default=()
 [[ "${DEMO_DEFAULT:-0}" == 1 ]] && default=(--default)
+if [[ "${DEMO_STAGE2:-1}" == 1 ]]; then
+  "$PY" examples/train/demo_model.py export --config "$CONFIG" --run "$RUN" --out "$STAGE1" \
+    --label "${DEMO_LABEL:-early}"
+  if [[ "${DEMO_SKIP_TRAIN:-0}" != 1 ]]; then
+    "$K4D" train --config "$CONFIG2" --out "$RUN2" --resume --nproc "${DEMO_NPROC:-2}"
+  fi
+  CONFIG="$CONFIG2"
+  RUN="$RUN2"
+fi
 "$PY" examples/train/demo_model.py export --config "$CONFIG" --run "$RUN" --out "$MODEL" \
   --label "${DEMO_LABEL:-early}" "${default[@]}"
 "$PY" examples/train/demo_model.py golden --model "$MODEL"
