@@ -318,12 +318,13 @@ class Kinema4DPipeline:
             uncovered = uncovered_by_robot(robot.mask)
             filled = np.round(np.clip(fill_behind_robot(image, robot.mask[0]), 0, 255))
             rgb_out = np.where(uncovered[..., None], filled.astype(np.uint8)[None], rgb_out)
-        if opts.robot_rgb in (ROBOT_RGB_CALIBRATED, ROBOT_RGB_SHADED):
-            painted = calibrated_robot_render(robot.rgb, image, robot.mask) \
-                if opts.robot_rgb == ROBOT_RGB_CALIBRATED else \
-                shaded_robot_render(robot.rgb, robot.pointmap, image, robot.mask)
-            if painted is not None:
-                rgb_out = np.where(robot.mask[..., None], painted, rgb_out)
+        painted = None
+        if opts.robot_rgb == ROBOT_RGB_SHADED:
+            painted = shaded_robot_render(robot.rgb, robot.pointmap, image, robot.mask)
+        elif opts.robot_rgb == ROBOT_RGB_CALIBRATED:
+            painted = calibrated_robot_render(robot.rgb, image, robot.mask)
+        if painted is not None:
+            rgb_out = np.where(robot.mask[..., None], painted, rgb_out)
         if opts.first_frame == FIRST_FRAME_GIVEN:  # observations win over what is derived
             rgb_out[0] = image
             if initial_pointmap is not None:
