@@ -54,6 +54,7 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
     from k4d_trainer.observe import write_loss_curves
     from k4d_trainer.publish import write_model_dir
     from k4d_trainer.runs import RunDir
+    from k4d_trainer.refiner import load_run_refiner
     from k4d_trainer.vae import load_saved_vae
 
     config = load_config_file(config_path)
@@ -66,6 +67,11 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
         components.vae = vae
     elif not config.model.init:  # a second stage keeps its init model's VAE
         sys.exit(f"demo_model: error: {run} has no committed VAE")
+    refiner = load_run_refiner(RunDir(str(run.resolve())))
+    if refiner is not None:
+        components.refiner = refiner
+    elif config.refiner.steps:
+        sys.exit(f"demo_model: error: {run} has no committed refiner")
     started_from = components.info.version if config.model.init else None
     transformer = components.transformer
     model_lib.set_trainable(transformer, config.recipe)
@@ -99,6 +105,7 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
                      "planned_steps": config.training.steps,
                      "global_batch_size": config.training.global_batch_size,
                      "vae_steps": 0 if config.model.init else config.vae.steps,
+                     "refiner_steps": config.refiner.steps,
                      "init": config.model.init, "init_version": started_from,
                      "changed_loss_weight": config.training.changed_loss_weight,
                      "robot_loss_weight": config.training.robot_loss_weight,
@@ -133,6 +140,48 @@ def set_options(config_path: str, model: Path) -> dict:
     manifest.update(files=fresh["files"], fidelity=config.model.fidelity)
     (model / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return {"model": str(model), "extra": info["extra"]}
+
+
+def add_refiner(config_path: str, run: Path, model: Path, processes: int = 2) -> dict:
+    """Train the recipe's change refiner in RUN (the trainer's own refiner stage, resumable
+    there; one process with the batch of `processes` data-parallel ones) and add it to an
+    exported model (MODEL/weights/refiner/, manifest refreshed): a model exported before
+    its recipe had a refiner section gets the refiner the recipe now trains in its run."""
+    import dataclasses
+
+    from k4d.episodes import open_dataset
+    from k4d_model.refiner import save_refiner
+    from k4d_model.registry import build_manifest
+    from k4d_trainer.clips import ClipSpec
+    from k4d_trainer.config import load_config_file
+    from k4d_trainer.data import select_episodes
+    from k4d_trainer.parallel import DistInfo
+    from k4d_trainer.refiner import refiner_stage
+    from k4d_trainer.runs import RunDir
+
+    config = load_config_file(config_path)
+    if not config.refiner.steps:
+        sys.exit(f"demo_model: error: {config_path} has no refiner section (refiner.steps 0)")
+    info = json.loads((model / WEIGHTS / "k4d_model.json").read_text())
+    clip = ClipSpec(info["num_frames"], info["height"], info["width"])
+    dataset = open_dataset(config.data.uri)
+    section = dataclasses.replace(config.refiner,
+                                  batch_size=config.refiner.batch_size * processes)
+
+    class Components:
+        refiner = None
+
+    components = Components()
+    refiner_stage(components, dataset, select_episodes(dataset, config.data, clip), clip,
+                  section, DistInfo(), RunDir(str(run.resolve())), config.seed,
+                  log=lambda line: print(line, flush=True))
+    save_refiner(components.refiner, model / WEIGHTS)
+    manifest = json.loads((model / MANIFEST).read_text())
+    fresh = build_manifest(model / WEIGHTS, manifest["name"], manifest["version"])
+    manifest.update(files=fresh["files"])
+    manifest.setdefault("training", {})["refiner_steps"] = config.refiner.steps
+    (model / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return {"model": str(model), "refiner": str(model / WEIGHTS / "refiner")}
 
 
 def heldout_figures(report: dict) -> dict:
@@ -310,6 +359,11 @@ def main(argv: list[str] | None = None) -> int:
                                        "model and refresh its manifest")
     p.add_argument("--config", required=True)
     p.add_argument("--model", required=True, type=Path)
+    p = sub.add_parser("refiner", help="train the recipe's change refiner in RUN and add it "
+                                       "to an exported model")
+    p.add_argument("--config", required=True)
+    p.add_argument("--run", required=True, type=Path)
+    p.add_argument("--model", required=True, type=Path)
     p = sub.add_parser("headline", help="store a k4d eval run's held-out figures in the "
                                         "model's manifest (make demo prints them)")
     p.add_argument("--model", required=True, type=Path)
@@ -335,6 +389,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(compare_strip(args.data, args.episodes, args.row, args.out)))
     elif args.command == "headline":
         print(json.dumps(headline(args.model, args.report)))
+    elif args.command == "refiner":
+        print(json.dumps(add_refiner(args.config, args.run, args.model)))
     elif args.command == "options":
         print(json.dumps(set_options(args.config, args.model)))
     elif args.command == "resume-pack":

@@ -15,6 +15,7 @@ Our layout (what the trainer produces and the registry stores):
         transformer/ config.json (Kinema4DTransformer3DModel) + diffusion_pytorch_model.safetensors
         vae/ image_encoder/ image_processor/ scheduler/
         lora/pytorch_lora_weights.safetensors   optional, unfused LoRA (else already fused)
+        refiner/ config.json + model.safetensors  optional change refiner (k4d_model.refiner)
 
 `load_model(ref)` accepts either and returns `ModelComponents`. `transformer_only=True`
 loads the transformer (+ scheduler config) alone, without `vae/` or `image_encoder/`
@@ -45,6 +46,7 @@ from k4d_model.lora import (
 )
 from k4d_model.model.configs import ModelConfig, arm_grid_for
 from k4d_model.model.transformer import ADDED_PARAMETER_PREFIXES, Kinema4DTransformer3DModel
+from k4d_model.refiner import load_refiner, save_refiner
 
 ADDED_WEIGHTS_FILE = "added_weights.safetensors"
 K4D_MODEL_FILE = "k4d_model.json"
@@ -87,6 +89,7 @@ class ModelComponents:
     image_processor: Any  # transformers CLIPImageProcessor (None for a transformer-only load)
     scheduler: Any  # diffusers scheduler
     info: ModelInfo
+    refiner: Any = None  # k4d_model.refiner.ChangeRefiner, our layout's optional refiner/
 
 
 # ---------------------------------------------------------------- building from a config
@@ -416,6 +419,8 @@ def save_k4d(components: ModelComponents, out_dir: str | Path, lora: dict | None
     save_file({k: v.contiguous() for k, v in transformer.state_dict().items()},
               str(out / "transformer" / WEIGHTS_FILE))
     _save_shared(components, out)
+    if components.refiner is not None:
+        save_refiner(components.refiner, out)
     info = components.info.to_dict()
     info["layout"] = "k4d"
     info["lora"] = None
@@ -457,7 +462,7 @@ def load_k4d(model_dir: str | Path, num_frames: int | None = None, height: int |
         return ModelComponents(transformer, None, None, None, _load_scheduler(model_dir), info)
     image_encoder, image_processor = _load_image_encoder(model_dir)
     return ModelComponents(transformer, _load_vae(model_dir), image_encoder, image_processor,
-                           _load_scheduler(model_dir), info)
+                           _load_scheduler(model_dir), info, load_refiner(model_dir))
 
 
 # ---------------------------------------------------------------- resolution of a reference

@@ -26,9 +26,10 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-from k4d.errors import Cancelled, InvalidArgument
+from k4d.errors import Cancelled, FailedPrecondition, InvalidArgument
 from k4d.generation import (
     FIRST_FRAME_GIVEN,
+    REFINER_CHANGE,
     ROBOT_POINTMAP_KINEMATICS,
     ROBOT_RGB_CALIBRATED,
     ROBOT_RGB_SHADED,
@@ -56,6 +57,7 @@ from k4d_model.fidelity import (
     uncovered_by_robot,
 )
 from k4d_model.memory import ensure_fits, estimate
+from k4d_model.refiner import predict_change
 from k4d_model.results import GenerationResult, RobotCondition, check_robot
 
 ProgressCallback = Callable[[int, int], None]  # (steps done, total steps)
@@ -104,6 +106,8 @@ class Kinema4DPipeline:
         self.backend = backend
         self.device = torch.device(device)
         self.model_id = model_id or model_id_of(components)
+        self.refiner = components.refiner.to(device) if components.refiner is not None else None
+        self._check_refiner(FidelityOptions.from_extra(self.info.extra))
         self.temporal_stride = 2 ** sum(self.vae.config.temperal_downsample)
 
     # ------------------------------------------------------------ 1. inputs
@@ -314,6 +318,16 @@ class Kinema4DPipeline:
             rgb_out = _to_uint8(rgb)
         if opts.robot_pointmap == ROBOT_POINTMAP_KINEMATICS:
             points = np.where(robot.mask[..., None], robot.pointmap, points).astype(np.float32)
+        if opts.refiner == REFINER_CHANGE:
+            self._check_refiner(opts)
+            delta, probability = predict_change(self.refiner, image, robot)
+            changed = probability > opts.refiner_threshold
+            # The change weighted by its probability: the expected pixel where the refiner
+            # is unsure (a sure change shows whole; on the held-out split this beat showing
+            # the change whole above the threshold in both the changed and static regions).
+            refined = np.round(np.clip(image.astype(np.float32)[None]
+                                       + probability[..., None] * delta, 0, 255))
+            rgb_out = np.where(changed[..., None], refined.astype(np.uint8), rgb_out)
         if opts.uncovered == UNCOVERED_FILLED and robot.mask[0].any():
             uncovered = uncovered_by_robot(robot.mask)
             filled = np.round(np.clip(fill_behind_robot(image, robot.mask[0]), 0, 255))
@@ -330,6 +344,11 @@ class Kinema4DPipeline:
             if initial_pointmap is not None:
                 points[0] = initial_pointmap
         return rgb_out, points
+
+    def _check_refiner(self, opts: FidelityOptions) -> None:
+        if opts.refiner and self.refiner is None:
+            raise FailedPrecondition(f"model {self.info.name} sets extra.refiner="
+                                     f"{opts.refiner!r} but has no refiner/ directory")
 
     # ------------------------------------------------------------ the call
 

@@ -48,6 +48,17 @@ is the input, not a VAE reconstruction of it:
                      condition's points), so each link is shaded by where it faces the
                      scene's lights in every pose; the colour fit alone with fewer than 64
                      robot pixels in frame 0.
+  refiner            "change": where the model's change refiner (refiner/ in the model
+                     directory, k4d_model.refiner) gives a pixel of frame t >= 1 a change
+                     probability p above `refiner_threshold`, the output shows the input plus
+                     p times the refiner's predicted change of colour there (the expected
+                     pixel), over what the options above made of it. The refiner works at the image's full resolution from
+                     the given image and the robot condition: what moves near the robot (the
+                     robot's shadow, an object it pushes or lifts) is a few pixels wide, below
+                     the latent grid the transformer generates on. A model that sets this
+                     without a refiner/ directory is refused at load.
+  refiner_threshold  the probability above which the refiner's pixels are shown (default
+                     0.5).
   uncovered          "filled": pixels the robot covered in frame 0 and has left by frame t show
                      the input image filled in over frame 0's robot from the pixels around it
                      (rings from the outside in, then Laplace smoothing). What was behind the
@@ -64,7 +75,7 @@ STATIC_WORLD = "static-world"
 
 FIDELITY_KEYS = ("first_frame", "latent_anchor", "decode", "change_threshold",
                  "change_depth_m", "change_dilate", "change_near_robot_px", "change_ramp",
-                 "robot_pointmap", "robot_rgb", "uncovered")
+                 "robot_pointmap", "robot_rgb", "uncovered", "refiner", "refiner_threshold")
 FIRST_FRAME_GIVEN = "given"
 DECODE_RELATIVE = "relative"
 DECODE_COMPOSITE = "composite"
@@ -72,6 +83,7 @@ ROBOT_POINTMAP_KINEMATICS = "kinematics"
 ROBOT_RGB_CALIBRATED = "calibrated"
 ROBOT_RGB_SHADED = "shaded"
 UNCOVERED_FILLED = "filled"
+REFINER_CHANGE = "change"
 
 
 @dataclass(frozen=True)
@@ -89,6 +101,8 @@ class FidelityOptions:
     robot_pointmap: str = ""
     robot_rgb: str = ""
     uncovered: str = ""
+    refiner: str = ""
+    refiner_threshold: float = 0.5
 
     @classmethod
     def from_extra(cls, extra: dict[str, Any] | None) -> FidelityOptions:
@@ -103,7 +117,9 @@ class FidelityOptions:
                    change_ramp=float(extra.get("change_ramp", 0.0)),
                    robot_pointmap=str(extra.get("robot_pointmap", "")),
                    robot_rgb=str(extra.get("robot_rgb", "")),
-                   uncovered=str(extra.get("uncovered", "")))
+                   uncovered=str(extra.get("uncovered", "")),
+                   refiner=str(extra.get("refiner", "")),
+                   refiner_threshold=float(extra.get("refiner_threshold", 0.5)))
 
     @classmethod
     def check(cls, extra: dict[str, Any], prefix: str = "extra") -> FidelityOptions:
@@ -114,7 +130,8 @@ class FidelityOptions:
                    "decode": ("", DECODE_RELATIVE, DECODE_COMPOSITE),
                    "robot_pointmap": ("", ROBOT_POINTMAP_KINEMATICS),
                    "robot_rgb": ("", ROBOT_RGB_CALIBRATED, ROBOT_RGB_SHADED),
-                   "uncovered": ("", UNCOVERED_FILLED)}
+                   "uncovered": ("", UNCOVERED_FILLED),
+                   "refiner": ("", REFINER_CHANGE)}
         for key, allowed in choices.items():
             if key in extra and extra[key] not in allowed:
                 raise InvalidArgument.for_field(f"{prefix}.{key}", f"must be one of {allowed}")
@@ -123,6 +140,10 @@ class FidelityOptions:
             value = extra.get(key, 0)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise InvalidArgument.for_field(f"{prefix}.{key}", "must be a number >= 0")
+        threshold = extra.get("refiner_threshold", 0.5)
+        if (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+                or not 0 <= threshold < 1):
+            raise InvalidArgument.for_field(f"{prefix}.refiner_threshold", "must be in [0, 1)")
         if not isinstance(extra.get("latent_anchor", False), bool):
             raise InvalidArgument.for_field(f"{prefix}.latent_anchor", "must be true or false")
         return cls.from_extra(extra)
@@ -142,4 +163,5 @@ class FidelityOptions:
                 "change_depth_m": self.change_depth_m, "change_dilate": self.change_dilate,
                 "change_near_robot_px": self.change_near_robot_px,
                 "change_ramp": self.change_ramp, "robot_pointmap": self.robot_pointmap,
-                "robot_rgb": self.robot_rgb, "uncovered": self.uncovered}
+                "robot_rgb": self.robot_rgb, "uncovered": self.uncovered,
+                "refiner": self.refiner, "refiner_threshold": self.refiner_threshold}

@@ -11,6 +11,7 @@ checkpoint interval) and go through the same validation.
     data:         dataset URI, latent cache, clip adaptation limits
     training:     steps, global batch, AdamW + warmup, objective settings
     vae:          the from-scratch recipe's VAE stage
+    refiner:      the change refiner's stage (k4d_model.refiner; off with steps 0)
     parallelism:  dp_replicate x dp_shard (DDP, FSDP2 or both) = world size
     checkpoint:   interval, retention
     publish:      registry name/version, layouts, store
@@ -227,6 +228,42 @@ class VaeSection:
 
 
 @dataclass
+class RefinerSection:
+    """The change refiner (k4d_model.refiner): a pixel-space network trained beside the
+    transformer on the same clips, to predict where each frame differs from frame 0 and its
+    colour there. 0 steps: no refiner (the model ships without one)."""
+
+    steps: int = 0
+    batch_size: int = 8             # frames per step and process
+    lr: float = 2e-3
+    warmup_steps: int = 100
+    lr_schedule: str = "cosine"
+    # Loss weight of the changed pixels' colour error (1 elsewhere off the robot): they are
+    # ~0.2 % of the pixels, the rest would teach "nothing changes" alone.
+    changed_weight: float = 10.0
+    mask_weight: float = 0.1        # weight of the change-mask BCE against the colour MSE
+    mask_pos_weight: float = 5.0    # BCE weight of a changed pixel (rare) over an unchanged one
+    channels: list[int] = field(default_factory=lambda: [24, 48, 96, 128])
+    checkpoint_every: int = 0       # steps between resumable stage checkpoints; 0 = none
+    log_every: int = 0              # steps between log lines; 0 = five lines per stage
+
+    def validate(self) -> None:
+        _check(self.steps >= 0, "refiner.steps", "must be >= 0")
+        _check(self.batch_size >= 1, "refiner.batch_size", "must be >= 1")
+        _check(math.isfinite(self.lr) and self.lr > 0, "refiner.lr", f"must be > 0, got {self.lr}")
+        _check(self.warmup_steps >= 0, "refiner.warmup_steps", "must be >= 0")
+        _check(self.lr_schedule in LR_SCHEDULES, "refiner.lr_schedule",
+               f"must be one of {LR_SCHEDULES}")
+        for name in ("changed_weight", "mask_weight", "mask_pos_weight"):
+            value = getattr(self, name)
+            _check(math.isfinite(value) and value >= 0, f"refiner.{name}", "must be >= 0")
+        _check(bool(self.channels) and all(c > 0 and c % 8 == 0 for c in self.channels),
+               "refiner.channels", f"must be positive multiples of 8, got {self.channels}")
+        _check(self.checkpoint_every >= 0, "refiner.checkpoint_every", "must be >= 0")
+        _check(self.log_every >= 0, "refiner.log_every", "must be >= 0")
+
+
+@dataclass
 class ParallelismSection:
     """Data parallelism: dp_replicate (DDP) x dp_shard (FSDP2) must equal the world size;
     -1 takes what is left. dp_shard > 1 shards with FSDP2 (HSDP when dp_replicate > 1)."""
@@ -302,6 +339,7 @@ class TrainConfig:
     data: DataSection = field(default_factory=DataSection)
     training: TrainingSection = field(default_factory=TrainingSection)
     vae: VaeSection = field(default_factory=VaeSection)
+    refiner: RefinerSection = field(default_factory=RefinerSection)
     parallelism: ParallelismSection = field(default_factory=ParallelismSection)
     checkpoint: CheckpointSection = field(default_factory=CheckpointSection)
     publish: PublishSection = field(default_factory=PublishSection)
@@ -310,8 +348,8 @@ class TrainConfig:
     def validate(self) -> TrainConfig:
         _check(self.recipe in RECIPES, "recipe", f"must be one of {RECIPES}, got {self.recipe!r}")
         self.model.validate(self.recipe)
-        for section in (self.data, self.training, self.vae, self.parallelism, self.checkpoint,
-                        self.publish, self.observability):
+        for section in (self.data, self.training, self.vae, self.refiner, self.parallelism,
+                        self.checkpoint, self.publish, self.observability):
             section.validate()
         return self
 

@@ -73,20 +73,24 @@ def normalised_scene(clip: dict[str, np.ndarray], norm: PointmapNormalization) -
     return pm
 
 
-def change_map(clip: dict[str, np.ndarray], latent_height: int, latent_width: int,
-               temporal_stride: int) -> torch.Tensor:
-    """(1, F, h, w) float: 1 on the latent cells (frame 0's alone, then each chunk of
-    `temporal_stride` frames) holding a pixel that changed from frame 0 off the robot (in
-    that frame and in frame 0), as the evaluator's `changed` region; depth from the metric
-    scene pointmap, colour alone for stored [-1, 1] codes."""
+def changed_pixels(clip: dict[str, np.ndarray]) -> np.ndarray:
+    """(T, H, W) bool: the pixels that changed from frame 0 off the robot (in that frame and
+    in frame 0), the evaluator's `changed` region; depth from the metric scene pointmap,
+    colour alone for stored [-1, 1] codes."""
     depth = None
     if not bool(clip.get("normalised", False)):
         points = clip["pointmap"].astype(np.float32)
         known = np.isfinite(points).all(-1) & ~(points == 0).all(-1)
         depth = np.where(known, np.nan_to_num(points[..., 2]), 0.0)
     robot = np.asarray(clip["robot_mask"], dtype=bool)
-    changed = scene_change.changed_from_first(clip["rgb"], depth) & ~robot & ~robot[:1]
-    frames = torch.from_numpy(changed.astype(np.float32))[:, None]  # (T, 1, H, W)
+    return scene_change.changed_from_first(clip["rgb"], depth) & ~robot & ~robot[:1]
+
+
+def change_map(clip: dict[str, np.ndarray], latent_height: int, latent_width: int,
+               temporal_stride: int) -> torch.Tensor:
+    """(1, F, h, w) float: 1 on the latent cells (frame 0's alone, then each chunk of
+    `temporal_stride` frames) holding a pixel of `changed_pixels`."""
+    frames = torch.from_numpy(changed_pixels(clip).astype(np.float32))[:, None]  # (T, 1, H, W)
     cells = F.adaptive_max_pool2d(frames, (latent_height, latent_width))[:, 0]
     later = cells[1:].reshape(-1, temporal_stride, latent_height, latent_width).amax(dim=1)
     return torch.cat([cells[:1], later])[None]

@@ -127,6 +127,11 @@ class Trainer:
 
             vae_stage(components, dataset, episode_ids, clip, config.vae, dist, run, config.seed,
                       log=log.info)
+        if config.refiner.steps:
+            from k4d_trainer.refiner import refiner_stage
+
+            refiner_stage(components, dataset, episode_ids, clip, config.refiner, dist, run,
+                          config.seed, log=log.info)
 
         encoder = SampleEncoder(components, dist.device)
         cache = LatentCache(config.data.latents_uri or run.child("latents"), encoder.fingerprint,

@@ -9,8 +9,6 @@ loads it instead of training it again.
 
 from __future__ import annotations
 
-import io
-import json
 import math
 import tempfile
 from dataclasses import dataclass
@@ -18,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from k4d.errors import K4DError
 
 from k4d_trainer.clips import ClipSpec, read_clip
 from k4d_trainer.config import VaeSection
@@ -26,6 +23,7 @@ from k4d_trainer.latents import clip_normalisation, normalised_scene
 from k4d_trainer.parallel import DistInfo, all_reduce_mean, barrier
 from k4d_trainer.runs import RunDir
 from k4d_trainer.schedule import lr_lambda
+from k4d_trainer.stage_state import average_gradients, load_stage_state, save_stage_state
 
 FOLDER = "vae"
 STATS_VIDEOS_PER_RANK = 64
@@ -42,17 +40,6 @@ def clip_videos(clip: dict[str, np.ndarray]) -> list[torch.Tensor]:
 
 def _kl(posterior) -> torch.Tensor:
     return posterior.kl().mean()
-
-
-def _average_gradients(model: torch.nn.Module, info: DistInfo) -> None:
-    """Data parallelism for the small VAE: replicas start identical (same seed) and
-    average their gradients, as DDP would, without a wrapper around `encode`/`decode`."""
-    if not info.distributed:
-        return
-    for param in model.parameters():
-        if param.grad is not None:
-            torch.distributed.all_reduce(param.grad)
-            param.grad /= info.world_size
 
 
 def random_crops(videos: list[torch.Tensor], picks: torch.Tensor, crop: int,
@@ -117,7 +104,8 @@ def train_vae(vae, dataset, episode_ids: list[str], clip: ClipSpec, section: Vae
     total = phases[-1].end
     saved = None
     if run is not None and section.checkpoint_every:
-        saved = _load_stage_state(run, model, generator, info, log)
+        saved = load_stage_state(run, STAGE_FOLDER, model, generator, info, log,
+                                 "vae stage")
     start = saved["step"] if saved else 0
     losses: list[float] = list(saved["losses"]) if saved else []
     log_every = section.log_every or max(1, total // 5)
@@ -142,7 +130,7 @@ def train_vae(vae, dataset, episode_ids: list[str], clip: ClipSpec, section: Vae
             loss = mse + section.kl_weight * _kl(posterior)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            _average_gradients(model, info)
+            average_gradients(model, info)
             optimizer.step()
             scheduler.step()
             losses.append(all_reduce_mean(float(loss.detach()), info))
@@ -156,8 +144,8 @@ def train_vae(vae, dataset, episode_ids: list[str], clip: ClipSpec, section: Vae
                 recent = []
             if (run is not None and section.checkpoint_every and done < total
                     and done % section.checkpoint_every == 0):
-                _save_stage_state(run, done, index, losses, model, optimizer, scheduler,
-                                  generator, info)
+                save_stage_state(run, STAGE_FOLDER, done, {"phase": index, "losses": losses},
+                                 model, optimizer, scheduler, generator, info)
     model.eval()
     # Statistics of a spread sample: a full pass over a large set costs as much as hundreds
     # of training steps on a CPU, and 64 videos per rank pin the per-channel moments well.
@@ -166,52 +154,8 @@ def train_vae(vae, dataset, episode_ids: list[str], clip: ClipSpec, section: Vae
     return losses
 
 
-# -- resumable stage state -------------------------------------------------------------
-# RUN/vae_stage/: state.pt (model, optimizer, scheduler, losses; rank 0), rng-<rank>.pt (each
-# rank's sampling generator) and latest.json ({"step": N}) written last, so a crash while
-# saving leaves the previous state in force.
-
+# RUN/vae_stage/: the stage's resumable state (k4d_trainer.stage_state).
 STAGE_FOLDER = "vae_stage"
-
-
-def _save_stage_state(run: RunDir, step: int, phase: int, losses, model, optimizer,
-                      scheduler, generator: torch.Generator, info: DistInfo) -> None:
-    rng = io.BytesIO()
-    torch.save({"step": step, "generator": generator.get_state()}, rng)
-    run.write_bytes(f"{STAGE_FOLDER}/rng-{info.rank}.pt", rng.getvalue())
-    barrier(info)
-    if info.is_main:
-        state = io.BytesIO()
-        torch.save({"step": step, "phase": phase, "losses": losses,
-                    "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict()}, state)
-        run.write_bytes(f"{STAGE_FOLDER}/state.pt", state.getvalue())
-        run.write_bytes(f"{STAGE_FOLDER}/latest.json", json.dumps({"step": step}).encode())
-    barrier(info)
-
-
-def _load_stage_state(run: RunDir, model, generator: torch.Generator, info: DistInfo,
-                      log) -> dict | None:
-    """The saved stage state (model weights loaded, this rank's generator restored), with
-    `step`, `phase`, `losses`, `optimizer`, `scheduler`; None when there is none."""
-    if not run.exists(f"{STAGE_FOLDER}/latest.json"):
-        return None
-    step = int(json.loads(run.read_bytes(f"{STAGE_FOLDER}/latest.json"))["step"])
-    state = torch.load(io.BytesIO(run.read_bytes(f"{STAGE_FOLDER}/state.pt")),
-                       map_location=info.device, weights_only=False)
-    if int(state["step"]) != step:
-        raise K4DError(f"{run.child(STAGE_FOLDER)}: state.pt holds step {state['step']} but "
-                       f"latest.json says {step}; remove the folder to restart the VAE stage")
-    model.load_state_dict(state["model"])
-    rng_name = f"{STAGE_FOLDER}/rng-{info.rank}.pt"
-    rng = (torch.load(io.BytesIO(run.read_bytes(rng_name)), weights_only=False)
-           if run.exists(rng_name) else None)
-    if rng is not None and int(rng["step"]) == step:
-        generator.set_state(rng["generator"])
-    else:  # another world size than the saving run's: a fresh, still deterministic stream
-        generator.manual_seed(generator.initial_seed() * 1_000_003 + step)
-    log(f"vae: resumed the VAE stage at step {step}")
-    return state
 
 
 @torch.no_grad()

@@ -1,0 +1,157 @@
+"""The change refiner: a small pixel-space network that predicts, for every generated frame,
+where the scene differs from the given first frame and by how much colour (issue 21).
+
+The transformer works on latents 8x smaller than the image, so an object a few pixels wide
+is one latent cell and the robot's shadow a smudge; what the world does near the robot is
+lost in decoding. The refiner sees the frame at full resolution: the given image and the
+robot condition (its render, mask and depth now, in frame 0, in the frame before, and
+where it has been so far), and outputs per pixel
+
+    delta   (3)  frame t's colour minus frame 0's, on the [-1, 1] scale of the image
+    logit   (1)  whether the pixel changed (the evaluator's `changed` rule, k4d.scene_change)
+
+Trained by `k4d train` (the recipe's `refiner` section, k4d_trainer.refiner) on the same
+clips as the transformer; used by the pipeline when the model's `refiner` option is set
+(`k4d.generation`). Stored in the model directory as refiner/config.json +
+refiner/model.safetensors.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from k4d.errors import InvalidArgument
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from k4d_model.results import RobotCondition
+
+FOLDER = "refiner"
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+INPUT_CHANNELS = 13  # see refiner_inputs
+OUTPUT_CHANNELS = 4  # colour change (3) + change logit (1)
+
+
+@dataclass(frozen=True)
+class RefinerConfig:
+    """The network's shape: a U-Net with one level per entry of `channels` (each but the
+    last halves the resolution), two 3x3 convolutions per level."""
+
+    channels: tuple[int, ...] = (24, 48, 96, 128)
+    groups: int = 8
+
+    def __post_init__(self):
+        if not self.channels or any(int(c) <= 0 or int(c) % self.groups for c in self.channels):
+            raise InvalidArgument.for_field("refiner.channels",
+                                            f"must be positive multiples of {self.groups}")
+
+
+def _block(cin: int, cout: int, groups: int) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.GroupNorm(groups, cout), nn.SiLU(),
+                         nn.Conv2d(cout, cout, 3, padding=1), nn.GroupNorm(groups, cout), nn.SiLU())
+
+
+class ChangeRefiner(nn.Module):
+    """(N, INPUT_CHANNELS, H, W) -> (N, OUTPUT_CHANNELS, H, W); any H, W."""
+
+    def __init__(self, config: RefinerConfig | None = None):
+        super().__init__()
+        self.config = config or RefinerConfig()
+        channels, groups = self.config.channels, self.config.groups
+        self.down = nn.ModuleList()
+        width = INPUT_CHANNELS
+        for out in channels:
+            self.down.append(_block(width, out, groups))
+            width = out
+        self.up = nn.ModuleList()
+        for skip in reversed(channels[:-1]):
+            self.up.append(_block(width + skip, skip, groups))
+            width = skip
+        self.head = nn.Conv2d(width, OUTPUT_CHANNELS, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        skips = []
+        for level, block in enumerate(self.down):
+            x = block(x)
+            if level < len(self.down) - 1:
+                skips.append(x)
+                x = F.avg_pool2d(x, 2, ceil_mode=True)
+        for block in self.up:
+            skip = skips.pop()
+            x = F.interpolate(x, size=skip.shape[-2:], mode="bilinear", align_corners=False)
+            x = block(torch.cat([x, skip], dim=1))
+        return self.head(x)
+
+
+def refiner_inputs(image: np.ndarray, robot: RobotCondition, frames: list[int] | None = None
+                   ) -> torch.Tensor:
+    """(len(frames), INPUT_CHANNELS, H, W) float32 for frames t (default 1..T-1):
+
+        the given image (3, [-1, 1]); the robot render at t (3, [-1, 1]); the robot mask at
+        t, at 0, where the robot has been up to t, and at t-1 (4); the robot's depth at t and
+        at 0 over its mean depth in frame 0 (2: scale-free, 0 off the robot); t / (T-1) (1).
+
+    image (H, W, 3) uint8; robot: the condition (T, H, W, ...) in the image's size."""
+    mask = np.asarray(robot.mask, bool)
+    T = mask.shape[0]
+    frames = list(range(1, T)) if frames is None else frames
+    depth = np.where(mask, robot.pointmap[..., 2], 0.0).astype(np.float32)
+    scale = float(depth[0][mask[0]].mean()) if mask[0].any() else 1.0
+    scale = scale if scale > 0 else 1.0
+    swept = np.logical_or.accumulate(mask, axis=0)
+    first = np.asarray(image, np.float32).transpose(2, 0, 1) / 127.5 - 1.0
+    render = np.asarray(robot.rgb, np.float32).transpose(0, 3, 1, 2) / 127.5 - 1.0
+    out = []
+    for t in frames:
+        planes = [mask[t], mask[0], swept[t], mask[max(t - 1, 0)]]
+        out.append(np.concatenate([
+            first, render[t], np.stack(planes).astype(np.float32),
+            depth[t][None] / scale, depth[0][None] / scale,
+            np.full((1,) + mask.shape[1:], t / max(T - 1, 1), np.float32)]))
+    return torch.from_numpy(np.stack(out).astype(np.float32))
+
+
+@torch.no_grad()
+def predict_change(refiner: ChangeRefiner, image: np.ndarray, robot: RobotCondition,
+                   batch: int = 4) -> tuple[np.ndarray, np.ndarray]:
+    """-> (colour change (T, H, W, 3) float32 in levels 0-255, change probability (T, H, W)
+    float32), both 0 in frame 0 (the observation)."""
+    T, H, W = robot.mask.shape
+    delta = np.zeros((T, H, W, 3), np.float32)
+    prob = np.zeros((T, H, W), np.float32)
+    device = next(refiner.parameters()).device
+    for start in range(1, T, batch):
+        frames = list(range(start, min(start + batch, T)))
+        y = refiner(refiner_inputs(image, robot, frames).to(device)).float().cpu()
+        delta[frames] = (y[:, :3] * 127.5).permute(0, 2, 3, 1).numpy()
+        prob[frames] = torch.sigmoid(y[:, 3]).numpy()
+    return delta, prob
+
+
+def save_refiner(refiner: ChangeRefiner, model_dir: str | Path) -> Path:
+    """MODEL_DIR/refiner/ (config.json + model.safetensors)."""
+    out = Path(model_dir) / FOLDER
+    out.mkdir(parents=True, exist_ok=True)
+    config = {"_class_name": type(refiner).__name__, **asdict(refiner.config)}
+    (out / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+    save_file({k: v.detach().contiguous().cpu() for k, v in refiner.state_dict().items()},
+              str(out / WEIGHTS_FILE))
+    return out
+
+
+def load_refiner(model_dir: str | Path) -> ChangeRefiner | None:
+    """The refiner of a model directory, or None when it has none."""
+    folder = Path(model_dir) / FOLDER
+    if not (folder / CONFIG_FILE).is_file():
+        return None
+    config = json.loads((folder / CONFIG_FILE).read_text())
+    refiner = ChangeRefiner(RefinerConfig(channels=tuple(config["channels"]),
+                                          groups=int(config.get("groups", 8))))
+    refiner.load_state_dict(load_file(str(folder / WEIGHTS_FILE)))
+    return refiner.eval()

@@ -1,0 +1,177 @@
+"""The recipe's refiner stage: train the change refiner (k4d_model.refiner) on the run's
+clips, data-parallel over ranks, beside the transformer (it needs neither the VAE nor the
+transformer, so a run trains it once, before the latent cache).
+
+Each step takes `batch_size` random (episode, frame t >= 1) pairs per process. The loss,
+over the pixels off the robot (in frame t and frame 0, as the evaluator's regions):
+
+    colour   MSE of the predicted change of colour from frame 0, the changed pixels
+             (`k4d_trainer.latents.changed_pixels`, the evaluator's rule) weighted
+             `changed_weight`, the others 1
+    mask     `mask_weight` x the BCE of the change logit against those changed pixels
+
+Rank 0 writes the trained refiner to RUN_URI/refiner/ with a COMMITTED marker last; a
+resumed run loads it instead of training it again.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from k4d_model.refiner import (
+    ChangeRefiner,
+    RefinerConfig,
+    load_refiner,
+    refiner_inputs,
+    save_refiner,
+)
+from k4d_model.results import RobotCondition
+
+from k4d_trainer.clips import ClipSpec, read_clip
+from k4d_trainer.config import RefinerSection
+from k4d_trainer.latents import changed_pixels
+from k4d_trainer.parallel import DistInfo, all_reduce_mean, barrier
+from k4d_trainer.runs import RunDir
+from k4d_trainer.schedule import lr_lambda
+from k4d_trainer.stage_state import average_gradients, load_stage_state, save_stage_state
+
+FOLDER = "refiner"
+STAGE_FOLDER = "refiner_stage"
+COMMITTED = "COMMITTED"
+
+
+class RefinerClip:
+    """What the stage keeps of one episode: the arrays the inputs and targets need."""
+
+    def __init__(self, clip: dict[str, np.ndarray]):
+        self.rgb = np.ascontiguousarray(clip["rgb"])
+        self.robot = RobotCondition(np.ascontiguousarray(clip["robot_rgb"]),
+                                    clip["robot_pointmap"].astype(np.float32),
+                                    np.asarray(clip["robot_mask"], bool))
+        self.changed = changed_pixels(clip)
+
+    @property
+    def frames(self) -> int:
+        return int(self.rgb.shape[0])
+
+    def example(self, t: int) -> tuple[torch.Tensor, ...]:
+        """(inputs (C, H, W), colour change (3, H, W) on [-1, 1]'s scale, changed (1, H, W),
+        off-robot (1, H, W)) for frame t."""
+        x = refiner_inputs(self.rgb[0], self.robot, [t])[0]
+        rgb = self.rgb.astype(np.float32) / 127.5
+        delta = torch.from_numpy((rgb[t] - rgb[0]).transpose(2, 0, 1).copy())
+        mask = self.robot.mask
+        off_robot = torch.from_numpy((~mask[t] & ~mask[0])[None].astype(np.float32))
+        changed = torch.from_numpy(self.changed[t][None].astype(np.float32))
+        return x, delta, changed, off_robot
+
+
+def refiner_loss(output: torch.Tensor, delta: torch.Tensor, changed: torch.Tensor,
+                 off_robot: torch.Tensor, section: RefinerSection) -> tuple[torch.Tensor, dict]:
+    """The stage's loss (module docstring) and its parts, for (N, 4, H, W) outputs."""
+    weight = off_robot * (1.0 + section.changed_weight * changed)
+    colour = (weight * (output[:, :3] - delta) ** 2).sum() / (3.0 * weight.sum().clamp_min(1.0))
+    bce = F.binary_cross_entropy_with_logits(
+        output[:, 3:], changed, reduction="none",
+        pos_weight=torch.tensor(section.mask_pos_weight, device=output.device))
+    mask = (off_robot * bce).sum() / off_robot.sum().clamp_min(1.0)
+    return colour + section.mask_weight * mask, {"colour": float(colour.detach()),
+                                                "mask": float(mask.detach())}
+
+
+def train_refiner(dataset, episode_ids: list[str], clip: ClipSpec, section: RefinerSection,
+                  info: DistInfo, seed: int, run: RunDir | None = None, log=print
+                  ) -> tuple[ChangeRefiner, list[float]]:
+    """A refiner trained on the episodes (data-parallel over ranks), and its loss per step.
+    With a run and `section.checkpoint_every`, the stage saves its state every so many
+    steps and continues from the newest one when started again."""
+    clips = [RefinerClip(read_clip(dataset.open(eid), clip))
+             for eid in episode_ids[info.rank::info.world_size]]
+    torch.manual_seed(seed)  # identical initial replicas on every rank
+    model = ChangeRefiner(RefinerConfig(channels=tuple(section.channels))).to(info.device).train()
+    generator = torch.Generator().manual_seed(seed * 37 + info.rank)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=section.lr, weight_decay=1e-4)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lr_lambda(section.warmup_steps, section.steps, section.lr_schedule))
+    saved = None
+    if run is not None and section.checkpoint_every:
+        saved = load_stage_state(run, STAGE_FOLDER, model, generator, info, log, "refiner stage")
+    start = saved["step"] if saved else 0
+    losses: list[float] = list(saved["losses"]) if saved else []
+    if saved:
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+    log_every = section.log_every or max(1, section.steps // 5)
+    recent: list[dict] = []
+    for step in range(start, section.steps):
+        picks = torch.randint(0, len(clips), (section.batch_size,), generator=generator)
+        examples = []
+        for i in picks.tolist():
+            t = int(torch.randint(1, clips[i].frames, (1,), generator=generator))
+            examples.append(clips[i].example(t))
+        x, delta, changed, off_robot = (torch.stack(part).to(info.device)
+                                        for part in zip(*examples, strict=True))
+        loss, parts = refiner_loss(model(x), delta, changed, off_robot, section)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        average_gradients(model, info)
+        optimizer.step()
+        scheduler.step()
+        losses.append(all_reduce_mean(float(loss.detach()), info))
+        recent.append(parts)
+        done = step + 1
+        if done % log_every == 0 or done == section.steps:
+            colour = sum(p["colour"] for p in recent) / len(recent)
+            mask = sum(p["mask"] for p in recent) / len(recent)
+            log(f"refiner step {done}/{section.steps} loss {losses[-1]:.4f} (colour {colour:.4f}, "
+                f"mask {mask:.4f}, last {len(recent)} steps) lr {scheduler.get_last_lr()[0]:.2e}")
+            recent = []
+        if (run is not None and section.checkpoint_every and done < section.steps
+                and done % section.checkpoint_every == 0):
+            save_stage_state(run, STAGE_FOLDER, done, {"losses": losses}, model, optimizer,
+                             scheduler, generator, info)
+    return model.cpu().eval(), losses
+
+
+def save_run_refiner(refiner: ChangeRefiner, run: RunDir) -> None:
+    """Rank 0: RUN_URI/refiner/ (k4d_model.refiner's layout) with the COMMITTED marker last."""
+    with tempfile.TemporaryDirectory(prefix="k4d-refiner-") as tmp:
+        folder = save_refiner(refiner, tmp)
+        for path in sorted(folder.iterdir()):
+            run.put_file(str(path), f"{FOLDER}/{path.name}")
+    run.write_bytes(f"{FOLDER}/{COMMITTED}", b"{}")
+
+
+def load_run_refiner(run: RunDir) -> ChangeRefiner | None:
+    """The committed refiner of this run, or None."""
+    if not run.exists(f"{FOLDER}/{COMMITTED}"):
+        return None
+    with tempfile.TemporaryDirectory(prefix="k4d-refiner-") as tmp:
+        run.fs.get(f"{run.path}/{FOLDER}/", str(Path(tmp) / FOLDER) + "/", recursive=True)
+        return load_refiner(tmp)
+
+
+def refiner_stage(components, dataset, episode_ids, clip: ClipSpec, section: RefinerSection,
+                  info: DistInfo, run: RunDir, seed: int, log=print) -> list[float]:
+    """Load the committed refiner of this run or train one; sets components.refiner."""
+    saved = load_run_refiner(run)
+    if saved is not None:
+        components.refiner = saved
+        log("refiner: loaded the committed refiner of this run")
+        return []
+    # The stage seeds its own replicas; the run's random stream after it stays the same
+    # whether the refiner was trained now or loaded from an earlier attempt.
+    with torch.random.fork_rng(devices=[]):
+        refiner, losses = train_refiner(dataset, episode_ids, clip, section, info, seed, run,
+                                        log)
+    if info.is_main:
+        save_run_refiner(refiner, run)
+        run.remove(STAGE_FOLDER)  # the committed refiner supersedes the partial state
+    barrier(info)
+    components.refiner = refiner
+    return losses
+

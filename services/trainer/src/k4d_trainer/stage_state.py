@@ -1,0 +1,71 @@
+"""Resumable state of a recipe's side stage (the VAE stage, the refiner stage): a stage
+trained before or beside the transformer, with its own model, optimizer and schedule, that
+saves every `checkpoint_every` steps and continues from the newest save when started again.
+
+RUN/<folder>/: state.pt (rank 0: step, the stage's own fields, model, optimizer, scheduler
+state), rng-<rank>.pt (each rank's sampling generator) and latest.json ({"step": N}) written
+last, so a crash while saving leaves the previous state in force.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import torch
+from k4d.errors import K4DError
+
+from k4d_trainer.parallel import DistInfo, barrier
+from k4d_trainer.runs import RunDir
+
+
+def save_stage_state(run: RunDir, folder: str, step: int, fields: dict, model, optimizer,
+                     scheduler, generator: torch.Generator, info: DistInfo) -> None:
+    """Every rank: its generator; rank 0: the rest, then latest.json."""
+    rng = io.BytesIO()
+    torch.save({"step": step, "generator": generator.get_state()}, rng)
+    run.write_bytes(f"{folder}/rng-{info.rank}.pt", rng.getvalue())
+    barrier(info)
+    if info.is_main:
+        state = io.BytesIO()
+        torch.save({**fields, "step": step, "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
+                   state)
+        run.write_bytes(f"{folder}/state.pt", state.getvalue())
+        run.write_bytes(f"{folder}/latest.json", json.dumps({"step": step}).encode())
+    barrier(info)
+
+
+def load_stage_state(run: RunDir, folder: str, model, generator: torch.Generator,
+                     info: DistInfo, log, what: str) -> dict | None:
+    """The saved state (model weights loaded, this rank's generator restored), with `step`,
+    `optimizer`, `scheduler` and the stage's own fields; None when there is none."""
+    if not run.exists(f"{folder}/latest.json"):
+        return None
+    step = int(json.loads(run.read_bytes(f"{folder}/latest.json"))["step"])
+    state = torch.load(io.BytesIO(run.read_bytes(f"{folder}/state.pt")),
+                       map_location=info.device, weights_only=False)
+    if int(state["step"]) != step:
+        raise K4DError(f"{run.child(folder)}: state.pt holds step {state['step']} but "
+                       f"latest.json says {step}; remove the folder to restart the {what}")
+    model.load_state_dict(state["model"])
+    rng_name = f"{folder}/rng-{info.rank}.pt"
+    rng = (torch.load(io.BytesIO(run.read_bytes(rng_name)), weights_only=False)
+           if run.exists(rng_name) else None)
+    if rng is not None and int(rng["step"]) == step:
+        generator.set_state(rng["generator"])
+    else:  # another world size than the saving run's: a fresh, still deterministic stream
+        generator.manual_seed(generator.initial_seed() * 1_000_003 + step)
+    log(f"{what}: resumed at step {step}")
+    return state
+
+
+def average_gradients(model: torch.nn.Module, info: DistInfo) -> None:
+    """Data parallelism for a small side model: replicas start identical (same seed) and
+    average their gradients, as DDP would, without a wrapper around its forward."""
+    if not info.distributed:
+        return
+    for param in model.parameters():
+        if param.grad is not None:
+            torch.distributed.all_reduce(param.grad)
+            param.grad /= info.world_size

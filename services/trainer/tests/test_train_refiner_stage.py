@@ -1,0 +1,119 @@
+"""The refiner stage (k4d_trainer.refiner): its loss, its training, its resumable state (a
+stage stopped partway continues from its newest checkpoint to the same weights), and its
+committed refiner, which a resumed run loads instead of training again."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from k4d.episodes import open_dataset
+from k4d.errors import InvalidArgument
+from k4d_trainer.clips import ClipSpec, read_clip
+from k4d_trainer.config import RefinerSection
+from k4d_trainer.parallel import DistInfo
+from k4d_trainer.refiner import (
+    STAGE_FOLDER,
+    RefinerClip,
+    load_run_refiner,
+    refiner_loss,
+    refiner_stage,
+    train_refiner,
+)
+from k4d_trainer.runs import RunDir
+
+CLIP = ClipSpec(num_frames=5, height=32, width=48)
+SECTION = RefinerSection(steps=6, batch_size=2, lr=2e-3, warmup_steps=2, channels=[8, 16],
+                         checkpoint_every=2, log_every=1)
+
+
+class Stop(Exception):
+    pass
+
+
+def _train(dataset, section=SECTION, run=None, stop_at=None):
+    def log(line: str) -> None:
+        if stop_at is not None and line.startswith(f"refiner step {stop_at}/"):
+            raise Stop(line)
+
+    ids = sorted(dataset.episode_ids)
+    return train_refiner(dataset, ids, CLIP, section, DistInfo(), seed=3, run=run, log=log)
+
+
+def test_loss_weights_the_changed_pixels_and_leaves_the_robot_out():
+    output = torch.zeros(1, 4, 2, 2)
+    delta = torch.tensor([[[[1.0, 1.0], [1.0, 1.0]]]]).repeat(1, 3, 1, 1)
+    changed = torch.tensor([[[[1.0, 0.0], [0.0, 0.0]]]])
+    off_robot = torch.tensor([[[[1.0, 1.0], [1.0, 0.0]]]])
+    section = RefinerSection(changed_weight=10.0, mask_weight=0.0)
+    loss, parts = refiner_loss(output, delta, changed, off_robot, section)
+    # every off-robot pixel is off by 1: the weighted mean is 1, whatever the weights
+    assert parts["colour"] == pytest.approx(1.0)
+    output[:, :3, 0, 0] = 1.0  # the changed pixel right: its weight 11 of 13 leaves
+    _, parts = refiner_loss(output, delta, changed, off_robot, section)
+    assert parts["colour"] == pytest.approx(2.0 / 13.0)
+    output[:, :3, 1, 1] = 5.0  # the robot's pixel does not count
+    _, same = refiner_loss(output, delta, changed, off_robot, section)
+    assert same["colour"] == pytest.approx(parts["colour"])
+    assert float(loss) == pytest.approx(1.0)
+
+
+def test_examples_are_the_change_from_frame_zero(tmp_path, make_dataset):
+    dataset = open_dataset(make_dataset(tmp_path / "ds", count=1, frames=5, height=32, width=48))
+    clip = read_clip(dataset.open(sorted(dataset.episode_ids)[0]), CLIP)
+    x, delta, changed, off_robot = RefinerClip(clip).example(3)
+    assert x.shape == (13, 32, 48)
+    rgb = clip["rgb"].astype(np.float32) / 127.5
+    assert np.allclose(delta.numpy(), (rgb[3] - rgb[0]).transpose(2, 0, 1))
+    robot = clip["robot_mask"]
+    assert np.array_equal(off_robot[0].numpy() > 0, ~robot[3] & ~robot[0])
+    assert not (changed[0].numpy() > 0)[robot[3] | robot[0]].any()
+
+
+def test_refiner_stage_trains_and_resumes_to_the_same_weights(tmp_path, make_dataset):
+    dataset = open_dataset(make_dataset(tmp_path / "ds", count=2, frames=5, height=32, width=48))
+    straight, straight_losses = _train(dataset)
+    assert len(straight_losses) == SECTION.steps and all(np.isfinite(straight_losses))
+
+    run = RunDir(str(tmp_path / "run"))
+    with pytest.raises(Stop):
+        _train(dataset, run=run, stop_at=5)  # saved at 4
+    assert run.exists(f"{STAGE_FOLDER}/latest.json")
+    resumed, resumed_losses = _train(dataset, run=run)
+    assert resumed_losses == straight_losses
+    for (name, a), (_, b) in zip(straight.state_dict().items(), resumed.state_dict().items(),
+                                 strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_a_resumed_run_loads_the_committed_refiner(tmp_path, make_dataset):
+    dataset = open_dataset(make_dataset(tmp_path / "ds", count=2, frames=5, height=32, width=48))
+    run = RunDir(str(tmp_path / "run"))
+    ids = sorted(dataset.episode_ids)
+
+    class Components:
+        refiner = None
+
+    first = Components()
+    before = torch.random.get_rng_state()
+    assert len(refiner_stage(first, dataset, ids, CLIP, SECTION, DistInfo(), run, 3,
+                             log=lambda _: None)) == SECTION.steps
+    assert torch.equal(torch.random.get_rng_state(), before)  # the run's stream untouched
+    assert not run.exists(f"{STAGE_FOLDER}/latest.json")  # superseded by the committed one
+    again = Components()
+    lines = []
+    assert refiner_stage(again, dataset, ids, CLIP, SECTION, DistInfo(), run, 3,
+                         log=lines.append) == []
+    assert lines == ["refiner: loaded the committed refiner of this run"]
+    for (name, a), (_, b) in zip(first.refiner.state_dict().items(),
+                                 again.refiner.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    assert load_run_refiner(RunDir(str(tmp_path / "elsewhere"))) is None
+
+
+@pytest.mark.parametrize("field,value", [("steps", -1), ("batch_size", 0), ("lr", 0.0),
+                                         ("lr_schedule", "step"), ("changed_weight", -1.0),
+                                         ("channels", [12, 24]), ("channels", [])])
+def test_refiner_section_is_checked(field, value):
+    with pytest.raises(InvalidArgument, match=f"refiner.{field}"):
+        RefinerSection(**{field: value}).validate()
