@@ -53,8 +53,8 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
     from k4d_trainer.config import load_config_file
     from k4d_trainer.observe import write_loss_curves
     from k4d_trainer.publish import write_model_dir
-    from k4d_trainer.runs import RunDir
     from k4d_trainer.refiner import load_run_refiner
+    from k4d_trainer.runs import RunDir
     from k4d_trainer.vae import load_saved_vae
 
     config = load_config_file(config_path)
