@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The demo model's recipe from a fresh clone (issue 13; `make demo-model`):
 #   1. training and held-out episodes with k4d datagen (disjoint seeds; .k4d/demo-model/data)
-#   2. stage 1: k4d train --config examples/train/demo-model.yaml (VAE stage, then 3794
+#   2. stage 1: k4d train --config examples/train/demo-model.yaml (VAE stage, refiner stage, then 3794
 #      transformer steps), resumed from the run's newest checkpoint, or from the state
 #      committed under models/demo-small/resume/ when the run directory is new
 #   3. with DEMO_STAGE2=1 only (issue 21's measured second stage, not shipped: it did not

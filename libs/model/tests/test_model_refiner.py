@@ -101,6 +101,13 @@ def test_refiner_option_shows_the_predicted_change_where_it_is_likely(make_tiny)
     assert np.array_equal(out.rgb[1:], np.broadcast_to(expected, out.rgb[1:].shape))
     assert out.metadata["fidelity"]["refiner"] == "change"
 
+    squared = _pipe(make_tiny, _constant_refiner(30.0, 4.0),
+                    {**extra, "refiner": "change", "refiner_power": 2})
+    out = squared(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1)
+    weight = np.float32(sure_p) ** np.float32(2)
+    expected = np.round(np.clip(image.astype(np.float32) + weight * 30, 0, 255))
+    assert np.array_equal(out.rgb[1:], np.broadcast_to(expected, out.rgb[1:].shape))
+
     doubtful = _pipe(make_tiny, _constant_refiner(30.0, -4.0), {**extra, "refiner": "change"})
     plain = _pipe(make_tiny, None, extra)
     a = doubtful(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1)
@@ -125,7 +132,8 @@ def test_model_directory_carries_the_refiner(make_tiny, tmp_path):
 
 
 @pytest.mark.parametrize("extra", [{"refiner": "yes"}, {"refiner_threshold": 1.0},
-                                   {"refiner_threshold": -0.1}, {"refiner_threshold": True}])
+                                   {"refiner_threshold": -0.1}, {"refiner_threshold": True},
+                                   {"refiner_power": 0}, {"refiner_power": "2"}])
 def test_refiner_options_are_checked(extra):
     with pytest.raises(InvalidArgument):
         FidelityOptions.check(extra)

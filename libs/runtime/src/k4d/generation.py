@@ -51,14 +51,16 @@ is the input, not a VAE reconstruction of it:
   refiner            "change": where the model's change refiner (refiner/ in the model
                      directory, k4d_model.refiner) gives a pixel of frame t >= 1 a change
                      probability p above `refiner_threshold`, the output shows the input plus
-                     p times the refiner's predicted change of colour there (the expected
-                     pixel), over what the options above made of it. The refiner works at the image's full resolution from
+                     p^`refiner_power` times the refiner's predicted change of colour there
+                     (power 1: the expected pixel; higher: less of an unsure change), over
+                     what the options above made of it. The refiner works at the image's full resolution from
                      the given image and the robot condition: what moves near the robot (the
                      robot's shadow, an object it pushes or lifts) is a few pixels wide, below
                      the latent grid the transformer generates on. A model that sets this
                      without a refiner/ directory is refused at load.
   refiner_threshold  the probability above which the refiner's pixels are shown (default
                      0.5).
+  refiner_power      the power of p that weights the refiner's change (default 1).
   uncovered          "filled": pixels the robot covered in frame 0 and has left by frame t show
                      the input image filled in over frame 0's robot from the pixels around it
                      (rings from the outside in, then Laplace smoothing). What was behind the
@@ -75,7 +77,8 @@ STATIC_WORLD = "static-world"
 
 FIDELITY_KEYS = ("first_frame", "latent_anchor", "decode", "change_threshold",
                  "change_depth_m", "change_dilate", "change_near_robot_px", "change_ramp",
-                 "robot_pointmap", "robot_rgb", "uncovered", "refiner", "refiner_threshold")
+                 "robot_pointmap", "robot_rgb", "uncovered", "refiner", "refiner_threshold",
+                 "refiner_power")
 FIRST_FRAME_GIVEN = "given"
 DECODE_RELATIVE = "relative"
 DECODE_COMPOSITE = "composite"
@@ -103,6 +106,7 @@ class FidelityOptions:
     uncovered: str = ""
     refiner: str = ""
     refiner_threshold: float = 0.5
+    refiner_power: float = 1.0
 
     @classmethod
     def from_extra(cls, extra: dict[str, Any] | None) -> FidelityOptions:
@@ -119,7 +123,8 @@ class FidelityOptions:
                    robot_rgb=str(extra.get("robot_rgb", "")),
                    uncovered=str(extra.get("uncovered", "")),
                    refiner=str(extra.get("refiner", "")),
-                   refiner_threshold=float(extra.get("refiner_threshold", 0.5)))
+                   refiner_threshold=float(extra.get("refiner_threshold", 0.5)),
+                   refiner_power=float(extra.get("refiner_power", 1.0)))
 
     @classmethod
     def check(cls, extra: dict[str, Any], prefix: str = "extra") -> FidelityOptions:
@@ -144,6 +149,9 @@ class FidelityOptions:
         if (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
                 or not 0 <= threshold < 1):
             raise InvalidArgument.for_field(f"{prefix}.refiner_threshold", "must be in [0, 1)")
+        power = extra.get("refiner_power", 1.0)
+        if isinstance(power, bool) or not isinstance(power, (int, float)) or not 0 < power <= 8:
+            raise InvalidArgument.for_field(f"{prefix}.refiner_power", "must be in (0, 8]")
         if not isinstance(extra.get("latent_anchor", False), bool):
             raise InvalidArgument.for_field(f"{prefix}.latent_anchor", "must be true or false")
         return cls.from_extra(extra)
@@ -164,4 +172,5 @@ class FidelityOptions:
                 "change_near_robot_px": self.change_near_robot_px,
                 "change_ramp": self.change_ramp, "robot_pointmap": self.robot_pointmap,
                 "robot_rgb": self.robot_rgb, "uncovered": self.uncovered,
-                "refiner": self.refiner, "refiner_threshold": self.refiner_threshold}
+                "refiner": self.refiner, "refiner_threshold": self.refiner_threshold,
+                "refiner_power": self.refiner_power}
