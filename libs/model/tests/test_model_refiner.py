@@ -9,6 +9,7 @@ import torch
 from k4d.errors import FailedPrecondition, InvalidArgument
 from k4d.generation import FidelityOptions
 from k4d_model.checkpoints import load_k4d, save_k4d
+from k4d_model.fidelity import show_refined_change
 from k4d_model.pipeline import Kinema4DPipeline
 from k4d_model.refiner import (
     INPUT_CHANNELS,
@@ -137,3 +138,18 @@ def test_model_directory_carries_the_refiner(make_tiny, tmp_path):
 def test_refiner_options_are_checked(extra):
     with pytest.raises(InvalidArgument):
         FidelityOptions.check(extra)
+
+
+def test_show_refined_change_weights_the_change_above_the_threshold():
+    image = np.full((2, 3, 3), 100, np.uint8)
+    rgb = np.full((3, 2, 3, 3), 7, np.uint8)  # what the other options made
+    delta = np.full((3, 2, 3, 3), 40.0, np.float32)
+    probability = np.array([0.0, 0.05, 0.5, 0.9, 1.0, 0.2], np.float32).reshape(2, 3)
+    probability = np.stack([np.zeros_like(probability), probability, probability])
+    options = FidelityOptions(refiner="change", refiner_threshold=0.1, refiner_power=2)
+    out = show_refined_change(rgb, image, delta, probability, options)
+    assert (out[0] == 7).all()  # frame 0: probability 0
+    shown = probability[1] > 0.1
+    expected = np.round(100 + 40 * probability[1] ** 2).astype(np.uint8)
+    assert np.array_equal(out[1][shown][:, 0], expected[shown])
+    assert (out[1][~shown] == 7).all()

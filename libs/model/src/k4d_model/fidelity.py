@@ -88,6 +88,21 @@ def _blend(base: np.ndarray, target: np.ndarray, weight: np.ndarray) -> np.ndarr
     return np.where(w >= 1.0, target, np.where(w <= 0.0, base, between))
 
 
+def show_refined_change(rgb: np.ndarray, image: np.ndarray, delta: np.ndarray,
+                        probability: np.ndarray, options: FidelityOptions) -> np.ndarray:
+    """(T, H, W, 3) uint8: `rgb` with the change refiner's pixels where its change
+    probability exceeds `refiner_threshold`: the input `image` plus the predicted colour
+    change `delta` (levels) weighted by probability^`refiner_power`.
+
+    Weighted, not shown whole above the threshold: power 1 is the expected pixel where the
+    refiner is unsure, and measured, weighting traded changed- against static-region error
+    better than any hard switch (models/demo-small/README.md, round 4)."""
+    weight = probability[..., None] ** np.float32(options.refiner_power)
+    refined = np.round(np.clip(image.astype(np.float32)[None] + weight * delta, 0.0, 255.0))
+    shown = (probability > options.refiner_threshold)[..., None]
+    return np.where(shown, refined.astype(np.uint8), rgb)
+
+
 def calibrated_robot_render(render: np.ndarray, image: np.ndarray, robot_mask: np.ndarray,
                             min_pixels: int = MIN_CALIBRATION_PIXELS) -> np.ndarray | None:
     """(T, H, W, 3) uint8: the robot render recoloured to the given image, or None when frame 0

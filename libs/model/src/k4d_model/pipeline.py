@@ -54,6 +54,7 @@ from k4d_model.fidelity import (
     compose_relative,
     fill_behind_robot,
     shaded_robot_render,
+    show_refined_change,
     uncovered_by_robot,
 )
 from k4d_model.memory import ensure_fits, estimate
@@ -321,13 +322,7 @@ class Kinema4DPipeline:
         if opts.refiner == REFINER_CHANGE:
             self._check_refiner(opts)
             delta, probability = predict_change(self.refiner, image, robot)
-            changed = probability > opts.refiner_threshold
-            # The change weighted by a power of its probability (power 1: the expected
-            # pixel): measured, a better trade of changed- against static-region error than
-            # showing the change whole above a threshold (models/demo-small/README.md).
-            weight = probability[..., None] ** np.float32(opts.refiner_power)
-            refined = np.round(np.clip(image.astype(np.float32)[None] + weight * delta, 0, 255))
-            rgb_out = np.where(changed[..., None], refined.astype(np.uint8), rgb_out)
+            rgb_out = show_refined_change(rgb_out, image, delta, probability, opts)
         if opts.uncovered == UNCOVERED_FILLED and robot.mask[0].any():
             uncovered = uncovered_by_robot(robot.mask)
             filled = np.round(np.clip(fill_behind_robot(image, robot.mask[0]), 0, 255))
