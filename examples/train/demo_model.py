@@ -53,7 +53,7 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
     from k4d_trainer.config import load_config_file
     from k4d_trainer.observe import write_loss_curves
     from k4d_trainer.publish import write_model_dir
-    from k4d_trainer.refiner import load_run_refiner
+    from k4d_trainer.refiner_stage import load_run_refiner
     from k4d_trainer.runs import RunDir
     from k4d_trainer.vae import load_saved_vae
 
@@ -156,7 +156,7 @@ def add_refiner(config_path: str, run: Path, model: Path, processes: int = 2) ->
     from k4d_trainer.config import load_config_file
     from k4d_trainer.data import select_episodes
     from k4d_trainer.parallel import DistInfo
-    from k4d_trainer.refiner import refiner_stage
+    from k4d_trainer.refiner_stage import refiner_stage
     from k4d_trainer.runs import RunDir
 
     config = load_config_file(config_path)

@@ -1,4 +1,4 @@
-"""The refiner stage (k4d_trainer.refiner): its loss, its training, its resumable state (a
+"""The refiner stage (k4d_trainer.refiner_stage): its loss, its training, its resumable state (a
 stage stopped partway continues from its newest checkpoint to the same weights), and its
 committed refiner, which a resumed run loads instead of training again."""
 
@@ -12,7 +12,7 @@ from k4d.errors import InvalidArgument
 from k4d_trainer.clips import ClipSpec, read_clip
 from k4d_trainer.config import RefinerSection
 from k4d_trainer.parallel import DistInfo
-from k4d_trainer.refiner import (
+from k4d_trainer.refiner_stage import (
     STAGE_FOLDER,
     RefinerClip,
     load_run_refiner,

@@ -10,7 +10,7 @@ where it has been so far), and outputs per pixel
     delta   (3)  frame t's colour minus frame 0's, on the [-1, 1] scale of the image
     logit   (1)  whether the pixel changed (the evaluator's `changed` rule, k4d.scene_change)
 
-Trained by `k4d train` (the recipe's `refiner` section, k4d_trainer.refiner) on the same
+Trained by `k4d train` (the recipe's `refiner` section, k4d_trainer.refiner_stage) on the same
 clips as the transformer; used by the pipeline when the model's `refiner` option is set
 (`k4d.generation`). Stored in the model directory as refiner/config.json +
 refiner/model.safetensors.

@@ -128,7 +128,7 @@ class Trainer:
             vae_stage(components, dataset, episode_ids, clip, config.vae, dist, run, config.seed,
                       log=log.info)
         if config.refiner.steps:
-            from k4d_trainer.refiner import refiner_stage
+            from k4d_trainer.refiner_stage import refiner_stage
 
             refiner_stage(components, dataset, episode_ids, clip, config.refiner, dist, run,
                           config.seed, log=log.info)
