@@ -362,6 +362,11 @@ def k4d_train_demo(ctx: Context) -> dict:
     recipe["vae"].update(steps=vae_steps, long_steps=long_steps, checkpoint_every=0,
                          log_every=max(1, vae_steps // 2), warmup_steps=min(
                              recipe["vae"].get("warmup_steps", 0), vae_steps // 2))
+    if recipe.get("refiner", {}).get("steps"):  # the change refiner's stage, as short
+        refiner_steps = 2 if ctx.dry_run else 50
+        recipe["refiner"].update(steps=refiner_steps, checkpoint_every=0, log_every=1,
+                                 warmup_steps=min(recipe["refiner"].get("warmup_steps", 0),
+                                                  refiner_steps // 2))
     recipe["training"].update(steps=ctx.train_steps, warmup_steps=min(
         recipe["training"]["warmup_steps"], ctx.train_steps // 2))
     if ctx.dry_run:
@@ -385,7 +390,8 @@ def k4d_train_demo(ctx: Context) -> dict:
     step_s = statistics.median(later)
     peak = max((m.get("peak_mem_bytes") or 0) for m in metrics)
     return {"recipe": "examples/train/demo-model.yaml", "episodes": episodes,
-            "vae_steps": vae_steps, "vae_long_steps": long_steps, "steps": len(metrics),
+            "vae_steps": vae_steps, "vae_long_steps": long_steps,
+            "refiner_steps": recipe.get("refiner", {}).get("steps", 0), "steps": len(metrics),
             "global_batch_size": recipe["training"]["global_batch_size"],
             "wall_s": round(wall, 1), "step_s_median": round(step_s, 4),
             "samples_per_s": round(recipe["training"]["global_batch_size"] / step_s, 2),
