@@ -34,10 +34,10 @@ from k4d_model.results import RobotCondition
 from k4d_trainer.clips import ClipSpec, read_clip
 from k4d_trainer.config import RefinerSection
 from k4d_trainer.latents import changed_pixels
-from k4d_trainer.parallel import DistInfo, all_reduce_mean, barrier
+from k4d_trainer.parallel import DistInfo, barrier
 from k4d_trainer.runs import RunDir
 from k4d_trainer.schedule import lr_lambda
-from k4d_trainer.stage_state import average_gradients, load_stage_state, save_stage_state
+from k4d_trainer.stage_state import load_stage_state, save_stage_state, side_step
 
 FOLDER = "refiner"
 STAGE_FOLDER = "refiner_stage"
@@ -116,12 +116,7 @@ def train_refiner(dataset, episode_ids: list[str], clip: ClipSpec, section: Refi
         x, delta, changed, off_robot = (torch.stack(part).to(info.device)
                                         for part in zip(*examples, strict=True))
         loss, parts = refiner_loss(model(x), delta, changed, off_robot, section)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        average_gradients(model, info)
-        optimizer.step()
-        scheduler.step()
-        losses.append(all_reduce_mean(float(loss.detach()), info))
+        losses.append(side_step(loss, model, optimizer, scheduler, info))
         recent.append(parts)
         done = step + 1
         if done % log_every == 0 or done == section.steps:

@@ -15,7 +15,7 @@ import json
 import torch
 from k4d.errors import K4DError
 
-from k4d_trainer.parallel import DistInfo, barrier
+from k4d_trainer.parallel import DistInfo, all_reduce_mean, barrier
 from k4d_trainer.runs import RunDir
 
 
@@ -69,3 +69,15 @@ def average_gradients(model: torch.nn.Module, info: DistInfo) -> None:
         if param.grad is not None:
             torch.distributed.all_reduce(param.grad)
             param.grad /= info.world_size
+
+
+def side_step(loss: torch.Tensor, model: torch.nn.Module, optimizer, scheduler,
+              info: DistInfo) -> float:
+    """One optimizer step of a side stage on `loss`: backward, gradients averaged over
+    ranks, step, schedule; -> the loss averaged over ranks."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    average_gradients(model, info)
+    optimizer.step()
+    scheduler.step()
+    return all_reduce_mean(float(loss.detach()), info)

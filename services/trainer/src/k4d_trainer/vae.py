@@ -20,10 +20,10 @@ import torch
 from k4d_trainer.clips import ClipSpec, read_clip
 from k4d_trainer.config import VaeSection
 from k4d_trainer.latents import clip_normalisation, normalised_scene
-from k4d_trainer.parallel import DistInfo, all_reduce_mean, barrier
+from k4d_trainer.parallel import DistInfo, barrier
 from k4d_trainer.runs import RunDir
 from k4d_trainer.schedule import lr_lambda
-from k4d_trainer.stage_state import average_gradients, load_stage_state, save_stage_state
+from k4d_trainer.stage_state import load_stage_state, save_stage_state, side_step
 
 FOLDER = "vae"
 STATS_VIDEOS_PER_RANK = 64
@@ -128,12 +128,7 @@ def train_vae(vae, dataset, episode_ids: list[str], clip: ClipSpec, section: Vae
             recon = model.decode(posterior.sample(generator=generator)).sample
             mse = torch.nn.functional.mse_loss(recon, batch)
             loss = mse + section.kl_weight * _kl(posterior)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            average_gradients(model, info)
-            optimizer.step()
-            scheduler.step()
-            losses.append(all_reduce_mean(float(loss.detach()), info))
+            losses.append(side_step(loss, model, optimizer, scheduler, info))
             recent.append(float(mse.detach()))
             done = step + 1
             if done % log_every == 0 or done == phase.end:
