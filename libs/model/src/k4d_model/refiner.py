@@ -101,18 +101,21 @@ def refiner_inputs(image: np.ndarray, robot: RobotCondition, frames: list[int] |
     mask = np.asarray(robot.mask, bool)
     T = mask.shape[0]
     frames = list(range(1, T)) if frames is None else frames
-    depth = np.where(mask, robot.pointmap[..., 2], 0.0).astype(np.float32)
-    scale = float(depth[0][mask[0]].mean()) if mask[0].any() else 1.0
+
+    def depth(t: int) -> np.ndarray:  # only the frames asked for: training asks for one
+        return np.where(mask[t], robot.pointmap[t, ..., 2], 0.0).astype(np.float32)
+
+    first_depth = depth(0)
+    scale = float(first_depth[mask[0]].mean()) if mask[0].any() else 1.0
     scale = scale if scale > 0 else 1.0
-    swept = np.logical_or.accumulate(mask, axis=0)
     first = np.asarray(image, np.float32).transpose(2, 0, 1) / 127.5 - 1.0
-    render = np.asarray(robot.rgb, np.float32).transpose(0, 3, 1, 2) / 127.5 - 1.0
     out = []
     for t in frames:
-        planes = [mask[t], mask[0], swept[t], mask[max(t - 1, 0)]]
+        render = np.asarray(robot.rgb[t], np.float32).transpose(2, 0, 1) / 127.5 - 1.0
+        planes = [mask[t], mask[0], mask[:t + 1].any(axis=0), mask[max(t - 1, 0)]]
         out.append(np.concatenate([
-            first, render[t], np.stack(planes).astype(np.float32),
-            depth[t][None] / scale, depth[0][None] / scale,
+            first, render, np.stack(planes).astype(np.float32),
+            depth(t)[None] / scale, first_depth[None] / scale,
             np.full((1,) + mask.shape[1:], t / max(T - 1, 1), np.float32)]))
     return torch.from_numpy(np.stack(out).astype(np.float32))
 

@@ -62,8 +62,8 @@ class RefinerClip:
         """(inputs (C, H, W), colour change (3, H, W) on [-1, 1]'s scale, changed (1, H, W),
         off-robot (1, H, W)) for frame t."""
         x = refiner_inputs(self.rgb[0], self.robot, [t])[0]
-        rgb = self.rgb.astype(np.float32) / 127.5
-        delta = torch.from_numpy((rgb[t] - rgb[0]).transpose(2, 0, 1).copy())
+        now, first = (self.rgb[i].astype(np.float32) / 127.5 for i in (t, 0))
+        delta = torch.from_numpy((now - first).transpose(2, 0, 1).copy())
         mask = self.robot.mask
         off_robot = torch.from_numpy((~mask[t] & ~mask[0])[None].astype(np.float32))
         changed = torch.from_numpy(self.changed[t][None].astype(np.float32))
