@@ -1,39 +1,59 @@
 """The change refiner (k4d_model.refiner): its inputs, its network, its place in the model
-directory, and the `refiner` output option that shows its predicted change."""
+directory, the `refiner` output option that shows its predicted change, and the depth head
+that `refiner_pointmap` moves the points by."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
+from k4d.camera import Camera
 from k4d.errors import FailedPrecondition, InvalidArgument
 from k4d.generation import FidelityOptions
 from k4d_model.checkpoints import load_k4d, save_k4d
-from k4d_model.fidelity import show_refined_change
+from k4d_model.fidelity import move_refined_points, show_refined_change
 from k4d_model.pipeline import Kinema4DPipeline
 from k4d_model.refiner import (
+    DEPTH_GAIN,
     INPUT_CHANNELS,
     OUTPUT_CHANNELS,
     ChangeRefiner,
     RefinerConfig,
+    depth_scale,
     load_refiner,
     predict_change,
     refiner_inputs,
     save_refiner,
 )
+from k4d_model.results import RobotCondition
 from k4d_model.testing import CallableDenoiser as Denoiser
 from k4d_model.testing import sliding_box_robot
 
 SMALL = RefinerConfig(channels=(8, 16, 16))
+CAMERA = Camera(width=48, height=32, fx=40.0, fy=40.0, cx=23.5, cy=15.5)
 
 
-def _constant_refiner(levels: float, logit: float) -> ChangeRefiner:
-    """A refiner whose every pixel changes by `levels` with probability sigmoid(logit)."""
-    refiner = ChangeRefiner(SMALL).eval()
+def _constant_refiner(levels: float, logit: float, depth: float | None = None,
+                      first: float | None = None) -> ChangeRefiner:
+    """A refiner whose every pixel changes by `levels` with probability sigmoid(logit) (and
+    by `depth` in the depth head's unit, with a depth head; frame 0's depth exp(`first`) x
+    the robot's scale, with a first-depth head)."""
+    config = RefinerConfig(channels=SMALL.channels, depth=depth is not None,
+                           first_depth=first is not None)
+    refiner = ChangeRefiner(config).eval()
     with torch.no_grad():
         refiner.head.weight.zero_()
-        refiner.head.bias.copy_(torch.tensor([levels / 127.5] * 3 + [logit]))
+        extra = [v for v in (depth, first) if v is not None]
+        refiner.head.bias.copy_(torch.tensor([levels / 127.5] * 3 + [logit] + extra))
     return refiner
+
+
+def _ray_cast_robot():
+    """sliding_box_robot with its points ray-cast through CAMERA at 0.8 m."""
+    image, robot = sliding_box_robot()
+    depth = np.where(robot.mask, 0.8, 0.0)
+    points = np.stack([CAMERA.points_from_depth(d) for d in depth])
+    return image, RobotCondition(robot.rgb, points, robot.mask)
 
 
 def test_inputs_describe_the_image_and_the_robot_in_each_frame():
@@ -75,13 +95,91 @@ def test_save_and_load_are_exact(tmp_path):
                                  strict=True):
         assert torch.equal(a, b), name
     assert load_refiner(tmp_path / "none") is None
+    deep = ChangeRefiner(RefinerConfig(channels=(8, 16), depth=True))
+    save_refiner(deep, tmp_path / "deep")
+    assert load_refiner(tmp_path / "deep").config.depth
 
 
 def test_predict_change_leaves_frame_zero_alone():
     image, robot = sliding_box_robot()
-    delta, probability = predict_change(_constant_refiner(20.0, 3.0), image, robot, batch=3)
-    assert np.allclose(delta[1:], 20.0, atol=1e-4) and not delta[0].any()
-    assert np.allclose(probability[1:], 1 / (1 + np.exp(-3.0))) and not probability[0].any()
+    change = predict_change(_constant_refiner(20.0, 3.0), image, robot, batch=3)
+    assert np.allclose(change.colour[1:], 20.0, atol=1e-4) and not change.colour[0].any()
+    assert np.allclose(change.probability[1:], 1 / (1 + np.exp(-3.0)))
+    assert not change.probability[0].any() and change.depth_m is None
+
+
+def test_the_depth_head_predicts_metres_on_the_robots_scale():
+    image, robot = sliding_box_robot()
+    change = predict_change(_constant_refiner(0.0, 3.0, depth=0.5), image, robot, batch=3)
+    metres = 0.5 * depth_scale(robot) / DEPTH_GAIN
+    assert np.allclose(change.depth_m[1:], metres, atol=1e-6) and not change.depth_m[0].any()
+    assert ChangeRefiner(RefinerConfig(channels=(8, 16), depth=True))(
+        torch.zeros(1, INPUT_CHANNELS, 8, 8)).shape == (1, OUTPUT_CHANNELS + 1, 8, 8)
+
+
+def test_move_refined_points_moves_along_the_camera_ray():
+    first = np.zeros((2, 2, 3), np.float32)
+    first[..., 0], first[..., 1], first[..., 2] = 0.2, -0.1, 1.0
+    first[1, 1] = 0.0  # no point in frame 0: nothing to move
+    points = np.full((2, 2, 2, 3), 7.0, np.float32)   # what the other options made
+    depth = np.full((2, 2, 2), -0.25, np.float32)
+    probability = np.array([[[0.0, 0.0], [0.0, 0.0]], [[0.9, 0.2], [0.9, 0.9]]], np.float32)
+    out = move_refined_points(points, first, depth, probability, threshold=0.5)
+    assert np.allclose(out[1, 0, 0], [0.15, -0.075, 0.75])  # same ray, 0.25 m nearer
+    assert np.allclose(out[1, 1, 0], [0.15, -0.075, 0.75])
+    assert (out[1, 0, 1] == 7).all() and (out[1, 1, 1] == 7).all() and (out[0] == 7).all()
+
+
+def test_refiner_pointmap_option_moves_the_changed_points(make_tiny):
+    image, robot = sliding_box_robot()
+    points = np.zeros(image.shape, np.float32)
+    points[..., 2] = 2.0
+    extra = {"first_frame": "given", "decode": "composite", "change_threshold": 40,
+             "robot_pointmap": "kinematics"}
+    moved = _pipe(make_tiny, _constant_refiner(0.0, 4.0, depth=-1.0),
+                  {**extra, "refiner_pointmap": "change"})
+    out = moved(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1,
+                initial_pointmap=points)
+    off = ~robot.mask[1:] & ~robot.mask[:1]
+    expected = 2.0 - depth_scale(robot) / DEPTH_GAIN
+    assert np.allclose(out.pointmap[1:, ..., 2][off], expected, atol=1e-5)
+    assert np.array_equal(out.pointmap[1:][robot.mask[1:]], robot.pointmap[1:][robot.mask[1:]])
+    assert np.array_equal(out.pointmap[0], points)
+    plain = _pipe(make_tiny, None, extra)(image, robot.rgb, robot.pointmap, robot.mask,
+                                          num_steps=1, initial_pointmap=points)
+    assert np.array_equal(out.rgb, plain.rgb)  # colour is the `refiner` option's, not set
+
+
+def test_refiner_first_depth_is_the_initial_pointmap_of_an_rgb_rollout(make_tiny):
+    image, robot = _ray_cast_robot()
+    extra = {"first_frame": "given", "decode": "composite", "change_threshold": 1000,
+             "change_depth_m": 0, "change_dilate": 0, "robot_pointmap": "kinematics",
+             "refiner_first_depth": "estimated"}
+    pipe = _pipe(make_tiny, _constant_refiner(0.0, -6.0, first=np.log(1.5)), extra)
+    out = pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1)
+    estimate = CAMERA.points_from_depth(np.full((32, 48), 1.5 * 0.8))  # scale 0.8 m
+    assert np.allclose(out.pointmap[0], estimate, atol=1e-4)
+    off = ~robot.mask[1:] & ~robot.mask[:1]  # unchanged points (threshold 1000) keep frame 0's
+    later = np.broadcast_to(estimate, out.pointmap[1:].shape)
+    assert np.allclose(out.pointmap[1:][off], later[off], atol=1e-4)
+    assert out.metadata["initial_pointmap"] is False
+    given = np.zeros(image.shape, np.float32)
+    given[..., 2] = 3.0
+    out = pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1,
+               initial_pointmap=given)
+    assert np.array_equal(out.pointmap[0], given)  # an observation wins over an estimate
+
+
+def test_refiner_first_depth_needs_its_head(make_tiny):
+    with pytest.raises(FailedPrecondition, match="no first_depth head"):
+        _pipe(make_tiny, _constant_refiner(0.0, 1.0), {"refiner_first_depth": "estimated"})
+
+
+def test_refiner_pointmap_needs_a_depth_head(make_tiny):
+    with pytest.raises(FailedPrecondition, match="no depth head"):
+        _pipe(make_tiny, _constant_refiner(0.0, 1.0), {"refiner_pointmap": "change"})
+    with pytest.raises(FailedPrecondition, match="extra.refiner_pointmap"):
+        _pipe(make_tiny, None, {"refiner_pointmap": "change"})
 
 
 def _pipe(make_tiny, refiner, extra):
@@ -134,7 +232,10 @@ def test_model_directory_carries_the_refiner(make_tiny, tmp_path):
 
 @pytest.mark.parametrize("extra", [{"refiner": "yes"}, {"refiner_threshold": 1.0},
                                    {"refiner_threshold": -0.1}, {"refiner_threshold": True},
-                                   {"refiner_power": 0}, {"refiner_power": "2"}])
+                                   {"refiner_power": 0}, {"refiner_power": "2"},
+                                   {"refiner_pointmap": "depth"},
+                                   {"refiner_pointmap_threshold": 1.5},
+                                   {"refiner_first_depth": "given"}])
 def test_refiner_options_are_checked(extra):
     with pytest.raises(InvalidArgument):
         FidelityOptions.check(extra)

@@ -9,13 +9,16 @@ import pytest
 import torch
 from k4d.episodes import open_dataset
 from k4d.errors import InvalidArgument
+from k4d_model.refiner import DEPTH_GAIN, depth_scale
 from k4d_trainer.clips import ClipSpec, read_clip
 from k4d_trainer.config import RefinerSection
 from k4d_trainer.parallel import DistInfo
 from k4d_trainer.refiner_stage import (
     STAGE_FOLDER,
     RefinerClip,
+    RefinerExample,
     load_run_refiner,
+    refiner_episodes,
     refiner_loss,
     refiner_stage,
     train_refiner,
@@ -40,20 +43,31 @@ def _train(dataset, section=SECTION, run=None, stop_at=None):
     return train_refiner(dataset, ids, CLIP, section, DistInfo(), seed=3, run=run, log=log)
 
 
+def _batch(delta=0.0, changed=(1.0, 0.0, 0.0, 0.0), off_robot=(1.0, 1.0, 1.0, 0.0),
+           depth=0.0, known=(1.0,) * 4, first_depth=0.0, first_known=(1.0,) * 4):
+    """A 1 x 2 x 2 RefinerExample batch; tuples are the 4 pixels row by row."""
+    def plane(v, channels=1):
+        t = torch.tensor(v, dtype=torch.float32).reshape(1, 1, 2, 2) if isinstance(v, tuple) \
+            else torch.full((1, 1, 2, 2), float(v))
+        return t.repeat(1, channels, 1, 1)
+
+    return RefinerExample(torch.zeros(1, 13, 2, 2), plane(delta, 3), plane(changed),
+                          plane(off_robot), plane(depth), plane(known), plane(first_depth),
+                          plane(first_known))
+
+
 def test_loss_weights_the_changed_pixels_and_leaves_the_robot_out():
     output = torch.zeros(1, 4, 2, 2)
-    delta = torch.tensor([[[[1.0, 1.0], [1.0, 1.0]]]]).repeat(1, 3, 1, 1)
-    changed = torch.tensor([[[[1.0, 0.0], [0.0, 0.0]]]])
-    off_robot = torch.tensor([[[[1.0, 1.0], [1.0, 0.0]]]])
+    batch = _batch(delta=1.0)
     section = RefinerSection(changed_weight=10.0, mask_weight=0.0)
-    loss, parts = refiner_loss(output, delta, changed, off_robot, section)
+    loss, parts = refiner_loss(output, batch, section)
     # every off-robot pixel is off by 1: the weighted mean is 1, whatever the weights
     assert parts["colour"] == pytest.approx(1.0)
     output[:, :3, 0, 0] = 1.0  # the changed pixel right: its weight 11 of 13 leaves
-    _, parts = refiner_loss(output, delta, changed, off_robot, section)
+    _, parts = refiner_loss(output, batch, section)
     assert parts["colour"] == pytest.approx(2.0 / 13.0)
     output[:, :3, 1, 1] = 5.0  # the robot's pixel does not count
-    _, same = refiner_loss(output, delta, changed, off_robot, section)
+    _, same = refiner_loss(output, batch, section)
     assert same["colour"] == pytest.approx(parts["colour"])
     assert float(loss) == pytest.approx(1.0)
 
@@ -61,13 +75,58 @@ def test_loss_weights_the_changed_pixels_and_leaves_the_robot_out():
 def test_examples_are_the_change_from_frame_zero(tmp_path, make_dataset):
     dataset = open_dataset(make_dataset(tmp_path / "ds", count=1, frames=5, height=32, width=48))
     clip = read_clip(dataset.open(sorted(dataset.episode_ids)[0]), CLIP)
-    x, delta, changed, off_robot = RefinerClip(clip).example(3)
+    x, delta, changed, off_robot, depth, known, first, first_known = (
+        RefinerClip(clip).example(3))
     assert x.shape == (13, 32, 48)
     rgb = clip["rgb"].astype(np.float32) / 127.5
     assert np.allclose(delta.numpy(), (rgb[3] - rgb[0]).transpose(2, 0, 1))
     robot = clip["robot_mask"]
     assert np.array_equal(off_robot[0].numpy() > 0, ~robot[3] & ~robot[0])
     assert not (changed[0].numpy() > 0)[robot[3] | robot[0]].any()
+    z = clip["pointmap"][..., 2]
+    assert np.array_equal(known[0].numpy() > 0, (z[3] > 0) & (z[0] > 0))
+    unit = depth_scale(RefinerClip(clip).robot) / DEPTH_GAIN  # the depth head's unit
+    where = known[0].numpy() > 0
+    assert np.allclose(depth[0].numpy()[where], ((z[3] - z[0]) / unit)[where], atol=1e-4)
+    scale = depth_scale(RefinerClip(clip).robot)
+    where = first_known[0].numpy() > 0
+    assert np.array_equal(where, z[0] > 0)
+    assert np.allclose(first[0].numpy()[where], np.log(z[0][where] / scale), atol=1e-5)
+
+
+def test_depth_losses_count_the_pixels_with_known_depth():
+    output = torch.zeros(1, 6, 2, 2)
+    batch = _batch(changed=(1.0, 1.0, 0.0, 1.0), known=(1.0, 0.0, 1.0, 1.0), depth=2.0,
+                   first_depth=0.5, first_known=(1.0, 1.0, 0.0, 1.0))
+    section = RefinerSection(mask_weight=0.0, depth_weight=3.0, first_depth_weight=2.0)
+    loss, parts = refiner_loss(output, batch, section)
+    assert parts["depth"] == pytest.approx(4.0)  # only pixel (0, 0): changed, known, off robot
+    assert parts["first_depth"] == pytest.approx(0.25)  # robot pixels too: the whole frame
+    assert float(loss) == pytest.approx(12.0 + 0.5)
+    output[:, 4, 0, 0] = 2.0
+    output[:, 5] = 0.5
+    _, parts = refiner_loss(output, batch, section)
+    assert parts["depth"] == 0.0 and parts["first_depth"] == 0.0
+
+
+def test_depth_weights_train_depth_heads(tmp_path, make_dataset):
+    dataset = open_dataset(make_dataset(tmp_path / "ds", count=2, frames=5, height=32, width=48))
+    section = RefinerSection(steps=2, batch_size=2, channels=[8, 16], depth_weight=1.0,
+                             first_depth_weight=1.0)
+    refiner, losses = _train(dataset, section)
+    assert refiner.config.depth and refiner.config.first_depth
+    assert len(losses) == 2 and all(np.isfinite(losses))
+
+
+def test_refiner_data_uri_takes_the_runs_episodes_from_another_dataset(tmp_path,
+                                                                       make_dataset):
+    other = open_dataset(make_dataset(tmp_path / "other", count=3, frames=5, height=32,
+                                      width=48))
+    ids = sorted(other.episode_ids)
+    _, picked = refiner_episodes(str(tmp_path / "other"), [ids[2], "elsewhere", ids[0]])
+    assert picked == [ids[2], ids[0]]
+    with pytest.raises(InvalidArgument, match="refiner.data_uri"):
+        refiner_episodes(str(tmp_path / "other"), ["elsewhere"])
 
 
 def test_refiner_stage_trains_and_resumes_to_the_same_weights(tmp_path, make_dataset):
@@ -113,6 +172,8 @@ def test_a_resumed_run_loads_the_committed_refiner(tmp_path, make_dataset):
 
 @pytest.mark.parametrize("field,value", [("steps", -1), ("batch_size", 0), ("lr", 0.0),
                                          ("lr_schedule", "step"), ("changed_weight", -1.0),
+                                         ("depth_weight", -1.0),
+                                         ("first_depth_weight", float("nan")),
                                          ("channels", [12, 24]), ("channels", [])])
 def test_refiner_section_is_checked(field, value):
     with pytest.raises(InvalidArgument, match=f"refiner.{field}"):

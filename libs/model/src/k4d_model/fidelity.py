@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn.functional as F
+from k4d.camera import fit_pinhole
 from k4d.generation import FidelityOptions
 
 # Fewer robot pixels than this in frame 0 cannot pin down a colour fit (7 coefficients per
@@ -101,6 +102,33 @@ def show_refined_change(rgb: np.ndarray, image: np.ndarray, delta: np.ndarray,
     refined = np.round(np.clip(image.astype(np.float32)[None] + weight * delta, 0.0, 255.0))
     shown = (probability > options.refiner_threshold)[..., None]
     return np.where(shown, refined.astype(np.uint8), rgb)
+
+
+def move_refined_points(points: np.ndarray, first_points: np.ndarray, depth_m: np.ndarray,
+                        probability: np.ndarray, threshold: float) -> np.ndarray:
+    """(T, H, W, 3) float32: `points` with the refiner's depth where its change probability
+    exceeds `threshold`: frame 0's point moved along its camera ray (a pinhole camera's
+    points on one pixel's ray scale with their depth) to frame 0's depth plus the predicted
+    change. Where frame 0 has no point (depth <= 0) the points stay.
+
+    first_points: (H, W, 3) metres, camera frame; depth_m, probability: (T, H, W)."""
+    z0 = first_points[..., 2]
+    known = z0 > 0
+    ratio = np.where(known, (z0 + depth_m) / np.where(known, z0, 1.0), 1.0)
+    moved = first_points[None] * np.maximum(ratio, 0.0)[..., None]
+    shown = (probability > threshold) & known
+    return np.where(shown[..., None], moved, points).astype(np.float32)
+
+
+def estimated_first_points(first_depth_m: np.ndarray | None, robot) -> np.ndarray | None:
+    """(H, W, 3) float32 camera-frame points of frame 0 from an estimated depth (metres, (H,
+    W)), along the rays of the camera fitted on the robot condition's points (ray-cast through
+    the rollout's camera, so the fit is exact; k4d.camera.fit_pinhole); None without an
+    estimate or with too few robot points to fit the camera on."""
+    if first_depth_m is None:
+        return None
+    camera = fit_pinhole(robot.pointmap, robot.mask)
+    return None if camera is None else camera.points_from_depth(first_depth_m)
 
 
 def calibrated_robot_render(render: np.ndarray, image: np.ndarray, robot_mask: np.ndarray,

@@ -30,6 +30,7 @@ from k4d.errors import Cancelled, FailedPrecondition, InvalidArgument
 from k4d.generation import (
     FIRST_FRAME_GIVEN,
     REFINER_CHANGE,
+    REFINER_FIRST_DEPTH_ESTIMATED,
     ROBOT_POINTMAP_KINEMATICS,
     ROBOT_RGB_CALIBRATED,
     ROBOT_RGB_SHADED,
@@ -52,7 +53,9 @@ from k4d_model.fidelity import (
     change_mask,
     compose_over_input,
     compose_relative,
+    estimated_first_points,
     fill_behind_robot,
+    move_refined_points,
     shaded_robot_render,
     show_refined_change,
     uncovered_by_robot,
@@ -291,6 +294,13 @@ class Kinema4DPipeline:
         model's fidelity options (k4d_model.fidelity)."""
         opts = FidelityOptions.from_extra(self.info.extra)
         points = norm.denormalise(pointmap)
+        change = None
+        if opts.refiner or opts.refiner_pointmap or opts.refiner_first_depth:
+            self._check_refiner(opts)
+            change = predict_change(self.refiner, image, robot)
+        if initial_pointmap is None and opts.refiner_first_depth == REFINER_FIRST_DEPTH_ESTIMATED:
+            # as if the caller had given the refiner's estimate as the initial pointmap
+            initial_pointmap = estimated_first_points(change.first_depth_m, robot)
         if opts.against_input:
             generated = (rgb + 1.0) * 127.5
             reference = (self.static_reconstruction(image) + 1.0) * 127.5
@@ -317,12 +327,18 @@ class Kinema4DPipeline:
             points = points.astype(np.float32)
         else:
             rgb_out = _to_uint8(rgb)
+        if opts.refiner_pointmap == REFINER_CHANGE:
+            first_points = points[0]
+            if initial_pointmap is not None:
+                first_points = np.where(initial_pointmap[..., 2:] > 0, initial_pointmap,
+                                        first_points)
+            points = move_refined_points(points, first_points, change.depth_m,
+                                         change.probability, opts.refiner_pointmap_threshold)
         if opts.robot_pointmap == ROBOT_POINTMAP_KINEMATICS:
             points = np.where(robot.mask[..., None], robot.pointmap, points).astype(np.float32)
         if opts.refiner == REFINER_CHANGE:
-            self._check_refiner(opts)
-            delta, probability = predict_change(self.refiner, image, robot)
-            rgb_out = show_refined_change(rgb_out, image, delta, probability, opts)
+            rgb_out = show_refined_change(rgb_out, image, change.colour, change.probability,
+                                          opts)
         if opts.uncovered == UNCOVERED_FILLED and robot.mask[0].any():
             uncovered = uncovered_by_robot(robot.mask)
             filled = np.round(np.clip(fill_behind_robot(image, robot.mask[0]), 0, 255))
@@ -341,9 +357,15 @@ class Kinema4DPipeline:
         return rgb_out, points
 
     def _check_refiner(self, opts: FidelityOptions) -> None:
-        if opts.refiner and self.refiner is None:
-            raise FailedPrecondition(f"model {self.info.name} sets extra.refiner="
-                                     f"{opts.refiner!r} but has no refiner/ directory")
+        for key in ("refiner", "refiner_pointmap", "refiner_first_depth"):
+            if getattr(opts, key) and self.refiner is None:
+                raise FailedPrecondition(f"model {self.info.name} sets extra.{key}="
+                                         f"{getattr(opts, key)!r} but has no refiner/ directory")
+        for key, head in (("refiner_pointmap", "depth"), ("refiner_first_depth", "first_depth")):
+            if getattr(opts, key) and not getattr(self.refiner.config, head):
+                raise FailedPrecondition(f"model {self.info.name} sets extra.{key}="
+                                         f"{getattr(opts, key)!r} but its refiner has no "
+                                         f"{head} head (refiner/config.json \"{head}\": false)")
 
     # ------------------------------------------------------------ the call
 

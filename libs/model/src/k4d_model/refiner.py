@@ -9,6 +9,12 @@ where it has been so far), and outputs per pixel
 
     delta   (3)  frame t's colour minus frame 0's, on the [-1, 1] scale of the image
     logit   (1)  whether the pixel changed (the evaluator's `changed` rule, k4d.scene_change)
+    depth   (1)  with `RefinerConfig.depth`: frame t's depth minus frame 0's where the pixel
+                 changed, DEPTH_GAIN x metres over the robot's mean depth in frame 0 (the
+                 inputs' depth scale: the network sees no metric scale, only the robot's)
+    first   (1)  with `RefinerConfig.first_depth`: the log of frame 0's scene depth over that
+                 same scale (a depth estimate of the given image, anchored by the robot's
+                 known depth; every frame t predicts it, the mean over frames is used)
 
 Trained by `k4d train` (the recipe's `refiner` section, k4d_trainer.refiner_stage) on the same
 clips as the transformer; used by the pipeline when the model's `refiner` option is set
@@ -35,7 +41,8 @@ FOLDER = "refiner"
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 INPUT_CHANNELS = 13  # see refiner_inputs
-OUTPUT_CHANNELS = 4  # colour change (3) + change logit (1)
+OUTPUT_CHANNELS = 4  # colour change (3) + change logit (1), + 1 with a depth head
+DEPTH_GAIN = 10.0  # a lifted object moves ~5 % of the camera distance: keep the target near 1
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,12 @@ class RefinerConfig:
 
     channels: tuple[int, ...] = (24, 48, 96, 128)
     groups: int = 8
+    depth: bool = False  # an output: the depth change of the changed pixels
+    first_depth: bool = False  # an output: frame 0's depth (last)
+
+    @property
+    def outputs(self) -> int:
+        return OUTPUT_CHANNELS + int(self.depth) + int(self.first_depth)
 
     def __post_init__(self):
         if not self.channels or any(int(c) <= 0 or int(c) % self.groups for c in self.channels):
@@ -58,7 +71,7 @@ def _block(cin: int, cout: int, groups: int) -> nn.Sequential:
 
 
 class ChangeRefiner(nn.Module):
-    """(N, INPUT_CHANNELS, H, W) -> (N, OUTPUT_CHANNELS, H, W); any H, W."""
+    """(N, INPUT_CHANNELS, H, W) -> (N, config.outputs, H, W); any H, W."""
 
     def __init__(self, config: RefinerConfig | None = None):
         super().__init__()
@@ -73,7 +86,7 @@ class ChangeRefiner(nn.Module):
         for skip in reversed(channels[:-1]):
             self.up.append(_block(width + skip, skip, groups))
             width = skip
-        self.head = nn.Conv2d(width, OUTPUT_CHANNELS, 1)
+        self.head = nn.Conv2d(width, self.config.outputs, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         skips = []
@@ -106,8 +119,7 @@ def refiner_inputs(image: np.ndarray, robot: RobotCondition, frames: list[int] |
         return np.where(mask[t], robot.pointmap[t, ..., 2], 0.0).astype(np.float32)
 
     first_depth = depth(0)
-    scale = float(first_depth[mask[0]].mean()) if mask[0].any() else 1.0
-    scale = scale if scale > 0 else 1.0
+    scale = depth_scale(robot)
     first = np.asarray(image, np.float32).transpose(2, 0, 1) / 127.5 - 1.0
     out = []
     for t in frames:
@@ -120,21 +132,54 @@ def refiner_inputs(image: np.ndarray, robot: RobotCondition, frames: list[int] |
     return torch.from_numpy(np.stack(out).astype(np.float32))
 
 
+def depth_scale(robot: RobotCondition) -> float:
+    """The robot's mean depth in frame 0 (metres; 1 without robot pixels there): the depth
+    unit of the refiner's inputs and of its depth head."""
+    first = np.asarray(robot.mask[0], bool)
+    depth = np.asarray(robot.pointmap[0, ..., 2], np.float32)  # the inputs' float32 mean
+    scale = float(depth[first].mean()) if first.any() else 1.0
+    return scale if scale > 0 else 1.0
+
+
+@dataclass
+class RefinedChange:
+    """What the refiner predicts for a clip; frame 0 (the observation) is all 0.
+
+    colour       (T, H, W, 3) float32: change of colour from frame 0, levels 0-255
+    probability  (T, H, W) float32: that the pixel changed
+    depth_m      (T, H, W) float32 metres: change of depth from frame 0 if the pixel
+                 changed, or None for a refiner without a depth head
+    first_depth_m  (H, W) float32 metres: frame 0's estimated depth, or None for a
+                 refiner without that head"""
+
+    colour: np.ndarray
+    probability: np.ndarray
+    depth_m: np.ndarray | None = None
+    first_depth_m: np.ndarray | None = None
+
+
 @torch.no_grad()
 def predict_change(refiner: ChangeRefiner, image: np.ndarray, robot: RobotCondition,
-                   batch: int = 4) -> tuple[np.ndarray, np.ndarray]:
-    """-> (colour change (T, H, W, 3) float32 in levels 0-255, change probability (T, H, W)
-    float32), both 0 in frame 0 (the observation)."""
+                   batch: int = 4) -> RefinedChange:
+    """The refiner's change for frames 1..T-1 of the clip (RefinedChange)."""
     T, H, W = robot.mask.shape
-    delta = np.zeros((T, H, W, 3), np.float32)
-    prob = np.zeros((T, H, W), np.float32)
+    change = RefinedChange(np.zeros((T, H, W, 3), np.float32), np.zeros((T, H, W), np.float32),
+                           np.zeros((T, H, W), np.float32) if refiner.config.depth else None)
+    scale = depth_scale(robot)
+    log_first = np.zeros((H, W), np.float64)
     device = next(refiner.parameters()).device
     for start in range(1, T, batch):
         frames = list(range(start, min(start + batch, T)))
         y = refiner(refiner_inputs(image, robot, frames).to(device)).float().cpu()
-        delta[frames] = (y[:, :3] * 127.5).permute(0, 2, 3, 1).numpy()
-        prob[frames] = torch.sigmoid(y[:, 3]).numpy()
-    return delta, prob
+        change.colour[frames] = (y[:, :3] * 127.5).permute(0, 2, 3, 1).numpy()
+        change.probability[frames] = torch.sigmoid(y[:, 3]).numpy()
+        if change.depth_m is not None:
+            change.depth_m[frames] = y[:, 4].numpy() * (scale / DEPTH_GAIN)
+        if refiner.config.first_depth:
+            log_first += y[:, -1].double().sum(0).numpy()
+    if refiner.config.first_depth and T > 1:
+        change.first_depth_m = (scale * np.exp(log_first / (T - 1))).astype(np.float32)
+    return change
 
 
 def save_refiner(refiner: ChangeRefiner, model_dir: str | Path) -> Path:
@@ -155,6 +200,8 @@ def load_refiner(model_dir: str | Path) -> ChangeRefiner | None:
         return None
     config = json.loads((folder / CONFIG_FILE).read_text())
     refiner = ChangeRefiner(RefinerConfig(channels=tuple(config["channels"]),
-                                          groups=int(config.get("groups", 8))))
+                                          groups=int(config.get("groups", 8)),
+                                          depth=bool(config.get("depth", False)),
+                                          first_depth=bool(config.get("first_depth", False))))
     refiner.load_state_dict(load_file(str(folder / WEIGHTS_FILE)))
     return refiner.eval()

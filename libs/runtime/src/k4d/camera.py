@@ -232,6 +232,42 @@ class Camera:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
 
 
+MIN_FIT_PIXELS = 16
+
+
+def fit_pinhole(p_cam: np.ndarray, mask: np.ndarray, min_pixels: int = MIN_FIT_PIXELS
+                ) -> Camera | None:
+    """The undistorted pinhole camera that projects these camera-frame points to their own
+    pixels (u = fx x / z + cx and v = fy y / z + cy, least squares over every pixel of
+    `mask`), or None with fewer than `min_pixels` points in front of the camera or points
+    that do not spread over both axes.
+
+    Made for points ray-cast through the camera (the projection stage's robot pointmap), for
+    which the fit is exact: the camera of a rollout whose camera the caller did not pass.
+    p_cam: (..., H, W, 3) metres; mask: (..., H, W) bool."""
+    p_cam = np.asarray(p_cam, np.float64)
+    height, width = p_cam.shape[-3:-1]
+    mask = np.asarray(mask, bool) & (p_cam[..., 2] > 0)
+    if int(mask.sum()) < min_pixels:
+        return None
+    grid_v, grid_u = np.meshgrid(np.arange(height, dtype=np.float64),
+                                 np.arange(width, dtype=np.float64), indexing="ij")
+    u = np.broadcast_to(grid_u, mask.shape)[mask]
+    v = np.broadcast_to(grid_v, mask.shape)[mask]
+    points = p_cam[mask]
+    fitted = []
+    for pixel, ratio in ((u, points[:, 0] / points[:, 2]), (v, points[:, 1] / points[:, 2])):
+        if np.ptp(ratio) <= 1e-9:
+            return None
+        focal, centre = np.linalg.lstsq(np.stack([ratio, np.ones_like(ratio)], axis=1), pixel,
+                                        rcond=None)[0]
+        fitted.append((float(focal), float(centre)))
+    (fx, cx), (fy, cy) = fitted
+    if fx <= 0 or fy <= 0:
+        return None
+    return Camera(width=int(width), height=int(height), fx=fx, fy=fy, cx=cx, cy=cy)
+
+
 def cameras_from_json(doc, field: str = "camera") -> Camera | list[Camera]:
     """The DESIGN.md camera JSON, or a non-empty list of it (one per frame, a moving camera)
     -> a Camera or a list of them; Cameras given are kept. Errors name the field

@@ -61,6 +61,21 @@ is the input, not a VAE reconstruction of it:
   refiner_threshold  the probability above which the refiner's pixels are shown (default
                      0.5).
   refiner_power      the power of p that weights the refiner's change (default 1).
+  refiner_pointmap   "change": where the refiner's change probability exceeds
+                     `refiner_pointmap_threshold` (default 0.5), the point of frame t >= 1 is
+                     frame 0's point moved along its camera ray by the refiner's predicted
+                     change of depth (an object lifted, pushed or set down), over what the
+                     options above made of it; the robot's own points still come from
+                     `robot_pointmap`. Needs a refiner with a depth head (refiner/config.json
+                     "depth": true); a model that sets it without one is refused at load.
+  refiner_first_depth
+                     "estimated": a rollout given an RGB image alone (no initial pointmap)
+                     takes the refiner's estimate of frame 0's depth as its initial pointmap,
+                     along the rays of the camera fitted on the robot condition's points
+                     (which kinematics and projection ray-cast through the real camera); the
+                     model's own frame-0 pointmap only where no camera can be fitted (fewer
+                     than 16 robot pixels). Needs a refiner with a first-depth head
+                     ("first_depth": true). Given an initial pointmap, the rollout uses it.
   uncovered          "filled": pixels the robot covered in frame 0 and has left by frame t show
                      the input image filled in over frame 0's robot from the pixels around it
                      (rings from the outside in, then Laplace smoothing). What was behind the
@@ -78,7 +93,8 @@ STATIC_WORLD = "static-world"
 FIDELITY_KEYS = ("first_frame", "latent_anchor", "decode", "change_threshold",
                  "change_depth_m", "change_dilate", "change_near_robot_px", "change_ramp",
                  "robot_pointmap", "robot_rgb", "uncovered", "refiner", "refiner_threshold",
-                 "refiner_power")
+                 "refiner_power", "refiner_pointmap", "refiner_pointmap_threshold",
+                 "refiner_first_depth")
 FIRST_FRAME_GIVEN = "given"
 DECODE_RELATIVE = "relative"
 DECODE_COMPOSITE = "composite"
@@ -87,6 +103,7 @@ ROBOT_RGB_CALIBRATED = "calibrated"
 ROBOT_RGB_SHADED = "shaded"
 UNCOVERED_FILLED = "filled"
 REFINER_CHANGE = "change"
+REFINER_FIRST_DEPTH_ESTIMATED = "estimated"
 
 
 @dataclass(frozen=True)
@@ -107,6 +124,9 @@ class FidelityOptions:
     refiner: str = ""
     refiner_threshold: float = 0.5
     refiner_power: float = 1.0
+    refiner_pointmap: str = ""
+    refiner_pointmap_threshold: float = 0.5
+    refiner_first_depth: str = ""
 
     @classmethod
     def from_extra(cls, extra: dict[str, Any] | None) -> FidelityOptions:
@@ -124,7 +144,11 @@ class FidelityOptions:
                    uncovered=str(extra.get("uncovered", "")),
                    refiner=str(extra.get("refiner", "")),
                    refiner_threshold=float(extra.get("refiner_threshold", 0.5)),
-                   refiner_power=float(extra.get("refiner_power", 1.0)))
+                   refiner_power=float(extra.get("refiner_power", 1.0)),
+                   refiner_pointmap=str(extra.get("refiner_pointmap", "")),
+                   refiner_pointmap_threshold=float(extra.get("refiner_pointmap_threshold",
+                                                              0.5)),
+                   refiner_first_depth=str(extra.get("refiner_first_depth", "")))
 
     @classmethod
     def check(cls, extra: dict[str, Any], prefix: str = "extra") -> FidelityOptions:
@@ -136,7 +160,9 @@ class FidelityOptions:
                    "robot_pointmap": ("", ROBOT_POINTMAP_KINEMATICS),
                    "robot_rgb": ("", ROBOT_RGB_CALIBRATED, ROBOT_RGB_SHADED),
                    "uncovered": ("", UNCOVERED_FILLED),
-                   "refiner": ("", REFINER_CHANGE)}
+                   "refiner": ("", REFINER_CHANGE),
+                   "refiner_pointmap": ("", REFINER_CHANGE),
+                   "refiner_first_depth": ("", REFINER_FIRST_DEPTH_ESTIMATED)}
         for key, allowed in choices.items():
             if key in extra and extra[key] not in allowed:
                 raise InvalidArgument.for_field(f"{prefix}.{key}", f"must be one of {allowed}")
@@ -145,10 +171,11 @@ class FidelityOptions:
             value = extra.get(key, 0)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise InvalidArgument.for_field(f"{prefix}.{key}", "must be a number >= 0")
-        threshold = extra.get("refiner_threshold", 0.5)
-        if (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
-                or not 0 <= threshold < 1):
-            raise InvalidArgument.for_field(f"{prefix}.refiner_threshold", "must be in [0, 1)")
+        for key in ("refiner_threshold", "refiner_pointmap_threshold"):
+            threshold = extra.get(key, 0.5)
+            if (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+                    or not 0 <= threshold < 1):
+                raise InvalidArgument.for_field(f"{prefix}.{key}", "must be in [0, 1)")
         power = extra.get("refiner_power", 1.0)
         if isinstance(power, bool) or not isinstance(power, (int, float)) or not 0 < power <= 8:
             raise InvalidArgument.for_field(f"{prefix}.refiner_power", "must be in (0, 8]")
@@ -173,4 +200,6 @@ class FidelityOptions:
                 "change_ramp": self.change_ramp, "robot_pointmap": self.robot_pointmap,
                 "robot_rgb": self.robot_rgb, "uncovered": self.uncovered,
                 "refiner": self.refiner, "refiner_threshold": self.refiner_threshold,
-                "refiner_power": self.refiner_power}
+                "refiner_power": self.refiner_power, "refiner_pointmap": self.refiner_pointmap,
+                "refiner_pointmap_threshold": self.refiner_pointmap_threshold,
+                "refiner_first_depth": self.refiner_first_depth}

@@ -243,6 +243,17 @@ class RefinerSection:
     changed_weight: float = 10.0
     mask_weight: float = 0.1        # weight of the change-mask BCE against the colour MSE
     mask_pos_weight: float = 5.0    # BCE weight of a changed pixel (rare) over an unchanged one
+    # > 0: the refiner gets a depth head (the change of depth of the changed pixels, for
+    # the `refiner_pointmap` option), its squared error weighted this much
+    depth_weight: float = 0.0
+    # > 0: a head that estimates frame 0's depth from the image (for `refiner_first_depth`,
+    # rollouts from an RGB image alone), its squared log error weighted this much
+    first_depth_weight: float = 0.0
+    # A dataset of the run's episodes rendered at the clip's own frames and size (k4d datagen
+    # with data.uri's seed; the same episode ids): measured, a refiner trained on clips
+    # resampled from a larger render is much weaker on native renders (round 5 of issue 21).
+    # The stage trains on the run's episodes found there. Empty: the run's own clips.
+    data_uri: str = ""
     channels: list[int] = field(default_factory=lambda: [24, 48, 96, 128])
     checkpoint_every: int = 0       # steps between resumable stage checkpoints; 0 = none
     log_every: int = 0              # steps between log lines; 0 = five lines per stage
@@ -254,7 +265,8 @@ class RefinerSection:
         _check(self.warmup_steps >= 0, "refiner.warmup_steps", "must be >= 0")
         _check(self.lr_schedule in LR_SCHEDULES, "refiner.lr_schedule",
                f"must be one of {LR_SCHEDULES}")
-        for name in ("changed_weight", "mask_weight", "mask_pos_weight"):
+        for name in ("changed_weight", "mask_weight", "mask_pos_weight", "depth_weight",
+                     "first_depth_weight"):
             value = getattr(self, name)
             _check(math.isfinite(value) and value >= 0, f"refiner.{name}", "must be >= 0")
         _check(bool(self.channels) and all(c > 0 and c % 8 == 0 for c in self.channels),

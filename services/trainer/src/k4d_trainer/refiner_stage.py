@@ -9,6 +9,11 @@ over the pixels off the robot (in frame t and frame 0, as the evaluator's region
              (`k4d_trainer.latents.changed_pixels`, the evaluator's rule) weighted
              `changed_weight`, the others 1
     mask     `mask_weight` x the BCE of the change logit against those changed pixels
+    depth    with `depth_weight` > 0 (a refiner with a depth head): that weight x the MSE of
+             the predicted change of depth from frame 0 over the changed pixels whose depth
+             is known in both frames (k4d_model.refiner's DEPTH_GAIN x depth / robot scale)
+    first    with `first_depth_weight` > 0 (a first-frame depth head): that weight x the MSE
+             of log(frame 0's depth / robot scale) over the pixels whose depth is known
 
 Rank 0 writes the trained refiner to RUN_URI/refiner/ with a COMMITTED marker last; a
 resumed run loads it instead of training it again.
@@ -18,13 +23,17 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from k4d.errors import InvalidArgument
 from k4d_model.refiner import (
+    DEPTH_GAIN,
     ChangeRefiner,
     RefinerConfig,
+    depth_scale,
     load_refiner,
     refiner_inputs,
     save_refiner,
@@ -44,6 +53,28 @@ STAGE_FOLDER = "refiner_stage"
 COMMITTED = "COMMITTED"
 
 
+class RefinerExample(NamedTuple):
+    """One training frame t (or a batch of them, stacked: a leading N), tensors (C, H, W):
+
+    x            refiner_inputs for frame t (INPUT_CHANNELS)
+    delta        colour change from frame 0, on [-1, 1]'s scale (3)
+    changed      the evaluator's changed pixels (1)
+    off_robot    off the robot in frames t and 0 (1)
+    depth        depth change from frame 0 in the depth head's unit (1)
+    known        depth known in frames t and 0 (1)
+    first_depth  log of frame 0's depth over the robot's scale (1)
+    first_known  depth known in frame 0 (1)"""
+
+    x: torch.Tensor
+    delta: torch.Tensor
+    changed: torch.Tensor
+    off_robot: torch.Tensor
+    depth: torch.Tensor
+    known: torch.Tensor
+    first_depth: torch.Tensor
+    first_known: torch.Tensor
+
+
 class RefinerClip:
     """What the stage keeps of one episode: the arrays the inputs and targets need."""
 
@@ -53,34 +84,65 @@ class RefinerClip:
                                     clip["robot_pointmap"].astype(np.float32),
                                     np.asarray(clip["robot_mask"], bool))
         self.changed = changed_pixels(clip)
+        points = clip["pointmap"]
+        self.depth = np.where(np.isfinite(points).all(-1) & (points[..., 2] > 0),
+                              points[..., 2], 0.0).astype(np.float32)
+        self.scale = depth_scale(self.robot)
 
     @property
     def frames(self) -> int:
         return int(self.rgb.shape[0])
 
-    def example(self, t: int) -> tuple[torch.Tensor, ...]:
-        """(inputs (C, H, W), colour change (3, H, W) on [-1, 1]'s scale, changed (1, H, W),
-        off-robot (1, H, W)) for frame t."""
+    def example(self, t: int) -> RefinerExample:
+        """The training example of frame t."""
         x = refiner_inputs(self.rgb[0], self.robot, [t])[0]
         now, first = (self.rgb[i].astype(np.float32) / 127.5 for i in (t, 0))
-        delta = torch.from_numpy((now - first).transpose(2, 0, 1).copy())
         mask = self.robot.mask
-        off_robot = torch.from_numpy((~mask[t] & ~mask[0])[None].astype(np.float32))
-        changed = torch.from_numpy(self.changed[t][None].astype(np.float32))
-        return x, delta, changed, off_robot
+        first_known = self.depth[0] > 0
+        known = (self.depth[t] > 0) & first_known
+        depth = np.where(known, (self.depth[t] - self.depth[0]) * (DEPTH_GAIN / self.scale), 0.0)
+        first_depth = np.log(np.where(first_known, self.depth[0], self.scale) / self.scale)
+
+        def plane(a: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(np.ascontiguousarray(a, np.float32)[None])
+
+        return RefinerExample(x, torch.from_numpy((now - first).transpose(2, 0, 1).copy()),
+                              plane(self.changed[t]), plane(~mask[t] & ~mask[0]), plane(depth),
+                              plane(known), plane(first_depth), plane(first_known))
 
 
-def refiner_loss(output: torch.Tensor, delta: torch.Tensor, changed: torch.Tensor,
-                 off_robot: torch.Tensor, section: RefinerSection) -> tuple[torch.Tensor, dict]:
-    """The stage's loss (module docstring) and its parts, for (N, 4, H, W) outputs."""
+def refiner_loss(output: torch.Tensor, batch: RefinerExample, section: RefinerSection
+                 ) -> tuple[torch.Tensor, dict]:
+    """The stage's loss (module docstring) and its parts, for (N, config.outputs, H, W)
+    outputs of a refiner built from `section` (refiner_config)."""
+    off_robot, changed = batch.off_robot, batch.changed
     weight = off_robot * (1.0 + section.changed_weight * changed)
-    colour = (weight * (output[:, :3] - delta) ** 2).sum() / (3.0 * weight.sum().clamp_min(1.0))
+    colour = ((weight * (output[:, :3] - batch.delta) ** 2).sum()
+              / (3.0 * weight.sum().clamp_min(1.0)))
     bce = F.binary_cross_entropy_with_logits(
-        output[:, 3:], changed, reduction="none",
+        output[:, 3:4], changed, reduction="none",
         pos_weight=torch.tensor(section.mask_pos_weight, device=output.device))
     mask = (off_robot * bce).sum() / off_robot.sum().clamp_min(1.0)
-    return colour + section.mask_weight * mask, {"colour": float(colour.detach()),
-                                                "mask": float(mask.detach())}
+    loss = colour + section.mask_weight * mask
+    parts = {"colour": float(colour.detach()), "mask": float(mask.detach())}
+    if section.depth_weight > 0:
+        where = off_robot * changed * batch.known
+        error = (where * (output[:, 4:5] - batch.depth) ** 2).sum() / where.sum().clamp_min(1.0)
+        loss = loss + section.depth_weight * error
+        parts["depth"] = float(error.detach())
+    if section.first_depth_weight > 0:
+        where = batch.first_known
+        error = ((where * (output[:, -1:] - batch.first_depth) ** 2).sum()
+                 / where.sum().clamp_min(1.0))
+        loss = loss + section.first_depth_weight * error
+        parts["first_depth"] = float(error.detach())
+    return loss, parts
+
+
+def refiner_config(section: RefinerSection) -> RefinerConfig:
+    """The network the section trains: a head per loss term with a weight > 0."""
+    return RefinerConfig(channels=tuple(section.channels), depth=section.depth_weight > 0,
+                         first_depth=section.first_depth_weight > 0)
 
 
 def train_refiner(dataset, episode_ids: list[str], clip: ClipSpec, section: RefinerSection,
@@ -92,7 +154,7 @@ def train_refiner(dataset, episode_ids: list[str], clip: ClipSpec, section: Refi
     clips = [RefinerClip(read_clip(dataset.open(eid), clip))
              for eid in episode_ids[info.rank::info.world_size]]
     torch.manual_seed(seed)  # identical initial replicas on every rank
-    model = ChangeRefiner(RefinerConfig(channels=tuple(section.channels))).to(info.device).train()
+    model = ChangeRefiner(refiner_config(section)).to(info.device).train()
     generator = torch.Generator().manual_seed(seed * 37 + info.rank)
     optimizer = torch.optim.AdamW(model.parameters(), lr=section.lr, weight_decay=1e-4)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -113,17 +175,17 @@ def train_refiner(dataset, episode_ids: list[str], clip: ClipSpec, section: Refi
         for i in picks.tolist():
             t = int(torch.randint(1, clips[i].frames, (1,), generator=generator))
             examples.append(clips[i].example(t))
-        x, delta, changed, off_robot = (torch.stack(part).to(info.device)
-                                        for part in zip(*examples, strict=True))
-        loss, parts = refiner_loss(model(x), delta, changed, off_robot, section)
+        batch = RefinerExample(*(torch.stack(part).to(info.device)
+                                 for part in zip(*examples, strict=True)))
+        loss, parts = refiner_loss(model(batch.x), batch, section)
         losses.append(side_step(loss, model, optimizer, scheduler, info))
         recent.append(parts)
         done = step + 1
         if done % log_every == 0 or done == section.steps:
-            colour = sum(p["colour"] for p in recent) / len(recent)
-            mask = sum(p["mask"] for p in recent) / len(recent)
-            log(f"refiner step {done}/{section.steps} loss {losses[-1]:.4f} (colour {colour:.4f}, "
-                f"mask {mask:.4f}, last {len(recent)} steps) lr {scheduler.get_last_lr()[0]:.2e}")
+            means = ", ".join(f"{key} {sum(p[key] for p in recent) / len(recent):.4f}"
+                              for key in recent[0])
+            log(f"refiner step {done}/{section.steps} loss {losses[-1]:.4f} ({means}, last "
+                f"{len(recent)} steps) lr {scheduler.get_last_lr()[0]:.2e}")
             recent = []
         if (run is not None and section.checkpoint_every and done < section.steps
                 and done % section.checkpoint_every == 0):
@@ -150,6 +212,21 @@ def load_run_refiner(run: RunDir) -> ChangeRefiner | None:
         return load_refiner(tmp)
 
 
+def refiner_episodes(uri: str, episode_ids: list[str]) -> tuple[object, list[str]]:
+    """The refiner's own dataset (`refiner.data_uri`) and the run's episodes in it, in the
+    run's order; InvalidArgument when it holds none of them."""
+    from k4d.episodes import open_dataset
+
+    dataset = open_dataset(uri)
+    present = set(dataset.episode_ids)
+    ids = [eid for eid in episode_ids if eid in present]
+    if not ids:
+        raise InvalidArgument.for_field(
+            "refiner.data_uri", f"{uri} holds none of the run's {len(episode_ids)} episodes "
+                                "(generate it with data.uri's seed and episode count)")
+    return dataset, ids
+
+
 def refiner_stage(components, dataset, episode_ids, clip: ClipSpec, section: RefinerSection,
                   info: DistInfo, run: RunDir, seed: int, log=print) -> list[float]:
     """Load the committed refiner of this run or train one; sets components.refiner."""
@@ -158,6 +235,9 @@ def refiner_stage(components, dataset, episode_ids, clip: ClipSpec, section: Ref
         components.refiner = saved
         log("refiner: loaded the committed refiner of this run")
         return []
+    if section.data_uri:
+        dataset, episode_ids = refiner_episodes(section.data_uri, episode_ids)
+        log(f"refiner: {len(episode_ids)} of the run's episodes from {section.data_uri}")
     # The stage seeds its own replicas; the run's random stream after it stays the same
     # whether the refiner was trained now or loaded from an earlier attempt.
     with torch.random.fork_rng(devices=[]):
