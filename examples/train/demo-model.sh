@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The demo model's recipe from a fresh clone (issue 13; `make demo-model`):
-#   1. training and held-out episodes with k4d datagen (disjoint seeds; .k4d/demo-model/data)
+#   1. training and held-out episodes with k4d datagen (disjoint seeds; .k4d/demo-model/data),
+#      and the training episodes again at the clip's own size for the refiner (train-clip)
 #   2. stage 1: k4d train --config examples/train/demo-model.yaml (VAE stage, refiner stage, then 3794
 #      transformer steps), resumed from the run's newest checkpoint, or from the state
 #      committed under models/demo-small/resume/ when the run directory is new
@@ -37,6 +38,9 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 
 "$K4D" datagen synthetic --episodes 512 --seed 1013 --task mix --failures 0.1 \
   --frames 17 --height 128 --width 192 --workers 2 --out "$WORK/data/train"
+# the same 384 training episodes rendered at the clip's own size, for the refiner stage
+"$K4D" datagen synthetic --episodes 384 --seed 1013 --task mix --failures 0.1 \
+  --frames 13 --height 96 --width 144 --workers 2 --out "$WORK/data/train-clip"
 "$K4D" datagen synthetic --episodes 16 --seed 9013 --task mix --failures 0.25 \
   --frames 13 --height 96 --width 144 --workers 2 --out "$WORK/data/heldout"
 

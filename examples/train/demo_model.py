@@ -165,8 +165,13 @@ def add_refiner(config_path: str, run: Path, model: Path, processes: int = 2) ->
     info = json.loads((model / WEIGHTS / "k4d_model.json").read_text())
     clip = ClipSpec(info["num_frames"], info["height"], info["width"])
     dataset = open_dataset(config.data.uri)
-    section = dataclasses.replace(config.refiner,
-                                  batch_size=config.refiner.batch_size * processes)
+    def one_process(section):  # the batch of `processes` data-parallel ones
+        if section is None:
+            return None
+        return dataclasses.replace(section, batch_size=section.batch_size * processes,
+                                   geometry=one_process(section.geometry))
+
+    section = one_process(config.refiner)
 
     class Components:
         refiner = None

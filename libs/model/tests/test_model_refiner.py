@@ -24,6 +24,7 @@ from k4d_model.refiner import (
     predict_change,
     refiner_inputs,
     save_refiner,
+    with_geometry,
 )
 from k4d_model.results import RobotCondition
 from k4d_model.testing import CallableDenoiser as Denoiser
@@ -254,3 +255,37 @@ def test_show_refined_change_weights_the_change_above_the_threshold():
     expected = np.round(100 + 40 * probability[1] ** 2).astype(np.uint8)
     assert np.array_equal(out[1][shown][:, 0], expected[shown])
     assert (out[1][~shown] == 7).all()
+
+
+def test_a_geometry_network_gives_the_depths_and_the_points_probability(tmp_path):
+    image, robot = _ray_cast_robot()
+    colour = _constant_refiner(20.0, 3.0)
+    combined = with_geometry(colour, _constant_refiner(0.0, -2.0, depth=0.5, first=0.0))
+    change = predict_change(combined, image, robot, batch=3)
+    assert np.allclose(change.colour[1:], 20.0, atol=1e-4)            # the colour network's
+    assert np.allclose(change.probability[1:], 1 / (1 + np.exp(-3.0)))
+    assert np.allclose(change.point_probability[1:], 1 / (1 + np.exp(2.0)))  # geometry's
+    assert np.allclose(change.depth_m[1:], 0.5 * 0.8 / DEPTH_GAIN, atol=1e-6)
+    assert np.allclose(change.first_depth_m, 0.8, atol=1e-6)
+    plain = predict_change(colour, image, robot)
+    assert plain.point_probability is plain.probability and plain.depth_m is None
+    save_refiner(combined, tmp_path)
+    loaded = load_refiner(tmp_path)
+    assert loaded.config == combined.config and loaded.geometry.config.first_depth
+    for (name, a), (_, b) in zip(combined.state_dict().items(), loaded.state_dict().items(),
+                                 strict=True):
+        assert torch.equal(a, b), name
+    with pytest.raises(InvalidArgument, match="refiner.geometry"):
+        with_geometry(colour, combined)
+
+
+def test_depth_options_read_the_geometry_networks_heads(make_tiny):
+    colour_only = with_geometry(_constant_refiner(0.0, 1.0), _constant_refiner(0.0, 1.0))
+    with pytest.raises(FailedPrecondition, match="no depth head"):
+        _pipe(make_tiny, colour_only, {"refiner_pointmap": "change"})
+    deep_colour = with_geometry(_constant_refiner(0.0, 1.0, depth=0.0),
+                                _constant_refiner(0.0, 1.0))
+    with pytest.raises(FailedPrecondition, match="no depth head"):  # the geometry one counts
+        _pipe(make_tiny, deep_colour, {"refiner_pointmap": "change"})
+    _pipe(make_tiny, with_geometry(_constant_refiner(0.0, 1.0), _constant_refiner(
+        0.0, 1.0, depth=0.0)), {"refiner_pointmap": "change"})

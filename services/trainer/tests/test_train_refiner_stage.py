@@ -178,3 +178,55 @@ def test_a_resumed_run_loads_the_committed_refiner(tmp_path, make_dataset):
 def test_refiner_section_is_checked(field, value):
     with pytest.raises(InvalidArgument, match=f"refiner.{field}"):
         RefinerSection(**{field: value}).validate()
+
+
+GEOMETRY = RefinerSection(steps=4, batch_size=2, lr=2e-3, warmup_steps=1, channels=[8, 16],
+                          colour_weight=0.0, depth_weight=1.0, first_depth_weight=1.0,
+                          checkpoint_every=2, log_every=1)
+
+
+def _with_geometry_stage(dataset, run, log):
+    class Components:
+        refiner = None
+
+    components = Components()
+    section = RefinerSection(**{**SECTION.__dict__, "geometry": GEOMETRY})
+    losses = refiner_stage(components, dataset, sorted(dataset.episode_ids), CLIP, section,
+                           DistInfo(), run, 3, log=log)
+    return components.refiner, losses
+
+
+def test_a_geometry_network_is_trained_after_the_refiner_and_stored_inside_it(tmp_path,
+                                                                             make_dataset):
+    dataset = open_dataset(make_dataset(tmp_path / "ds", count=2, frames=5, height=32, width=48))
+    straight, losses = _with_geometry_stage(dataset, RunDir(str(tmp_path / "a")), lambda _: None)
+    assert len(losses) == SECTION.steps + GEOMETRY.steps
+    assert straight.geometry is not None and straight.geometry.config.first_depth
+    assert not straight.config.depth  # the colour network has no depth heads
+
+    def stop_in_geometry(line: str) -> None:
+        lines.append(line)
+        if line.startswith("geometry refiner step 3/"):
+            raise Stop(line)
+
+    lines: list[str] = []
+    run = RunDir(str(tmp_path / "b"))
+    with pytest.raises(Stop):
+        _with_geometry_stage(dataset, run, stop_in_geometry)
+    lines.clear()
+    resumed, _ = _with_geometry_stage(dataset, run, lines.append)
+    # the finished colour network is loaded from its final stage state, not trained again
+    assert "refiner stage: resumed at step 6" in lines
+    assert not any(line.startswith("refiner step") for line in lines)
+    assert "geometry refiner stage: resumed at step 2" in lines
+    for (name, a), (_, b) in zip(straight.state_dict().items(), resumed.state_dict().items(),
+                                 strict=True):
+        assert torch.equal(a, b), name
+    assert not run.exists(f"{STAGE_FOLDER}/latest.json")
+
+
+def test_a_geometry_section_is_checked_with_its_own_names():
+    with pytest.raises(InvalidArgument, match="refiner.geometry.depth_weight"):
+        RefinerSection(geometry=RefinerSection(depth_weight=-1.0)).validate()
+    with pytest.raises(InvalidArgument, match="refiner.geometry.geometry"):
+        RefinerSection(geometry=RefinerSection(geometry=RefinerSection())).validate()

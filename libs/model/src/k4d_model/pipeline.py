@@ -333,7 +333,8 @@ class Kinema4DPipeline:
                 first_points = np.where(initial_pointmap[..., 2:] > 0, initial_pointmap,
                                         first_points)
             points = move_refined_points(points, first_points, change.depth_m,
-                                         change.probability, opts.refiner_pointmap_threshold)
+                                         change.point_probability,
+                                         opts.refiner_pointmap_threshold)
         if opts.robot_pointmap == ROBOT_POINTMAP_KINEMATICS:
             points = np.where(robot.mask[..., None], robot.pointmap, points).astype(np.float32)
         if opts.refiner == REFINER_CHANGE:
@@ -362,7 +363,7 @@ class Kinema4DPipeline:
                 raise FailedPrecondition(f"model {self.info.name} sets extra.{key}="
                                          f"{getattr(opts, key)!r} but has no refiner/ directory")
         for key, head in (("refiner_pointmap", "depth"), ("refiner_first_depth", "first_depth")):
-            if getattr(opts, key) and not getattr(self.refiner.config, head):
+            if getattr(opts, key) and not getattr(self.refiner.geometry_source.config, head):
                 raise FailedPrecondition(f"model {self.info.name} sets extra.{key}="
                                          f"{getattr(opts, key)!r} but its refiner has no "
                                          f"{head} head (refiner/config.json \"{head}\": false)")

@@ -25,7 +25,7 @@ refiner/model.safetensors.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +54,10 @@ class RefinerConfig:
     groups: int = 8
     depth: bool = False  # an output: the depth change of the changed pixels
     first_depth: bool = False  # an output: frame 0's depth (last)
+    # A second network of this class beside it for the depth outputs (and the change
+    # probability that gates the points), so that geometry does not share the colour's
+    # capacity (measured: one network with both drew colour worse, ADR 016)
+    geometry: RefinerConfig | None = None
 
     @property
     def outputs(self) -> int:
@@ -64,6 +68,15 @@ class RefinerConfig:
             raise InvalidArgument.for_field("refiner.channels",
                                             f"must be positive multiples of {self.groups}")
 
+    @classmethod
+    def from_dict(cls, config: dict) -> RefinerConfig:
+        """The inverse of dataclasses.asdict (config.json)."""
+        geometry = config.get("geometry")
+        return cls(channels=tuple(config["channels"]), groups=int(config.get("groups", 8)),
+                   depth=bool(config.get("depth", False)),
+                   first_depth=bool(config.get("first_depth", False)),
+                   geometry=cls.from_dict(geometry) if geometry else None)
+
 
 def _block(cin: int, cout: int, groups: int) -> nn.Sequential:
     return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.GroupNorm(groups, cout), nn.SiLU(),
@@ -71,7 +84,8 @@ def _block(cin: int, cout: int, groups: int) -> nn.Sequential:
 
 
 class ChangeRefiner(nn.Module):
-    """(N, INPUT_CHANNELS, H, W) -> (N, config.outputs, H, W); any H, W."""
+    """(N, INPUT_CHANNELS, H, W) -> (N, config.outputs, H, W); any H, W. The geometry
+    network, when there is one, is called apart (predict_change)."""
 
     def __init__(self, config: RefinerConfig | None = None):
         super().__init__()
@@ -87,6 +101,13 @@ class ChangeRefiner(nn.Module):
             self.up.append(_block(width + skip, skip, groups))
             width = skip
         self.head = nn.Conv2d(width, self.config.outputs, 1)
+        geometry = self.config.geometry
+        self.geometry = ChangeRefiner(geometry) if geometry is not None else None
+
+    @property
+    def geometry_source(self) -> ChangeRefiner:
+        """The network whose depth outputs and change probability move the points."""
+        return self.geometry if self.geometry is not None else self
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         skips = []
@@ -150,12 +171,15 @@ class RefinedChange:
     depth_m      (T, H, W) float32 metres: change of depth from frame 0 if the pixel
                  changed, or None for a refiner without a depth head
     first_depth_m  (H, W) float32 metres: frame 0's estimated depth, or None for a
-                 refiner without that head"""
+                 refiner without that head
+    point_probability  (T, H, W) float32: that the pixel changed, by the network that
+                 predicts the depths (the geometry network when there is one)"""
 
     colour: np.ndarray
     probability: np.ndarray
     depth_m: np.ndarray | None = None
     first_depth_m: np.ndarray | None = None
+    point_probability: np.ndarray | None = None
 
 
 @torch.no_grad()
@@ -163,21 +187,28 @@ def predict_change(refiner: ChangeRefiner, image: np.ndarray, robot: RobotCondit
                    batch: int = 4) -> RefinedChange:
     """The refiner's change for frames 1..T-1 of the clip (RefinedChange)."""
     T, H, W = robot.mask.shape
+    geometry = refiner.geometry_source
     change = RefinedChange(np.zeros((T, H, W, 3), np.float32), np.zeros((T, H, W), np.float32),
-                           np.zeros((T, H, W), np.float32) if refiner.config.depth else None)
+                           np.zeros((T, H, W), np.float32) if geometry.config.depth else None)
+    change.point_probability = (change.probability if geometry is refiner
+                                else np.zeros((T, H, W), np.float32))
     scale = depth_scale(robot)
     log_first = np.zeros((H, W), np.float64)
     device = next(refiner.parameters()).device
     for start in range(1, T, batch):
         frames = list(range(start, min(start + batch, T)))
-        y = refiner(refiner_inputs(image, robot, frames).to(device)).float().cpu()
+        x = refiner_inputs(image, robot, frames).to(device)
+        y = refiner(x).float().cpu()
         change.colour[frames] = (y[:, :3] * 127.5).permute(0, 2, 3, 1).numpy()
         change.probability[frames] = torch.sigmoid(y[:, 3]).numpy()
+        if geometry is not refiner:
+            y = geometry(x).float().cpu()
+            change.point_probability[frames] = torch.sigmoid(y[:, 3]).numpy()
         if change.depth_m is not None:
             change.depth_m[frames] = y[:, 4].numpy() * (scale / DEPTH_GAIN)
-        if refiner.config.first_depth:
+        if geometry.config.first_depth:
             log_first += y[:, -1].double().sum(0).numpy()
-    if refiner.config.first_depth and T > 1:
+    if geometry.config.first_depth and T > 1:
         change.first_depth_m = (scale * np.exp(log_first / (T - 1))).astype(np.float32)
     return change
 
@@ -199,9 +230,19 @@ def load_refiner(model_dir: str | Path) -> ChangeRefiner | None:
     if not (folder / CONFIG_FILE).is_file():
         return None
     config = json.loads((folder / CONFIG_FILE).read_text())
-    refiner = ChangeRefiner(RefinerConfig(channels=tuple(config["channels"]),
-                                          groups=int(config.get("groups", 8)),
-                                          depth=bool(config.get("depth", False)),
-                                          first_depth=bool(config.get("first_depth", False))))
+    refiner = ChangeRefiner(RefinerConfig.from_dict(config))
     refiner.load_state_dict(load_file(str(folder / WEIGHTS_FILE)))
     return refiner.eval()
+
+
+def with_geometry(refiner: ChangeRefiner, geometry: ChangeRefiner) -> ChangeRefiner:
+    """One refiner (one folder, one weights file): `refiner`'s colour network with
+    `geometry` as its geometry network (RefinerConfig.geometry), weights copied exactly."""
+    if geometry.geometry is not None:
+        raise InvalidArgument.for_field("refiner.geometry", "a geometry network has no "
+                                                            "geometry network of its own")
+    combined = ChangeRefiner(replace(refiner.config, geometry=geometry.config))
+    main = {k: v for k, v in refiner.state_dict().items() if not k.startswith("geometry.")}
+    combined.load_state_dict({**main, **{f"geometry.{k}": v
+                                         for k, v in geometry.state_dict().items()}})
+    return combined.train(refiner.training)

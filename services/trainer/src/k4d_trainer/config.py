@@ -241,6 +241,8 @@ class RefinerSection:
     # Loss weight of the changed pixels' colour error (1 elsewhere off the robot): they are
     # ~0.2 % of the pixels, the rest would teach "nothing changes" alone.
     changed_weight: float = 10.0
+    # 0: no colour term (a geometry network: change mask and depth heads only)
+    colour_weight: float = 1.0
     mask_weight: float = 0.1        # weight of the change-mask BCE against the colour MSE
     mask_pos_weight: float = 5.0    # BCE weight of a changed pixel (rare) over an unchanged one
     # > 0: the refiner gets a depth head (the change of depth of the changed pixels, for
@@ -257,22 +259,31 @@ class RefinerSection:
     channels: list[int] = field(default_factory=lambda: [24, 48, 96, 128])
     checkpoint_every: int = 0       # steps between resumable stage checkpoints; 0 = none
     log_every: int = 0              # steps between log lines; 0 = five lines per stage
+    # A geometry network trained after this one by the same stage (its own section: usually
+    # colour_weight 0 and the depth weights), stored inside the refiner
+    # (k4d_model.refiner.RefinerConfig.geometry) for the depth output options
+    geometry: RefinerSection | None = None
 
-    def validate(self) -> None:
-        _check(self.steps >= 0, "refiner.steps", "must be >= 0")
-        _check(self.batch_size >= 1, "refiner.batch_size", "must be >= 1")
-        _check(math.isfinite(self.lr) and self.lr > 0, "refiner.lr", f"must be > 0, got {self.lr}")
-        _check(self.warmup_steps >= 0, "refiner.warmup_steps", "must be >= 0")
-        _check(self.lr_schedule in LR_SCHEDULES, "refiner.lr_schedule",
+    def validate(self, prefix: str = "refiner") -> None:
+        _check(self.steps >= 0, f"{prefix}.steps", "must be >= 0")
+        _check(self.batch_size >= 1, f"{prefix}.batch_size", "must be >= 1")
+        _check(math.isfinite(self.lr) and self.lr > 0, f"{prefix}.lr",
+               f"must be > 0, got {self.lr}")
+        _check(self.warmup_steps >= 0, f"{prefix}.warmup_steps", "must be >= 0")
+        _check(self.lr_schedule in LR_SCHEDULES, f"{prefix}.lr_schedule",
                f"must be one of {LR_SCHEDULES}")
-        for name in ("changed_weight", "mask_weight", "mask_pos_weight", "depth_weight",
-                     "first_depth_weight"):
+        for name in ("changed_weight", "colour_weight", "mask_weight", "mask_pos_weight",
+                     "depth_weight", "first_depth_weight"):
             value = getattr(self, name)
-            _check(math.isfinite(value) and value >= 0, f"refiner.{name}", "must be >= 0")
+            _check(math.isfinite(value) and value >= 0, f"{prefix}.{name}", "must be >= 0")
         _check(bool(self.channels) and all(c > 0 and c % 8 == 0 for c in self.channels),
-               "refiner.channels", f"must be positive multiples of 8, got {self.channels}")
-        _check(self.checkpoint_every >= 0, "refiner.checkpoint_every", "must be >= 0")
-        _check(self.log_every >= 0, "refiner.log_every", "must be >= 0")
+               f"{prefix}.channels", f"must be positive multiples of 8, got {self.channels}")
+        _check(self.checkpoint_every >= 0, f"{prefix}.checkpoint_every", "must be >= 0")
+        _check(self.log_every >= 0, f"{prefix}.log_every", "must be >= 0")
+        if self.geometry is not None:
+            _check(self.geometry.geometry is None, f"{prefix}.geometry.geometry",
+                   "a geometry network has no geometry network of its own")
+            self.geometry.validate(f"{prefix}.geometry")
 
 
 @dataclass

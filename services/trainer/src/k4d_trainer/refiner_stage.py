@@ -5,9 +5,9 @@ transformer, so a run trains it once, before the latent cache).
 Each step takes `batch_size` random (episode, frame t >= 1) pairs per process. The loss,
 over the pixels off the robot (in frame t and frame 0, as the evaluator's regions):
 
-    colour   MSE of the predicted change of colour from frame 0, the changed pixels
-             (`k4d_trainer.latents.changed_pixels`, the evaluator's rule) weighted
-             `changed_weight`, the others 1
+    colour   `colour_weight` x the MSE of the predicted change of colour from frame 0, the
+             changed pixels (`k4d_trainer.latents.changed_pixels`, the evaluator's rule)
+             weighted `changed_weight`, the others 1
     mask     `mask_weight` x the BCE of the change logit against those changed pixels
     depth    with `depth_weight` > 0 (a refiner with a depth head): that weight x the MSE of
              the predicted change of depth from frame 0 over the changed pixels whose depth
@@ -37,6 +37,7 @@ from k4d_model.refiner import (
     load_refiner,
     refiner_inputs,
     save_refiner,
+    with_geometry,
 )
 from k4d_model.results import RobotCondition
 
@@ -50,6 +51,7 @@ from k4d_trainer.stage_state import load_stage_state, save_stage_state, side_ste
 
 FOLDER = "refiner"
 STAGE_FOLDER = "refiner_stage"
+GEOMETRY_STAGE_FOLDER = "geometry_refiner_stage"
 COMMITTED = "COMMITTED"
 
 
@@ -123,7 +125,7 @@ def refiner_loss(output: torch.Tensor, batch: RefinerExample, section: RefinerSe
         output[:, 3:4], changed, reduction="none",
         pos_weight=torch.tensor(section.mask_pos_weight, device=output.device))
     mask = (off_robot * bce).sum() / off_robot.sum().clamp_min(1.0)
-    loss = colour + section.mask_weight * mask
+    loss = section.colour_weight * colour + section.mask_weight * mask
     parts = {"colour": float(colour.detach()), "mask": float(mask.detach())}
     if section.depth_weight > 0:
         where = off_robot * changed * batch.known
@@ -146,11 +148,13 @@ def refiner_config(section: RefinerSection) -> RefinerConfig:
 
 
 def train_refiner(dataset, episode_ids: list[str], clip: ClipSpec, section: RefinerSection,
-                  info: DistInfo, seed: int, run: RunDir | None = None, log=print
+                  info: DistInfo, seed: int, run: RunDir | None = None, log=print,
+                  stage_folder: str = STAGE_FOLDER, name: str = "refiner"
                   ) -> tuple[ChangeRefiner, list[float]]:
     """A refiner trained on the episodes (data-parallel over ranks), and its loss per step.
-    With a run and `section.checkpoint_every`, the stage saves its state every so many
-    steps and continues from the newest one when started again."""
+    With a run and `section.checkpoint_every`, the stage saves its state in RUN/stage_folder
+    every so many steps and at the end, and continues from the newest one when started
+    again (a network that finished is not trained again when the next one is interrupted)."""
     clips = [RefinerClip(read_clip(dataset.open(eid), clip))
              for eid in episode_ids[info.rank::info.world_size]]
     torch.manual_seed(seed)  # identical initial replicas on every rank
@@ -161,7 +165,7 @@ def train_refiner(dataset, episode_ids: list[str], clip: ClipSpec, section: Refi
         optimizer, lr_lambda(section.warmup_steps, section.steps, section.lr_schedule))
     saved = None
     if run is not None and section.checkpoint_every:
-        saved = load_stage_state(run, STAGE_FOLDER, model, generator, info, log, "refiner stage")
+        saved = load_stage_state(run, stage_folder, model, generator, info, log, f"{name} stage")
     start = saved["step"] if saved else 0
     losses: list[float] = list(saved["losses"]) if saved else []
     if saved:
@@ -184,12 +188,12 @@ def train_refiner(dataset, episode_ids: list[str], clip: ClipSpec, section: Refi
         if done % log_every == 0 or done == section.steps:
             means = ", ".join(f"{key} {sum(p[key] for p in recent) / len(recent):.4f}"
                               for key in recent[0])
-            log(f"refiner step {done}/{section.steps} loss {losses[-1]:.4f} ({means}, last "
+            log(f"{name} step {done}/{section.steps} loss {losses[-1]:.4f} ({means}, last "
                 f"{len(recent)} steps) lr {scheduler.get_last_lr()[0]:.2e}")
             recent = []
-        if (run is not None and section.checkpoint_every and done < section.steps
-                and done % section.checkpoint_every == 0):
-            save_stage_state(run, STAGE_FOLDER, done, {"losses": losses}, model, optimizer,
+        if (run is not None and section.checkpoint_every
+                and (done % section.checkpoint_every == 0 or done == section.steps)):
+            save_stage_state(run, stage_folder, done, {"losses": losses}, model, optimizer,
                              scheduler, generator, info)
     return model.cpu().eval(), losses
 
@@ -229,24 +233,37 @@ def refiner_episodes(uri: str, episode_ids: list[str]) -> tuple[object, list[str
 
 def refiner_stage(components, dataset, episode_ids, clip: ClipSpec, section: RefinerSection,
                   info: DistInfo, run: RunDir, seed: int, log=print) -> list[float]:
-    """Load the committed refiner of this run or train one; sets components.refiner."""
+    """Load the committed refiner of this run or train one (and its geometry network, with
+    `section.geometry`); sets components.refiner."""
     saved = load_run_refiner(run)
     if saved is not None:
         components.refiner = saved
         log("refiner: loaded the committed refiner of this run")
         return []
-    if section.data_uri:
-        dataset, episode_ids = refiner_episodes(section.data_uri, episode_ids)
-        log(f"refiner: {len(episode_ids)} of the run's episodes from {section.data_uri}")
     # The stage seeds its own replicas; the run's random stream after it stays the same
     # whether the refiner was trained now or loaded from an earlier attempt.
     with torch.random.fork_rng(devices=[]):
-        refiner, losses = train_refiner(dataset, episode_ids, clip, section, info, seed, run,
-                                        log)
+        refiner, losses = _train_network(dataset, episode_ids, clip, section, info, seed, run,
+                                         log, STAGE_FOLDER, "refiner")
+        if section.geometry is not None and section.geometry.steps:
+            geometry, more = _train_network(dataset, episode_ids, clip, section.geometry, info,
+                                            seed + 1, run, log, GEOMETRY_STAGE_FOLDER,
+                                            "geometry refiner")
+            refiner, losses = with_geometry(refiner, geometry), losses + more
     if info.is_main:
         save_run_refiner(refiner, run)
-        run.remove(STAGE_FOLDER)  # the committed refiner supersedes the partial state
+        for folder in (STAGE_FOLDER, GEOMETRY_STAGE_FOLDER):
+            run.remove(folder)  # the committed refiner supersedes the partial states
     barrier(info)
     components.refiner = refiner
     return losses
+
+
+def _train_network(dataset, episode_ids, clip, section, info, seed, run, log, stage_folder,
+                   name):
+    if section.data_uri:
+        dataset, episode_ids = refiner_episodes(section.data_uri, episode_ids)
+        log(f"{name}: {len(episode_ids)} of the run's episodes from {section.data_uri}")
+    return train_refiner(dataset, episode_ids, clip, section, info, seed, run, log,
+                         stage_folder=stage_folder, name=name)
 
