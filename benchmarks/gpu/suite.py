@@ -365,10 +365,11 @@ def k4d_train_demo(ctx: Context) -> dict:
     if recipe.get("refiner", {}).get("steps"):  # the change refiner's stage, as short
         refiner_steps = 2 if ctx.dry_run else 50
         # on the run's own clips: the recipe's clip-size renders are not on that machine
-        recipe["refiner"].update(steps=refiner_steps, checkpoint_every=0, log_every=1,
-                                 data_uri="",
-                                 warmup_steps=min(recipe["refiner"].get("warmup_steps", 0),
-                                                  refiner_steps // 2))
+        for section in (recipe["refiner"], recipe["refiner"].get("geometry")):
+            if section:
+                section.update(steps=refiner_steps, checkpoint_every=0, log_every=1,
+                               data_uri="", warmup_steps=min(section.get("warmup_steps", 0),
+                                                             refiner_steps // 2))
     recipe["training"].update(steps=ctx.train_steps, warmup_steps=min(
         recipe["training"]["warmup_steps"], ctx.train_steps // 2))
     if ctx.dry_run:
