@@ -304,10 +304,7 @@ class Kinema4DPipeline:
         if opts.against_input:
             generated = (rgb + 1.0) * 127.5
             reference = (self.static_reconstruction(image) + 1.0) * 127.5
-            first_points = points[0]
-            if initial_pointmap is not None:  # observed points where the depth was known
-                first_points = np.where(initial_pointmap[..., 2:] > 0, initial_pointmap,
-                                        points[0])
+            first_points = _first_points(points[0], initial_pointmap)
             weight = point_weight = None
             if opts.change_threshold > 0 or not opts.relative:
                 weight = change_mask(generated - reference, points[..., 2] - points[:1, ..., 2],
@@ -328,12 +325,8 @@ class Kinema4DPipeline:
         else:
             rgb_out = _to_uint8(rgb)
         if opts.refiner_pointmap == REFINER_CHANGE:
-            first_points = points[0]
-            if initial_pointmap is not None:
-                first_points = np.where(initial_pointmap[..., 2:] > 0, initial_pointmap,
-                                        first_points)
-            points = move_refined_points(points, first_points, change.depth_m,
-                                         change.point_probability,
+            points = move_refined_points(points, _first_points(points[0], initial_pointmap),
+                                         change.depth_m, change.point_probability,
                                          opts.refiner_pointmap_threshold)
         if opts.robot_pointmap == ROBOT_POINTMAP_KINEMATICS:
             points = np.where(robot.mask[..., None], robot.pointmap, points).astype(np.float32)
@@ -450,6 +443,14 @@ class Kinema4DPipeline:
         est = estimate(self.components.transformer.config, self.vae.config, self.info.num_frames,
                        self.info.height, self.info.width, batch, size, str(self.device))
         ensure_fits(est)
+
+
+def _first_points(generated: np.ndarray, initial_pointmap: np.ndarray | None) -> np.ndarray:
+    """Frame 0's points: the initial pointmap's where its depth is known (observed, or the
+    refiner's estimate), else the generated frame 0's. (H, W, 3)."""
+    if initial_pointmap is None:
+        return generated
+    return np.where(initial_pointmap[..., 2:] > 0, initial_pointmap, generated)
 
 
 def _check_initial_pointmap(points: np.ndarray | None, size: tuple[int, int]) -> None:

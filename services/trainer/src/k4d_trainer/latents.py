@@ -73,15 +73,19 @@ def normalised_scene(clip: dict[str, np.ndarray], norm: PointmapNormalization) -
     return pm
 
 
+def scene_depth(clip: dict[str, np.ndarray]) -> np.ndarray:
+    """(T, H, W) float32 metres: the metric scene pointmap's depth, 0 where no point is known
+    (non-finite or all zero)."""
+    points = clip["pointmap"].astype(np.float32)
+    known = np.isfinite(points).all(-1) & ~(points == 0).all(-1)
+    return np.where(known, np.nan_to_num(points[..., 2]), 0.0).astype(np.float32)
+
+
 def changed_pixels(clip: dict[str, np.ndarray]) -> np.ndarray:
     """(T, H, W) bool: the pixels that changed from frame 0 off the robot (in that frame and
     in frame 0), the evaluator's `changed` region; depth from the metric scene pointmap,
     colour alone for stored [-1, 1] codes."""
-    depth = None
-    if not bool(clip.get("normalised", False)):
-        points = clip["pointmap"].astype(np.float32)
-        known = np.isfinite(points).all(-1) & ~(points == 0).all(-1)
-        depth = np.where(known, np.nan_to_num(points[..., 2]), 0.0)
+    depth = None if bool(clip.get("normalised", False)) else scene_depth(clip)
     robot = np.asarray(clip["robot_mask"], dtype=bool)
     return scene_change.changed_from_first(clip["rgb"], depth) & ~robot & ~robot[:1]
 

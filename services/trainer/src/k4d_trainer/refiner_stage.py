@@ -43,7 +43,7 @@ from k4d_model.results import RobotCondition
 
 from k4d_trainer.clips import ClipSpec, read_clip
 from k4d_trainer.config import RefinerSection
-from k4d_trainer.latents import changed_pixels
+from k4d_trainer.latents import changed_pixels, scene_depth
 from k4d_trainer.parallel import DistInfo, barrier
 from k4d_trainer.runs import RunDir
 from k4d_trainer.schedule import lr_lambda
@@ -86,9 +86,7 @@ class RefinerClip:
                                     clip["robot_pointmap"].astype(np.float32),
                                     np.asarray(clip["robot_mask"], bool))
         self.changed = changed_pixels(clip)
-        points = clip["pointmap"]
-        self.depth = np.where(np.isfinite(points).all(-1) & (points[..., 2] > 0),
-                              points[..., 2], 0.0).astype(np.float32)
+        self.depth = scene_depth(clip)  # known where > 0 (the targets' masks)
         self.scale = depth_scale(self.robot)
 
     @property
