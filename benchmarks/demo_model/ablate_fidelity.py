@@ -158,6 +158,7 @@ def main() -> None:
                            .convert("RGB"))
         robot = np.load(floor / episode_id / "robot.npz")
         initial = first_pointmap(dataset, episode_id) if args.depth else None
+        pose = dataset.open(episode_id).meta.camera_at(0).T_cam_from_base
         condition = RobotCondition(robot["rgb"], robot["pointmap"].astype(np.float32),
                                    robot["mask"].astype(bool))
         for name, extra in variants:
@@ -170,7 +171,8 @@ def main() -> None:
             started = time.perf_counter()
             if key in decoded:
                 norm = PointmapNormalization.from_points(condition.pointmap, condition.mask)
-                rgb, points = pipe.finish_output(image, condition, *decoded[key], norm, initial)
+                rgb, points = pipe.finish_output(image, condition, *decoded[key], norm, initial,
+                                                 pose)
             else:
                 def remember(latents, _key=key):
                     decoded[_key] = original_decode(latents)
@@ -178,7 +180,8 @@ def main() -> None:
 
                 pipe.decode_float = remember
                 result = pipe(image, condition.rgb, condition.pointmap, condition.mask,
-                              initial_pointmap=initial, num_steps=args.steps or None)
+                              initial_pointmap=initial, T_cam_from_base=pose,
+                              num_steps=args.steps or None)
                 pipe.decode_float = original_decode
                 rgb, points = result.rgb, result.pointmap
                 cache.parent.mkdir(parents=True, exist_ok=True)

@@ -14,11 +14,15 @@ from k4d_model.checkpoints import load_k4d, save_k4d
 from k4d_model.fidelity import move_refined_points, show_refined_change
 from k4d_model.pipeline import Kinema4DPipeline
 from k4d_model.refiner import (
+    CAMERA_CHANNELS,
     DEPTH_GAIN,
     INPUT_CHANNELS,
     OUTPUT_CHANNELS,
+    PLANE_CHANNELS,
+    BaseRays,
     ChangeRefiner,
     RefinerConfig,
+    depth_on_planes,
     depth_scale,
     load_refiner,
     predict_change,
@@ -159,7 +163,10 @@ def test_refiner_first_depth_is_the_initial_pointmap_of_an_rgb_rollout(make_tiny
     pipe = _pipe(make_tiny, _constant_refiner(0.0, -6.0, first=np.log(1.5)), extra)
     out = pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1)
     estimate = CAMERA.points_from_depth(np.full((32, 48), 1.5 * 0.8))  # scale 0.8 m
-    assert np.allclose(out.pointmap[0], estimate, atol=1e-4)
+    robot0 = robot.mask[0]
+    assert np.allclose(out.pointmap[0][~robot0], estimate[~robot0], atol=1e-4)
+    # the robot's own points are known by kinematics, not estimated
+    assert np.array_equal(out.pointmap[0][robot0], robot.pointmap[0][robot0])
     off = ~robot.mask[1:] & ~robot.mask[:1]  # unchanged points (threshold 1000) keep frame 0's
     later = np.broadcast_to(estimate, out.pointmap[1:].shape)
     assert np.allclose(out.pointmap[1:][off], later[off], atol=1e-4)
@@ -289,3 +296,100 @@ def test_depth_options_read_the_geometry_networks_heads(make_tiny):
         _pipe(make_tiny, deep_colour, {"refiner_pointmap": "change"})
     _pipe(make_tiny, with_geometry(_constant_refiner(0.0, 1.0), _constant_refiner(
         0.0, 1.0, depth=0.0)), {"refiner_pointmap": "change"})
+
+
+# The camera of CAMERA_POSE looks straight down from 1 m above the robot's base: every ray
+# meets the plane z = c at depth 1 - c.
+CAMERA_POSE = np.array([[1.0, 0.0, 0.0, 0.0], [0.0, -1.0, 0.0, 0.0], [0.0, 0.0, -1.0, 1.0],
+                        [0.0, 0.0, 0.0, 1.0]])
+
+
+def _plane_refiner(first: float, coordinate: tuple[float, float, float], plane: int
+                   ) -> ChangeRefiner:
+    """A geometry network with scene planes whose every pixel has frame 0's log depth
+    `first` (over the robot's scale), base-frame plane coordinates `coordinate` and lies on
+    plane `plane` (0 none, 1-3 x, y, z)."""
+    config = RefinerConfig(channels=SMALL.channels, first_depth=True, scene_planes=True)
+    refiner = ChangeRefiner(config).eval()
+    logits = [0.0] * 4
+    logits[plane] = 8.0
+    with torch.no_grad():
+        refiner.head.weight.zero_()
+        refiner.head.bias.copy_(torch.tensor([0.0, 0.0, 0.0, -6.0, first, *coordinate,
+                                              *logits]))
+    return refiner
+
+
+def test_scene_planes_config_adds_the_camera_inputs_and_the_plane_outputs(tmp_path):
+    config = RefinerConfig(channels=(8, 16), first_depth=True, scene_planes=True)
+    assert config.inputs == INPUT_CHANNELS + CAMERA_CHANNELS
+    assert config.outputs == OUTPUT_CHANNELS + 1 + PLANE_CHANNELS
+    assert (config.first_index, config.planes_index) == (OUTPUT_CHANNELS, OUTPUT_CHANNELS + 1)
+    out = ChangeRefiner(config)(torch.zeros(1, config.inputs, 8, 8))
+    assert out.shape == (1, config.outputs, 8, 8)
+    save_refiner(ChangeRefiner(config), tmp_path)
+    assert load_refiner(tmp_path).config == config
+    with pytest.raises(InvalidArgument, match="refiner.scene_planes"):
+        RefinerConfig(channels=(8, 16), scene_planes=True)  # no first_depth head
+
+
+def test_base_rays_meet_the_planes_of_the_base_frame():
+    _, robot = _ray_cast_robot()
+    rays = BaseRays.from_robot(robot, CAMERA_POSE)
+    assert np.allclose(rays.centre, [0.0, 0.0, 1.0])
+    coordinate = np.broadcast_to(np.array([0.0, 0.0, 0.25])[:, None, None], (3, 32, 48))
+    depth = rays.plane_depth(coordinate)
+    assert np.allclose(depth[2], 0.75)                  # z = 0.25, 0.75 m below the camera
+    assert np.isnan(depth[0, :, 24:]).all()             # x = 0 lies behind those rays
+    points = CAMERA.points_from_depth(depth[2]) @ np.linalg.inv(CAMERA_POSE)[:3, :3].T
+    assert np.allclose(points[..., 2] + 1.0, 0.25)      # and the points lie on the plane
+    channels = rays.channels()
+    assert channels.shape == (CAMERA_CHANNELS, 32, 48)
+    assert np.allclose(np.linalg.norm(channels[:3], axis=0), 1.0) and (channels[6] == 1).all()
+    assert BaseRays.from_robot(robot, None) is None
+
+
+def test_depth_on_planes_keeps_the_direct_estimate_where_a_plane_is_implausible():
+    _, robot = _ray_cast_robot()
+    rays = BaseRays.from_robot(robot, CAMERA_POSE)
+    free = np.full((32, 48), 0.9, np.float32)
+    logits = np.zeros((4, 32, 48))
+    logits[3] = 1.0
+    logits[0, :, :10] = 2.0                              # these pixels lie on no plane
+    near = np.broadcast_to(np.array([0.0, 0.0, 0.0])[:, None, None], (3, 32, 48))
+    depth, plane = depth_on_planes(free, near, logits, rays)
+    assert np.allclose(depth[:, 10:], 1.0) and (plane[:, 10:] == 3).all()
+    assert np.allclose(depth[:, :10], 0.9) and (plane[:, :10] == 0).all()
+    far = np.broadcast_to(np.array([0.0, 0.0, -1.0])[:, None, None], (3, 32, 48))
+    depth, plane = depth_on_planes(free, far, logits, rays)  # 2 m: > 2x the estimate
+    assert np.allclose(depth, 0.9) and not plane.any()
+
+
+def test_scene_planes_give_frame_zeros_depth_with_a_camera_pose():
+    image, robot = _ray_cast_robot()
+    combined = with_geometry(_constant_refiner(0.0, 1.0),
+                             _plane_refiner(np.log(1.2), (0.0, 0.0, 0.0), plane=3))
+    change = predict_change(combined, image, robot, batch=3, T_cam_from_base=CAMERA_POSE)
+    assert np.allclose(change.first_depth_m, 1.0, atol=1e-5) and (change.first_plane == 3).all()
+    blind = predict_change(combined, image, robot, batch=3)  # no pose: the direct estimate
+    assert np.allclose(blind.first_depth_m, 1.2 * 0.8, atol=1e-5)
+    assert blind.first_plane is None
+
+
+def test_an_rgb_rollout_with_a_camera_pose_reads_its_depth_off_the_planes(make_tiny):
+    image, robot = _ray_cast_robot()
+    extra = {"first_frame": "given", "decode": "composite", "change_threshold": 1000,
+             "change_depth_m": 0, "change_dilate": 0, "robot_pointmap": "kinematics",
+             "refiner_first_depth": "estimated"}
+    refiner = with_geometry(_constant_refiner(0.0, -6.0),
+                            _plane_refiner(np.log(1.2), (0.0, 0.0, 0.2), plane=3))
+    pipe = _pipe(make_tiny, refiner, extra)
+    out = pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1,
+               T_cam_from_base=CAMERA_POSE)
+    off = ~robot.mask[0]
+    assert np.allclose(out.pointmap[0][off][:, 2], 0.8, atol=1e-5)  # the plane z = 0.2
+    assert out.metadata["camera_pose"] is True
+    for bad in (np.eye(4) * 2.0, np.eye(3), np.full((4, 4), np.nan)):
+        with pytest.raises(InvalidArgument) as exc:
+            pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1, T_cam_from_base=bad)
+        assert exc.value.violations[0].field == "T_cam_from_base"

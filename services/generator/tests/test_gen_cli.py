@@ -134,6 +134,26 @@ def test_gen_cli_unusable_camera_is_one_line_exit_2(tiny_model_dir, inputs, tmp_
     assert not (tmp_path / "x").exists()
 
 
+def test_gen_cli_camera_pose_is_the_extrinsics_and_checked(inputs, tmp_path, capsys):
+    from k4d_generator.cli import read_camera_pose
+
+    camera = json.loads((tmp_path / "cam.json").read_text())
+    lift = np.eye(4)
+    lift[2, 3] = 0.5
+    (tmp_path / "based.json").write_text(json.dumps({**camera, "T_world_from_base":
+                                                     lift.tolist()}))
+    assert np.allclose(read_camera_pose(str(tmp_path / "based.json")), lift)
+    del camera["T_cam_from_world"]  # intrinsics only: no pose
+    (tmp_path / "plain.json").write_text(json.dumps(camera))
+    assert read_camera_pose(str(tmp_path / "plain.json")) is None
+    (tmp_path / "cam.json").write_text(json.dumps({**camera, "T_cam_from_world":
+                                                   (2 * np.eye(4)).tolist()}))
+    assert _run([*inputs, "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("k4d generate: error: camera.T_cam_from_world: ")
+    assert not (tmp_path / "x").exists()
+
+
 def test_gen_cli_static_world_subprocess(inputs, tmp_path):
     """One real subprocess: the installed `k4d` entry point, no model -> static-world."""
     out = tmp_path / "static"

@@ -112,6 +112,16 @@ def test_gen_grpc_models_info_and_errors(channel, make_robot):
     with pytest.raises(grpc.RpcError) as err:
         list(stub.Generate(bad))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    posed = _request(make_robot, backend="static-world")
+    posed.t_cam_from_base.values.extend(np.eye(4).ravel().tolist())
+    assert list(stub.Generate(posed))[-1].result.model.variant == "static-world"
+    for values in ([1.0] * 9, (2.0 * np.eye(4)).ravel().tolist()):  # 9 values; not rigid
+        bad = _request(make_robot, backend="static-world")
+        bad.t_cam_from_base.values.extend(values)
+        with pytest.raises(grpc.RpcError) as err:
+            list(stub.Generate(bad))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "t_cam_from_base" in err.value.details()
 
 
 def test_gen_grpc_startup_model_sets_readiness(store, tmp_path, tiny_model_dir):

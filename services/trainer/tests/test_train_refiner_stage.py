@@ -9,7 +9,7 @@ import pytest
 import torch
 from k4d.episodes import open_dataset
 from k4d.errors import InvalidArgument
-from k4d_model.refiner import DEPTH_GAIN, depth_scale
+from k4d_model.refiner import CAMERA_CHANNELS, DEPTH_GAIN, INPUT_CHANNELS, BaseRays, depth_scale
 from k4d_trainer.clips import ClipSpec, read_clip
 from k4d_trainer.config import RefinerSection
 from k4d_trainer.parallel import DistInfo
@@ -17,7 +17,9 @@ from k4d_trainer.refiner_stage import (
     STAGE_FOLDER,
     RefinerClip,
     RefinerExample,
+    COORDINATE_GAIN,
     load_run_refiner,
+    planes_of,
     refiner_episodes,
     refiner_loss,
     refiner_stage,
@@ -53,7 +55,8 @@ def _batch(delta=0.0, changed=(1.0, 0.0, 0.0, 0.0), off_robot=(1.0, 1.0, 1.0, 0.
 
     return RefinerExample(torch.zeros(1, 13, 2, 2), plane(delta, 3), plane(changed),
                           plane(off_robot), plane(depth), plane(known), plane(first_depth),
-                          plane(first_known))
+                          plane(first_known), torch.zeros(1, 1, 2, 2, dtype=torch.int64),
+                          plane(0.0, 3), plane(0.0))
 
 
 def test_loss_weights_the_changed_pixels_and_leaves_the_robot_out():
@@ -75,8 +78,9 @@ def test_loss_weights_the_changed_pixels_and_leaves_the_robot_out():
 def test_examples_are_the_change_from_frame_zero(tmp_path, make_dataset):
     dataset = open_dataset(make_dataset(tmp_path / "ds", count=1, frames=5, height=32, width=48))
     clip = read_clip(dataset.open(sorted(dataset.episode_ids)[0]), CLIP)
-    x, delta, changed, off_robot, depth, known, first, first_known = (
+    x, delta, changed, off_robot, depth, known, first, first_known, *planes = (
         RefinerClip(clip).example(3))
+    assert not planes[2].any()  # no camera pose: no plane targets
     assert x.shape == (13, 32, 48)
     rgb = clip["rgb"].astype(np.float32) / 127.5
     assert np.allclose(delta.numpy(), (rgb[3] - rgb[0]).transpose(2, 0, 1))
@@ -174,6 +178,7 @@ def test_a_resumed_run_loads_the_committed_refiner(tmp_path, make_dataset):
                                          ("lr_schedule", "step"), ("changed_weight", -1.0),
                                          ("depth_weight", -1.0),
                                          ("first_depth_weight", float("nan")),
+                                         ("plane_weight", -1.0), ("camera_dropout", 1.0),
                                          ("channels", [12, 24]), ("channels", [])])
 def test_refiner_section_is_checked(field, value):
     with pytest.raises(InvalidArgument, match=f"refiner.{field}"):
@@ -230,3 +235,76 @@ def test_a_geometry_section_is_checked_with_its_own_names():
         RefinerSection(geometry=RefinerSection(depth_weight=-1.0)).validate()
     with pytest.raises(InvalidArgument, match="refiner.geometry.geometry"):
         RefinerSection(geometry=RefinerSection(geometry=RefinerSection())).validate()
+
+
+def test_planes_of_names_the_axis_whose_coordinate_is_flat():
+    v, u = np.mgrid[0:6, 0:8].astype(np.float64)
+    points = np.zeros((6, 8, 3))
+    points[:, :4] = np.stack([0.1 * u, 0.1 * v, np.zeros_like(u)], -1)[:, :4]       # z = 0
+    points[:, 4:] = np.stack([np.full_like(u, 2.0), 0.1 * u, 0.1 * v], -1)[:, 4:]  # x = 2
+    known = np.ones((6, 8), bool)
+    known[0, 0] = False
+    plane = planes_of(points, known)
+    assert (plane[2:5, 1:3] == 3).all() and plane[1, 2] == 3 and (plane[1:5, 5:7] == 1).all()
+    assert (plane[:, 3:5] == 0).all()  # their neighbourhoods span both planes
+    assert plane[0, 0] == 0 and plane[1, 1] == 0  # unknown, or next to an unknown pixel
+    assert (plane[0] == 0).all() and (plane[:, -1] == 0).all()  # the border: 3x3 incomplete
+
+
+def test_plane_loss_is_the_plane_cross_entropy_and_the_coordinate_error():
+    batch = _batch(first_known=(1.0,) * 4)
+    batch = batch._replace(plane=torch.tensor([[[[3, 1], [0, 3]]]]),
+                           base_points=torch.tensor([0.0, 0.0, 0.5]).reshape(1, 3, 1, 1)
+                           .repeat(1, 1, 2, 2),
+                           plane_known=torch.tensor([[[[1.0, 1.0], [1.0, 0.0]]]]))
+    section = RefinerSection(mask_weight=0.0, colour_weight=0.0, first_depth_weight=1.0,
+                             plane_weight=2.0)
+    output = torch.zeros(1, 4 + 1 + 7, 2, 2)
+    output[:, 5:8] = batch.base_points  # the right coordinates ...
+    output[:, 8:] = torch.tensor([0.0, 0.0, 0.0, 0.0]).reshape(1, 4, 1, 1)  # ... no preference
+    loss, parts = refiner_loss(output, batch, section)
+    assert parts["planes"] == pytest.approx(np.log(4.0), rel=1e-5)
+    assert parts["coordinate_m"] == 0.0
+    assert float(loss) == pytest.approx(2.0 * np.log(4.0), rel=1e-5)
+    sure = torch.full((1, 4, 2, 2), -20.0)
+    sure[0, 3, 0, 0] = sure[0, 1, 0, 1] = sure[0, 0, 1, 0] = 20.0
+    sure[0, 0, 1, 1] = 20.0  # wrong, but its target is not known
+    output[:, 8:] = sure
+    output[0, 7, 0, 0] = 0.6  # the z plane's coordinate 0.1 m off at a z pixel
+    output[0, 5, 1, 0] = 9.0  # x off at a pixel on no plane: not counted
+    _, parts = refiner_loss(output, batch, section)
+    assert parts["planes"] == pytest.approx(0.0, abs=1e-6)
+    assert parts["coordinate_m"] == pytest.approx(0.1 / 2, rel=1e-5)  # 2 pixels on planes
+    assert COORDINATE_GAIN == 10.0
+
+
+def test_examples_carry_the_camera_and_the_plane_targets(tmp_path, make_dataset):
+    dataset = open_dataset(make_dataset(tmp_path / "ds", count=1, frames=5, height=32, width=48))
+    episode = dataset.open(sorted(dataset.episode_ids)[0])
+    clip = read_clip(episode, CLIP)
+    pose = episode.meta.camera_at(0).T_cam_from_base
+    refiner_clip = RefinerClip(clip, pose)
+    example = refiner_clip.example(3, True)
+    assert example.x.shape == (INPUT_CHANNELS + CAMERA_CHANNELS, 32, 48)
+    rays = BaseRays.from_robot(refiner_clip.robot, pose)
+    assert np.allclose(example.x[INPUT_CHANNELS:].numpy(), rays.channels())
+    known = example.plane_known[0].numpy() > 0
+    robot = clip["robot_mask"][0]
+    assert known.any() and not known[robot].any()
+    base = example.base_points.numpy().transpose(1, 2, 0)[known]
+    back = (np.c_[base, np.ones(len(base))] @ pose.T)[:, :3]
+    assert np.allclose(back, clip["pointmap"][0][known], atol=1e-5)
+    blind = refiner_clip.example(3, False)  # camera dropped: zero inputs, no plane targets
+    assert not blind.x[INPUT_CHANNELS:].any() and not blind.plane_known.any()
+    assert refiner_clip.example(3).x.shape[0] == INPUT_CHANNELS  # a network without planes
+
+
+def test_plane_weight_trains_scene_planes(tmp_path, make_dataset):
+    dataset = open_dataset(make_dataset(tmp_path / "ds", count=2, frames=5, height=32, width=48))
+    section = RefinerSection(steps=2, batch_size=2, channels=[8, 16], first_depth_weight=1.0,
+                             plane_weight=1.0, camera_dropout=0.5)
+    refiner, losses = _train(dataset, section)
+    assert refiner.config.scene_planes and refiner.config.first_depth
+    assert len(losses) == 2 and all(np.isfinite(losses))
+    with pytest.raises(InvalidArgument, match="refiner.plane_weight"):
+        RefinerSection(plane_weight=1.0).validate()  # no first-frame depth head

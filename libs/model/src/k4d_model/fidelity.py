@@ -123,12 +123,16 @@ def move_refined_points(points: np.ndarray, first_points: np.ndarray, depth_m: n
 def estimated_first_points(first_depth_m: np.ndarray | None, robot) -> np.ndarray | None:
     """(H, W, 3) float32 camera-frame points of frame 0 from an estimated depth (metres, (H,
     W)), along the rays of the camera fitted on the robot condition's points (ray-cast through
-    the rollout's camera, so the fit is exact; k4d.camera.fit_pinhole); None without an
-    estimate or with too few robot points to fit the camera on."""
+    the rollout's camera, so the fit is exact; k4d.camera.fit_pinhole), and the robot's own
+    points where it is (known by kinematics, not estimated); None without an estimate or
+    with too few robot points to fit the camera on."""
     if first_depth_m is None:
         return None
     camera = fit_pinhole(robot.pointmap, robot.mask)
-    return None if camera is None else camera.points_from_depth(first_depth_m)
+    if camera is None:
+        return None
+    points = camera.points_from_depth(first_depth_m)
+    return np.where(robot.mask[0][..., None], robot.pointmap[0], points).astype(np.float32)
 
 
 def calibrated_robot_render(render: np.ndarray, image: np.ndarray, robot_mask: np.ndarray,

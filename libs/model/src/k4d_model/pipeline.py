@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+from k4d.camera import check_rigid
 from k4d.errors import Cancelled, FailedPrecondition, InvalidArgument
 from k4d.generation import (
     FIRST_FRAME_GIVEN,
@@ -289,15 +290,18 @@ class Kinema4DPipeline:
 
     def finish_output(self, image: np.ndarray, robot: RobotCondition, rgb: np.ndarray,
                       pointmap: np.ndarray, norm: PointmapNormalization,
-                      initial_pointmap: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+                      initial_pointmap: np.ndarray | None,
+                      T_cam_from_base: np.ndarray | None = None
+                      ) -> tuple[np.ndarray, np.ndarray]:
         """Decoded rgb / pointmap ([-1, 1] floats) -> uint8 RGB and metric pointmap under the
-        model's fidelity options (k4d_model.fidelity)."""
+        model's fidelity options (k4d_model.fidelity). T_cam_from_base: the camera's pose,
+        for a refiner whose geometry network reads it (scene planes)."""
         opts = FidelityOptions.from_extra(self.info.extra)
         points = norm.denormalise(pointmap)
         change = None
         if opts.refiner or opts.refiner_pointmap or opts.refiner_first_depth:
             self._check_refiner(opts)
-            change = predict_change(self.refiner, image, robot)
+            change = predict_change(self.refiner, image, robot, T_cam_from_base=T_cam_from_base)
         if initial_pointmap is None and opts.refiner_first_depth == REFINER_FIRST_DEPTH_ESTIMATED:
             # as if the caller had given the refiner's estimate as the initial pointmap
             initial_pointmap = estimated_first_points(change.first_depth_m, robot)
@@ -371,12 +375,16 @@ class Kinema4DPipeline:
                  pointmap_normalization: PointmapNormalization | None = None,
                  callback: ProgressCallback | None = None,
                  should_cancel: CancelCheck | None = None,
-                 initial_pointmap: np.ndarray | None = None) -> GenerationResult:
+                 initial_pointmap: np.ndarray | None = None,
+                 T_cam_from_base: np.ndarray | None = None) -> GenerationResult:
         """Sample one rollout. See the module docstring for the steps and guidance modes.
 
         initial_pointmap: optional (H, W, 3) float32 metres, camera frame: the scene's points
         in the first frame (an RGB-D observation). The model does not see it; the output
-        keeps it where nothing changes (k4d_model.fidelity, relative decoding)."""
+        keeps it where nothing changes (k4d_model.fidelity, relative decoding).
+        T_cam_from_base: optional (4, 4), the pose of the camera the robot condition was
+        rendered with, relative to the robot's base: a refiner with scene planes reads frame
+        0's depth off the base frame's planes with it (k4d_model.refiner; ADR 017)."""
         started = time.perf_counter()
         robot = RobotCondition(robot_rgb, robot_pointmap, robot_mask)
         num_steps = self.info.num_inference_steps if num_steps is None else int(num_steps)
@@ -385,6 +393,7 @@ class Kinema4DPipeline:
         self.check_inputs(image, robot, num_steps, guidance, guidance_mode, scheduler, negative,
                           shift)
         _check_initial_pointmap(initial_pointmap, image.shape[:2])
+        _check_camera_pose(T_cam_from_base)
         opts = FidelityOptions.from_extra(self.info.extra)
         norm = pointmap_normalization or PointmapNormalization.from_points(robot_pointmap,
                                                                            robot_mask)
@@ -421,7 +430,7 @@ class Kinema4DPipeline:
         denoised = time.perf_counter()
         # 7. decode and de-normalise
         rgb, pointmap = self.finish_output(image, robot, *self.decode_float(latents), norm,
-                                           initial_pointmap)
+                                           initial_pointmap, T_cam_from_base)
         metadata = {
             "generator": "kinema4d", "model": self.info.to_dict(), "model_id": self.model_id,
             "backend": self.backend.describe(), "seed": int(seed), "num_steps": num_steps,
@@ -430,6 +439,7 @@ class Kinema4DPipeline:
             "guidance": {k: v for k, v in plan.items() if not isinstance(v, torch.Tensor)},
             "pointmap_units": "metres", "pointmap_normalization": norm.to_dict(),
             "fidelity": opts.to_dict(), "initial_pointmap": initial_pointmap is not None,
+            "camera_pose": T_cam_from_base is not None,
             "fps": self.info.fps,
             "timings_s": {"conditioning": conditioned - started,
                           "denoising": denoised - conditioned,
@@ -461,6 +471,11 @@ def _check_initial_pointmap(points: np.ndarray | None, size: tuple[int, int]) ->
                                                             "3) array of metres")
     if not np.isfinite(points).all():
         raise InvalidArgument.for_field("initial_pointmap", "contains NaN or inf")
+
+
+def _check_camera_pose(T: np.ndarray | None) -> None:
+    if T is not None:
+        check_rigid(T, "T_cam_from_base")
 
 
 def _to_uint8(video: np.ndarray) -> np.ndarray:

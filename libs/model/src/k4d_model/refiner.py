@@ -15,6 +15,12 @@ where it has been so far), and outputs per pixel
     first   (1)  with `RefinerConfig.first_depth`: the log of frame 0's scene depth over that
                  same scale (a depth estimate of the given image, anchored by the robot's
                  known depth; every frame t predicts it, the mean over frames is used)
+    planes  (7)  with `RefinerConfig.scene_planes`: frame 0's surfaces as planes of the robot
+                 base frame (x = c, y = c or z = c: a table top, a floor, a wall), the world
+                 coordinate c per axis (3, metres) and which one the pixel lies on (4
+                 logits: none, x, y, z). The depth of a pixel on a plane is where its camera
+                 ray meets it (exact for a flat surface, ADR 017); elsewhere `first`.
+                 Such a network also reads the camera's pose (camera_channels).
 
 Trained by `k4d train` (the recipe's `refiner` section, k4d_trainer.refiner_stage) on the same
 clips as the transformer; used by the pipeline when the model's `refiner` option is set
@@ -41,7 +47,12 @@ FOLDER = "refiner"
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 INPUT_CHANNELS = 13  # see refiner_inputs
+CAMERA_CHANNELS = 7  # see camera_channels
 OUTPUT_CHANNELS = 4  # colour change (3) + change logit (1), + 1 with a depth head
+PLANE_CHANNELS = 7  # world coordinate per axis (3) + plane logits: none, x, y, z (4)
+# A plane's depth further than this factor from the direct estimate is taken for a
+# misclassified pixel (a ray nearly parallel to the plane) and the direct estimate is kept
+PLANE_DEPTH_RATIO = 2.0
 DEPTH_GAIN = 10.0  # a lifted object moves ~5 % of the camera distance: keep the target near 1
 
 
@@ -53,7 +64,9 @@ class RefinerConfig:
     channels: tuple[int, ...] = (24, 48, 96, 128)
     groups: int = 8
     depth: bool = False  # an output: the depth change of the changed pixels
-    first_depth: bool = False  # an output: frame 0's depth (last)
+    first_depth: bool = False  # an output: frame 0's depth
+    # outputs: frame 0's planes (needs first_depth); inputs: the camera's pose
+    scene_planes: bool = False
     # A second network of this class beside it for the depth outputs (and the change
     # probability that gates the points), so that geometry does not share the colour's
     # capacity (measured: one network with both drew colour worse, ADR 016)
@@ -61,12 +74,30 @@ class RefinerConfig:
 
     @property
     def outputs(self) -> int:
-        return OUTPUT_CHANNELS + int(self.depth) + int(self.first_depth)
+        return (OUTPUT_CHANNELS + int(self.depth) + int(self.first_depth)
+                + PLANE_CHANNELS * int(self.scene_planes))
+
+    @property
+    def inputs(self) -> int:
+        return INPUT_CHANNELS + CAMERA_CHANNELS * int(self.scene_planes)
+
+    @property
+    def first_index(self) -> int:
+        """The output channel of frame 0's log depth (with first_depth)."""
+        return OUTPUT_CHANNELS + int(self.depth)
+
+    @property
+    def planes_index(self) -> int:
+        """The first of the PLANE_CHANNELS outputs (with scene_planes)."""
+        return self.first_index + int(self.first_depth)
 
     def __post_init__(self):
         if not self.channels or any(int(c) <= 0 or int(c) % self.groups for c in self.channels):
             raise InvalidArgument.for_field("refiner.channels",
                                             f"must be positive multiples of {self.groups}")
+        if self.scene_planes and not self.first_depth:
+            raise InvalidArgument.for_field("refiner.scene_planes",
+                                            "needs the first_depth head (the depth off planes)")
 
     @classmethod
     def from_dict(cls, config: dict) -> RefinerConfig:
@@ -75,6 +106,7 @@ class RefinerConfig:
         return cls(channels=tuple(config["channels"]), groups=int(config.get("groups", 8)),
                    depth=bool(config.get("depth", False)),
                    first_depth=bool(config.get("first_depth", False)),
+                   scene_planes=bool(config.get("scene_planes", False)),
                    geometry=cls.from_dict(geometry) if geometry else None)
 
 
@@ -92,7 +124,7 @@ class ChangeRefiner(nn.Module):
         self.config = config or RefinerConfig()
         channels, groups = self.config.channels, self.config.groups
         self.down = nn.ModuleList()
-        width = INPUT_CHANNELS
+        width = self.config.inputs
         for out in channels:
             self.down.append(_block(width, out, groups))
             width = out
@@ -123,13 +155,15 @@ class ChangeRefiner(nn.Module):
         return self.head(x)
 
 
-def refiner_inputs(image: np.ndarray, robot: RobotCondition, frames: list[int] | None = None
-                   ) -> torch.Tensor:
-    """(len(frames), INPUT_CHANNELS, H, W) float32 for frames t (default 1..T-1):
+def refiner_inputs(image: np.ndarray, robot: RobotCondition, frames: list[int] | None = None,
+                   camera: np.ndarray | None = None) -> torch.Tensor:
+    """(len(frames), INPUT_CHANNELS (+ CAMERA_CHANNELS), H, W) float32 for frames t (default
+    1..T-1):
 
         the given image (3, [-1, 1]); the robot render at t (3, [-1, 1]); the robot mask at
         t, at 0, where the robot has been up to t, and at t-1 (4); the robot's depth at t and
-        at 0 over its mean depth in frame 0 (2: scale-free, 0 off the robot); t / (T-1) (1).
+        at 0 over its mean depth in frame 0 (2: scale-free, 0 off the robot); t / (T-1) (1);
+        then `camera` (camera_channels) when given, the same for every frame.
 
     image (H, W, 3) uint8; robot: the condition (T, H, W, ...) in the image's size."""
     mask = np.asarray(robot.mask, bool)
@@ -149,8 +183,78 @@ def refiner_inputs(image: np.ndarray, robot: RobotCondition, frames: list[int] |
         out.append(np.concatenate([
             first, render, np.stack(planes).astype(np.float32),
             depth(t)[None] / scale, first_depth[None] / scale,
-            np.full((1,) + mask.shape[1:], t / max(T - 1, 1), np.float32)]))
+            np.full((1,) + mask.shape[1:], t / max(T - 1, 1), np.float32),
+            *([] if camera is None else [camera])]))
     return torch.from_numpy(np.stack(out).astype(np.float32))
+
+
+@dataclass(frozen=True)
+class BaseRays:
+    """The camera's rays in the robot base frame: where frame 0's pixels look from.
+
+    rays    (H, W, 3) float64, base frame, the camera-frame ray with z == 1 rotated (a point
+            at depth d along it is centre + d * ray)
+    centre  (3,) float64 metres, the camera's centre in the base frame"""
+
+    rays: np.ndarray
+    centre: np.ndarray
+
+    @classmethod
+    def from_robot(cls, robot: RobotCondition, T_cam_from_base: np.ndarray | None
+                   ) -> BaseRays | None:
+        """The rays of the camera fitted on the robot condition's ray-cast points (exact for
+        them, k4d.camera.fit_pinhole) posed by T_cam_from_base (4, 4); None without a pose
+        or with too few robot points to fit the camera on."""
+        from k4d.camera import fit_pinhole
+
+        if T_cam_from_base is None:
+            return None
+        camera = fit_pinhole(robot.pointmap, robot.mask)
+        if camera is None:
+            return None
+        T_base_from_cam = np.linalg.inv(np.asarray(T_cam_from_base, np.float64))
+        rays = camera.ray_directions() @ T_base_from_cam[:3, :3].T
+        return cls(rays, T_base_from_cam[:3, 3].copy())
+
+    def channels(self) -> np.ndarray:
+        """(CAMERA_CHANNELS, H, W) float32: the rays' unit directions (3), the centre (3,
+        metres) and 1 (known); `unknown_camera` is the same with zeros."""
+        unit = self.rays / np.linalg.norm(self.rays, axis=-1, keepdims=True)
+        H, W = unit.shape[:2]
+        planes = [unit.transpose(2, 0, 1), np.broadcast_to(self.centre[:, None, None], (3, H, W)),
+                  np.ones((1, H, W))]
+        return np.concatenate(planes).astype(np.float32)
+
+    def plane_depth(self, coordinate: np.ndarray) -> np.ndarray:
+        """(3, H, W) depth (metres along the optical axis) where each pixel's ray meets the
+        planes x = c, y = c, z = c of `coordinate` (3, H, W) metres; NaN where it does not
+        (parallel or behind the camera)."""
+        along = self.rays.transpose(2, 0, 1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            depth = (coordinate - self.centre[:, None, None]) / along
+        return np.where((np.abs(along) > 1e-6) & (depth > 0), depth, np.nan)
+
+
+def unknown_camera(height: int, width: int) -> np.ndarray:
+    """(CAMERA_CHANNELS, H, W) zeros: the camera inputs of a rollout without a camera pose."""
+    return np.zeros((CAMERA_CHANNELS, height, width), np.float32)
+
+
+def depth_on_planes(free_depth: np.ndarray, coordinate: np.ndarray, logits: np.ndarray,
+                    rays: BaseRays) -> tuple[np.ndarray, np.ndarray]:
+    """Frame 0's depth (H, W) metres and the plane each pixel was put on (H, W) int8 (0:
+    none, 1-3: x, y, z = const): where the most likely plane's ray depth is within
+    PLANE_DEPTH_RATIO of the direct estimate `free_depth`, that depth, else the estimate.
+    coordinate (3, H, W) metres, logits (4, H, W)."""
+    plane = np.argmax(logits, axis=0)
+    on_plane = rays.plane_depth(coordinate)
+    chosen = np.take_along_axis(on_plane, np.clip(plane - 1, 0, 2)[None], axis=0)[0]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = chosen / free_depth
+    use = (plane > 0) & np.isfinite(chosen) & (ratio < PLANE_DEPTH_RATIO) & (
+        ratio > 1.0 / PLANE_DEPTH_RATIO)
+    return (np.where(use, chosen, free_depth).astype(np.float32),
+            np.where(use, plane, 0).astype(np.int8))
 
 
 def depth_scale(robot: RobotCondition) -> float:
@@ -173,21 +277,32 @@ class RefinedChange:
     first_depth_m  (H, W) float32 metres: frame 0's estimated depth, or None for a
                  refiner without that head
     point_probability  (T, H, W) float32: that the pixel changed, by the network that
-                 predicts the depths (the geometry network when there is one)"""
+                 predicts the depths (the geometry network when there is one)
+    first_plane  (H, W) int8: the plane of the base frame frame 0's depth was put on (0:
+                 none, 1-3: x, y, z = const), or None for a refiner without planes or a
+                 rollout without a camera pose"""
 
     colour: np.ndarray
     probability: np.ndarray
     depth_m: np.ndarray | None = None
     first_depth_m: np.ndarray | None = None
     point_probability: np.ndarray | None = None
+    first_plane: np.ndarray | None = None
 
 
 @torch.no_grad()
 def predict_change(refiner: ChangeRefiner, image: np.ndarray, robot: RobotCondition,
-                   batch: int = 4) -> RefinedChange:
-    """The refiner's change for frames 1..T-1 of the clip (RefinedChange)."""
+                   batch: int = 4, T_cam_from_base: np.ndarray | None = None) -> RefinedChange:
+    """The refiner's change for frames 1..T-1 of the clip (RefinedChange). T_cam_from_base
+    (4, 4): the camera's pose the robot condition was rendered with, for a geometry network
+    with scene planes (without it, that network's direct depth estimate is used)."""
     T, H, W = robot.mask.shape
     geometry = refiner.geometry_source
+    rays = BaseRays.from_robot(robot, T_cam_from_base) if geometry.config.scene_planes else None
+    camera = None
+    if geometry.config.scene_planes:
+        camera = rays.channels() if rays is not None else unknown_camera(H, W)
+    planes = np.zeros((PLANE_CHANNELS, H, W), np.float64)
     change = RefinedChange(np.zeros((T, H, W, 3), np.float32), np.zeros((T, H, W), np.float32),
                            np.zeros((T, H, W), np.float32) if geometry.config.depth else None)
     change.point_probability = (change.probability if geometry is refiner
@@ -197,19 +312,26 @@ def predict_change(refiner: ChangeRefiner, image: np.ndarray, robot: RobotCondit
     device = next(refiner.parameters()).device
     for start in range(1, T, batch):
         frames = list(range(start, min(start + batch, T)))
-        x = refiner_inputs(image, robot, frames).to(device)
-        y = refiner(x).float().cpu()
+        x = refiner_inputs(image, robot, frames, camera).to(device)
+        y = refiner(x[:, :refiner.config.inputs]).float().cpu()
         change.colour[frames] = (y[:, :3] * 127.5).permute(0, 2, 3, 1).numpy()
         change.probability[frames] = torch.sigmoid(y[:, 3]).numpy()
         if geometry is not refiner:
-            y = geometry(x).float().cpu()
+            y = geometry(x[:, :geometry.config.inputs]).float().cpu()
             change.point_probability[frames] = torch.sigmoid(y[:, 3]).numpy()
         if change.depth_m is not None:
             change.depth_m[frames] = y[:, 4].numpy() * (scale / DEPTH_GAIN)
         if geometry.config.first_depth:
-            log_first += y[:, -1].double().sum(0).numpy()
+            log_first += y[:, geometry.config.first_index].double().sum(0).numpy()
+        if geometry.config.scene_planes:
+            start_plane = geometry.config.planes_index
+            planes += y[:, start_plane:start_plane + PLANE_CHANNELS].double().sum(0).numpy()
     if geometry.config.first_depth and T > 1:
         change.first_depth_m = (scale * np.exp(log_first / (T - 1))).astype(np.float32)
+        if rays is not None:  # every frame predicts frame 0's planes: their mean
+            planes /= T - 1
+            change.first_depth_m, change.first_plane = depth_on_planes(
+                change.first_depth_m, planes[:3], planes[3:], rays)
     return change
 
 

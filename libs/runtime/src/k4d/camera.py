@@ -312,6 +312,16 @@ def _violations(cam: Camera) -> list[FieldViolation]:
     return out
 
 
+def check_rigid(T, name: str) -> np.ndarray:
+    """T as a (4, 4) float64 array; InvalidArgument naming `name` unless it is a finite rigid
+    transform (orthonormal rotation with determinant +1, last row 0 0 0 1)."""
+    violations = _rigid_violations(T, name)
+    if violations:
+        raise InvalidArgument("; ".join(f"{v.field}: {v.description}" for v in violations),
+                              violations)
+    return np.asarray(T, np.float64)
+
+
 def _rigid_violations(T, name: str) -> list[FieldViolation]:
     T = np.asarray(T, dtype=np.float64)
     if T.shape != (4, 4):

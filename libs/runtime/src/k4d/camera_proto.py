@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from kinema4d.v1 import common_pb2
 
-from k4d.camera import Camera
+from k4d.camera import Camera, check_rigid
 from k4d.errors import FieldViolation, InvalidArgument
 
 # Camera constructor field -> proto path below CameraModel.
@@ -48,6 +48,12 @@ def _matrix(msg: common_pb2.Matrix4, field: str, required: bool) -> np.ndarray |
         raise InvalidArgument.for_field(field, f"expected 16 values (row-major 4x4), "
                                                f"got {len(msg.values)}")
     return np.asarray(msg.values, np.float64).reshape(4, 4)
+
+
+def camera_pose_from_proto(msg: common_pb2.Matrix4, field: str) -> np.ndarray:
+    """A (4, 4) rigid transform (a camera's pose) from a Matrix4; InvalidArgument naming
+    `field` when it is not 16 values of a rigid transform."""
+    return check_rigid(_matrix(msg, field, required=True), field)
 
 
 def camera_from_proto(msg: common_pb2.CameraModel, field: str = "camera") -> Camera:

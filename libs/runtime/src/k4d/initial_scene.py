@@ -1,6 +1,7 @@
-"""The initial scene's optional depth (an RGB-D observation) as the generator takes it: the
-first frame's points in the camera frame. Read the same way by the embedded runner and the
-generator worker, from `SimulationSpec.initial_depth`."""
+"""The initial scene as the generator takes it: the optional depth (an RGB-D observation) as
+the first frame's points in the camera frame, and the camera's pose relative to the robot's
+base. Read the same way by the embedded runner and the generator worker, from
+`SimulationSpec.initial_depth` and `SimulationSpec.camera`."""
 
 from __future__ import annotations
 
@@ -20,6 +21,15 @@ def initial_pointmap(spec: simulator_pb2.SimulationSpec, store=None) -> np.ndarr
     if not has_initial_depth(spec):
         return None
     return depth_pointmap(spec, from_tensor_data(spec.initial_depth, store, "spec.initial_depth"))
+
+
+def camera_pose(spec: simulator_pb2.SimulationSpec) -> np.ndarray | None:
+    """(4, 4) T_cam_from_base of the spec's camera: the pose the robot condition is rendered
+    with, which a generator whose refiner reads the scene's planes takes; None when the spec
+    has no camera (the generator does not need one)."""
+    if not spec.HasField("camera"):
+        return None
+    return camera_from_proto(spec.camera, "spec.camera").T_cam_from_base
 
 
 def depth_pointmap(spec: simulator_pb2.SimulationSpec, depth: np.ndarray) -> np.ndarray:

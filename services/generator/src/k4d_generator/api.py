@@ -15,6 +15,7 @@ import queue
 import threading
 import time
 
+from k4d.camera_proto import camera_pose_from_proto
 from k4d.errors import FailedPrecondition, InvalidArgument
 from k4d.generation import STATIC_WORLD
 from k4d.store import from_tensor_data, job_key, to_tensor_data, validate_key
@@ -73,6 +74,9 @@ class GeneratorServicer(generator_pb2_grpc.GeneratorServiceServicer):
         initial = None
         if request.HasField("initial_pointmap") and request.initial_pointmap.WhichOneof("kind"):
             initial = from_tensor_data(request.initial_pointmap, self.store, "initial_pointmap")
+        pose = None
+        if len(request.t_cam_from_base.values):
+            pose = camera_pose_from_proto(request.t_cam_from_base, "t_cam_from_base")
         events: queue.Queue = queue.Queue()
 
         def run() -> None:
@@ -82,7 +86,7 @@ class GeneratorServicer(generator_pb2_grpc.GeneratorServiceServicer):
                     arrays["robot_mask"], callback=lambda done, total: events.put(
                         ("progress", done, total)),
                     should_cancel=lambda: not context.is_active(),
-                    initial_pointmap=initial, **kwargs)
+                    initial_pointmap=initial, T_cam_from_base=pose, **kwargs)
                 events.put(("result", result))
             except BaseException as exc:  # re-raised in the RPC thread, mapped there
                 events.put(("error", exc))

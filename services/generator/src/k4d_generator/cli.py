@@ -115,6 +115,20 @@ def read_intrinsics(path: str) -> tuple[float, float, float, float]:
     return intrinsics
 
 
+def read_camera_pose(path: str) -> np.ndarray | None:
+    """T_cam_from_base (4, 4) of a camera JSON that has extrinsics (T_cam_from_world, and
+    T_world_from_base when the robot's base is not the world), else None."""
+    from k4d.camera import check_rigid
+
+    camera = json.loads(Path(path).read_text())
+    if "T_cam_from_world" not in camera:
+        return None
+    pose = check_rigid(camera["T_cam_from_world"], "camera.T_cam_from_world")
+    if camera.get("T_world_from_base") is not None:
+        pose = pose @ check_rigid(camera["T_world_from_base"], "camera.T_world_from_base")
+    return pose
+
+
 # ------------------------------------------------------------------ handlers
 
 def _require(args, *names: str) -> None:
@@ -131,6 +145,7 @@ def run_generate(args) -> int:
     image = read_image(args.image)
     robot = read_robot(args.robot)
     intrinsics = read_intrinsics(args.camera)
+    pose = read_camera_pose(args.camera)
     if args.model is None:
         from k4d_generator.static_world import StaticWorldGenerator
 
@@ -139,7 +154,7 @@ def run_generate(args) -> int:
         result = StaticWorldGenerator()(image, intrinsics=intrinsics, seed=args.seed, **robot)
         fps = 24
     else:
-        result, fps = _sample(args, image, robot)
+        result, fps = _sample(args, image, robot, pose)
     result.metadata["camera_intrinsics"] = list(intrinsics)
     from k4d_generator.outputs import write_result
 
@@ -149,7 +164,7 @@ def run_generate(args) -> int:
     return 0
 
 
-def _sample(args, image, robot):
+def _sample(args, image, robot, T_cam_from_base=None):
     from k4d_generator.pipeline import Kinema4DPipeline
 
     store = _open_store(args.store) if args.store else None
@@ -174,7 +189,7 @@ def _sample(args, image, robot):
         result = pipe(image, num_steps=args.steps, seed=args.seed, guidance=args.guidance,
                       guidance_mode=args.guidance_mode, scheduler=args.scheduler,
                       shift=args.shift, callback=(lambda done, total: bar.update(1)) if bar
-                      else None, **robot)
+                      else None, T_cam_from_base=T_cam_from_base, **robot)
     finally:
         if bar is not None:
             bar.close()

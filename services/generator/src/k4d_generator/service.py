@@ -131,8 +131,10 @@ class ModelManager:
                  robot_mask: np.ndarray, *, backend: str = "", num_steps: int | None = None,
                  seed: int = 42, guidance: float | None = None, scheduler: str | None = None,
                  shift: float | None = None, callback=None, should_cancel=None,
-                 initial_pointmap: np.ndarray | None = None) -> GenerationResult:
-        """initial_pointmap: optional (H, W, 3) metres, the first frame's points (RGB-D)."""
+                 initial_pointmap: np.ndarray | None = None,
+                 T_cam_from_base: np.ndarray | None = None) -> GenerationResult:
+        """initial_pointmap: optional (H, W, 3) metres, the first frame's points (RGB-D);
+        T_cam_from_base: optional (4, 4), the camera's pose relative to the robot's base."""
         robot = {"robot_rgb": robot_rgb, "robot_pointmap": robot_pointmap,
                  "robot_mask": robot_mask}
         if backend == STATIC_WORLD or (self._loaded is None and self.allow_static_world):
@@ -154,7 +156,8 @@ class ModelManager:
             return current.pipeline(image, num_steps=num_steps, seed=seed, guidance=guidance,
                                     scheduler=scheduler, shift=shift, callback=callback,
                                     should_cancel=should_cancel,
-                                    initial_pointmap=initial_pointmap, **robot)
+                                    initial_pointmap=initial_pointmap,
+                                    T_cam_from_base=T_cam_from_base, **robot)
         finally:
             self._sample_lock.release()
 

@@ -41,7 +41,7 @@ from k4d.bus.topics import (
 )
 from k4d.bus.worker import PERMANENT_ERRORS
 from k4d.errors import FailedPrecondition
-from k4d.initial_scene import initial_pointmap
+from k4d.initial_scene import camera_pose, initial_pointmap
 from k4d.logs import get_logger
 from k4d.model_events import read_model_published
 from k4d.stage_events import StageContext, is_cancelled, publish_stage_event
@@ -79,7 +79,7 @@ class GenerationStage:
         # StageWorker's prologue reports it)
         out = run_generation(
             self.manager, image, robot["rgb"], robot["pointmap"], robot["mask"], sampling,
-            initial_pointmap=initial_pointmap(spec, self.store),
+            initial_pointmap=initial_pointmap(spec, self.store), T_cam_from_base=camera_pose(spec),
             on_step=lambda done, total: self._progress(context, done, total),
             should_cancel=lambda: is_cancelled(self.store, context.job_id))
         # encode

@@ -251,6 +251,13 @@ class RefinerSection:
     # > 0: a head that estimates frame 0's depth from the image (for `refiner_first_depth`,
     # rollouts from an RGB image alone), its squared log error weighted this much
     first_depth_weight: float = 0.0
+    # > 0: scene planes (needs first_depth_weight > 0): the network also reads the camera's
+    # pose and tells which plane of the robot base frame (a table top, a floor, a wall) each
+    # pixel of frame 0 lies on, whose ray then gives its depth exactly (ADR 017); the loss
+    # weight of those outputs. The episodes' metadata must hold their camera.
+    plane_weight: float = 0.0
+    # share of the training examples without the camera inputs (rollouts without a pose)
+    camera_dropout: float = 0.2
     # A dataset of the run's episodes rendered at the clip's own frames and size (k4d datagen
     # with data.uri's seed; the same episode ids): measured, a refiner trained on clips
     # resampled from a larger render is much weaker on native renders (round 5 of issue 21).
@@ -273,9 +280,13 @@ class RefinerSection:
         _check(self.lr_schedule in LR_SCHEDULES, f"{prefix}.lr_schedule",
                f"must be one of {LR_SCHEDULES}")
         for name in ("changed_weight", "colour_weight", "mask_weight", "mask_pos_weight",
-                     "depth_weight", "first_depth_weight"):
+                     "depth_weight", "first_depth_weight", "plane_weight"):
             value = getattr(self, name)
             _check(math.isfinite(value) and value >= 0, f"{prefix}.{name}", "must be >= 0")
+        _check(self.plane_weight == 0 or self.first_depth_weight > 0, f"{prefix}.plane_weight",
+               "scene planes need the first-frame depth head (first_depth_weight > 0)")
+        _check(0.0 <= self.camera_dropout < 1.0, f"{prefix}.camera_dropout",
+               f"must be in [0, 1), got {self.camera_dropout}")
         _check(bool(self.channels) and all(c > 0 and c % 8 == 0 for c in self.channels),
                f"{prefix}.channels", f"must be positive multiples of 8, got {self.channels}")
         _check(self.checkpoint_every >= 0, f"{prefix}.checkpoint_every", "must be >= 0")

@@ -14,6 +14,14 @@ over the pixels off the robot (in frame t and frame 0, as the evaluator's region
              is known in both frames (k4d_model.refiner's DEPTH_GAIN x depth / robot scale)
     first    with `first_depth_weight` > 0 (a first-frame depth head): that weight x the MSE
              of log(frame 0's depth / robot scale) over the pixels whose depth is known
+    planes   with `plane_weight` > 0 (scene planes, k4d_model.refiner; episodes need their
+             camera's pose): that weight x (the cross-entropy of the plane logits against
+             the plane each pixel of frame 0 lies on, off the robot, + COORDINATE_GAIN x the
+             L1 error of the predicted base-frame coordinate of that plane, on its pixels).
+             A pixel lies on the plane `axis = c` when that coordinate of its base-frame point
+             varies by < PLANE_TOLERANCE_M over its 3x3 neighbourhood. The camera inputs are
+             zeroed for a share `camera_dropout` of the examples (no plane loss there), so
+             the network also serves rollouts without a camera pose.
 
 Rank 0 writes the trained refiner to RUN_URI/refiner/ with a COMMITTED marker last; a
 resumed run loads it instead of training it again.
@@ -31,12 +39,14 @@ import torch.nn.functional as F
 from k4d.errors import InvalidArgument
 from k4d_model.refiner import (
     DEPTH_GAIN,
+    BaseRays,
     ChangeRefiner,
     RefinerConfig,
     depth_scale,
     load_refiner,
     refiner_inputs,
     save_refiner,
+    unknown_camera,
     with_geometry,
 )
 from k4d_model.results import RobotCondition
@@ -53,6 +63,8 @@ FOLDER = "refiner"
 STAGE_FOLDER = "refiner_stage"
 GEOMETRY_STAGE_FOLDER = "geometry_refiner_stage"
 COMMITTED = "COMMITTED"
+PLANE_TOLERANCE_M = 0.003  # a plane's coordinate varies less than this over 3x3 pixels
+COORDINATE_GAIN = 10.0  # 1 cm of a plane's coordinate weighs as 0.1 of cross-entropy
 
 
 class RefinerExample(NamedTuple):
@@ -65,7 +77,10 @@ class RefinerExample(NamedTuple):
     depth        depth change from frame 0 in the depth head's unit (1)
     known        depth known in frames t and 0 (1)
     first_depth  log of frame 0's depth over the robot's scale (1)
-    first_known  depth known in frame 0 (1)"""
+    first_known  depth known in frame 0 (1)
+    plane        the plane frame 0's pixel lies on: 0 none, 1-3 x, y, z = const (1, int64)
+    base_points  frame 0's points in the robot base frame, metres (3)
+    plane_known  the plane targets hold: off the robot, depth known, camera given (1)"""
 
     x: torch.Tensor
     delta: torch.Tensor
@@ -75,12 +90,17 @@ class RefinerExample(NamedTuple):
     known: torch.Tensor
     first_depth: torch.Tensor
     first_known: torch.Tensor
+    plane: torch.Tensor
+    base_points: torch.Tensor
+    plane_known: torch.Tensor
 
 
 class RefinerClip:
-    """What the stage keeps of one episode: the arrays the inputs and targets need."""
+    """What the stage keeps of one episode: the arrays the inputs and targets need.
+    With `T_cam_from_base` (4, 4) the examples carry the camera inputs and plane targets
+    of a scene-planes network (k4d_model.refiner)."""
 
-    def __init__(self, clip: dict[str, np.ndarray]):
+    def __init__(self, clip: dict[str, np.ndarray], T_cam_from_base: np.ndarray | None = None):
         self.rgb = np.ascontiguousarray(clip["rgb"])
         self.robot = RobotCondition(np.ascontiguousarray(clip["robot_rgb"]),
                                     clip["robot_pointmap"].astype(np.float32),
@@ -88,19 +108,39 @@ class RefinerClip:
         self.changed = changed_pixels(clip)
         self.depth = scene_depth(clip)  # known where > 0 (the targets' masks)
         self.scale = depth_scale(self.robot)
+        T, H, W = self.depth.shape
+        self.camera = None
+        self.plane = np.zeros((H, W), np.int64)
+        self.base_points = np.zeros((H, W, 3), np.float32)
+        self.plane_known = np.zeros((H, W), bool)
+        rays = BaseRays.from_robot(self.robot, T_cam_from_base)
+        if rays is not None:
+            self.camera = rays.channels()
+            T_base_from_cam = np.linalg.inv(np.asarray(T_cam_from_base, np.float64))
+            points = clip["pointmap"][0].astype(np.float64)
+            self.base_points = (points @ T_base_from_cam[:3, :3].T
+                                + T_base_from_cam[:3, 3]).astype(np.float32)
+            self.plane_known = (self.depth[0] > 0) & ~self.robot.mask[0]
+            self.plane = planes_of(self.base_points, self.plane_known)
 
     @property
     def frames(self) -> int:
         return int(self.rgb.shape[0])
 
-    def example(self, t: int) -> RefinerExample:
-        """The training example of frame t."""
-        x = refiner_inputs(self.rgb[0], self.robot, [t])[0]
+    def example(self, t: int, camera: bool | None = None) -> RefinerExample:
+        """The training example of frame t; `camera`: with the camera inputs (the clip's,
+        zeros when False or when the clip has none), None: without them (a network
+        without scene planes)."""
+        with_camera = bool(camera) and self.camera is not None
+        inputs = None if camera is None else (self.camera if with_camera else
+                                              unknown_camera(*self.depth.shape[1:]))
+        x = refiner_inputs(self.rgb[0], self.robot, [t], inputs)[0]
         now, first = (self.rgb[i].astype(np.float32) / 127.5 for i in (t, 0))
         mask = self.robot.mask
         first_known = self.depth[0] > 0
-        known = (self.depth[t] > 0) & first_known
-        depth = np.where(known, (self.depth[t] - self.depth[0]) * (DEPTH_GAIN / self.scale), 0.0)
+        depth_known = (self.depth[t] > 0) & first_known
+        depth = np.where(depth_known, (self.depth[t] - self.depth[0]) * (DEPTH_GAIN / self.scale),
+                         0.0)
         first_depth = np.log(np.where(first_known, self.depth[0], self.scale) / self.scale)
 
         def plane(a: np.ndarray) -> torch.Tensor:
@@ -108,7 +148,26 @@ class RefinerClip:
 
         return RefinerExample(x, torch.from_numpy((now - first).transpose(2, 0, 1).copy()),
                               plane(self.changed[t]), plane(~mask[t] & ~mask[0]), plane(depth),
-                              plane(known), plane(first_depth), plane(first_known))
+                              plane(depth_known), plane(first_depth), plane(first_known),
+                              torch.from_numpy(self.plane[None].copy()),
+                              torch.from_numpy(self.base_points.transpose(2, 0, 1).copy()),
+                              plane(self.plane_known & with_camera))
+
+
+def planes_of(base_points: np.ndarray, known: np.ndarray) -> np.ndarray:
+    """(H, W) int64: the plane of the base frame each known pixel lies on (0: none, 1-3:
+    x, y, z = const, z first): the coordinate varies < PLANE_TOLERANCE_M over the pixel's
+    3x3 neighbourhood, all of it known. base_points (H, W, 3) metres, known (H, W) bool."""
+    padded = np.pad(np.where(known[..., None], base_points, np.nan), ((1, 1), (1, 1), (0, 0)),
+                    constant_values=np.nan)
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(0, 1))
+    spread = windows.max(axis=(-2, -1)) - windows.min(axis=(-2, -1))  # NaN: an unknown one
+    with np.errstate(invalid="ignore"):
+        flat = (spread < PLANE_TOLERANCE_M) & known[..., None]  # (H, W, 3)
+    plane = np.zeros(known.shape, np.int64)
+    for axis in (1, 0, 2):  # z last wins: a floor's edge against a wall is the floor
+        plane[flat[..., axis]] = axis + 1
+    return plane
 
 
 def refiner_loss(output: torch.Tensor, batch: RefinerExample, section: RefinerSection
@@ -130,19 +189,32 @@ def refiner_loss(output: torch.Tensor, batch: RefinerExample, section: RefinerSe
         error = (where * (output[:, 4:5] - batch.depth) ** 2).sum() / where.sum().clamp_min(1.0)
         loss = loss + section.depth_weight * error
         parts["depth"] = float(error.detach())
+    config = refiner_config(section)
     if section.first_depth_weight > 0:
         where = batch.first_known
-        error = ((where * (output[:, -1:] - batch.first_depth) ** 2).sum()
+        first = output[:, config.first_index:config.first_index + 1]
+        error = ((where * (first - batch.first_depth) ** 2).sum()
                  / where.sum().clamp_min(1.0))
         loss = loss + section.first_depth_weight * error
         parts["first_depth"] = float(error.detach())
+    if section.plane_weight > 0:
+        planes = output[:, config.planes_index:config.planes_index + 7]
+        where = batch.plane_known[:, 0]
+        count = where.sum().clamp_min(1.0)
+        entropy = (where * F.cross_entropy(planes[:, 3:], batch.plane[:, 0], reduction="none")
+                   ).sum() / count
+        on = F.one_hot(batch.plane[:, 0], 4)[..., 1:].permute(0, 3, 1, 2) * where[:, None]
+        coordinate = (on * (planes[:, :3] - batch.base_points).abs()).sum() / on.sum().clamp_min(1)
+        loss = loss + section.plane_weight * (entropy + COORDINATE_GAIN * coordinate)
+        parts.update(planes=float(entropy.detach()), coordinate_m=float(coordinate.detach()))
     return loss, parts
 
 
 def refiner_config(section: RefinerSection) -> RefinerConfig:
     """The network the section trains: a head per loss term with a weight > 0."""
     return RefinerConfig(channels=tuple(section.channels), depth=section.depth_weight > 0,
-                         first_depth=section.first_depth_weight > 0)
+                         first_depth=section.first_depth_weight > 0,
+                         scene_planes=section.plane_weight > 0)
 
 
 def train_refiner(dataset, episode_ids: list[str], clip: ClipSpec, section: RefinerSection,
@@ -153,8 +225,12 @@ def train_refiner(dataset, episode_ids: list[str], clip: ClipSpec, section: Refi
     With a run and `section.checkpoint_every`, the stage saves its state in RUN/stage_folder
     every so many steps and at the end, and continues from the newest one when started
     again (a network that finished is not trained again when the next one is interrupted)."""
-    clips = [RefinerClip(read_clip(dataset.open(eid), clip))
-             for eid in episode_ids[info.rank::info.world_size]]
+    planes = section.plane_weight > 0
+    clips = []
+    for eid in episode_ids[info.rank::info.world_size]:
+        episode = dataset.open(eid)
+        pose = episode.meta.camera_at(0).T_cam_from_base if planes else None
+        clips.append(RefinerClip(read_clip(episode, clip), pose))
     torch.manual_seed(seed)  # identical initial replicas on every rank
     model = ChangeRefiner(refiner_config(section)).to(info.device).train()
     generator = torch.Generator().manual_seed(seed * 37 + info.rank)
@@ -176,7 +252,10 @@ def train_refiner(dataset, episode_ids: list[str], clip: ClipSpec, section: Refi
         examples = []
         for i in picks.tolist():
             t = int(torch.randint(1, clips[i].frames, (1,), generator=generator))
-            examples.append(clips[i].example(t))
+            camera = None
+            if planes:
+                camera = bool(torch.rand((), generator=generator) >= section.camera_dropout)
+            examples.append(clips[i].example(t, camera))
         batch = RefinerExample(*(torch.stack(part).to(info.device)
                                  for part in zip(*examples, strict=True)))
         loss, parts = refiner_loss(model(batch.x), batch, section)

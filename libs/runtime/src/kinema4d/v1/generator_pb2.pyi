@@ -26,7 +26,7 @@ class SamplingParams(_message.Message):
     def __init__(self, num_steps: _Optional[int] = ..., guidance_scale: _Optional[float] = ..., seed: _Optional[int] = ..., scheduler: _Optional[str] = ..., shift: _Optional[float] = ..., backend: _Optional[str] = ..., precision: _Optional[str] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("model", "image", "robot_rgb", "robot_pointmap", "robot_mask", "sampling", "job_id", "initial_pointmap")
+    __slots__ = ("model", "image", "robot_rgb", "robot_pointmap", "robot_mask", "sampling", "job_id", "initial_pointmap", "t_cam_from_base")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     IMAGE_FIELD_NUMBER: _ClassVar[int]
     ROBOT_RGB_FIELD_NUMBER: _ClassVar[int]
@@ -35,6 +35,7 @@ class GenerateRequest(_message.Message):
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     INITIAL_POINTMAP_FIELD_NUMBER: _ClassVar[int]
+    T_CAM_FROM_BASE_FIELD_NUMBER: _ClassVar[int]
     model: _common_pb2.ModelRef
     image: _common_pb2.TensorData
     robot_rgb: _common_pb2.TensorData
@@ -43,7 +44,8 @@ class GenerateRequest(_message.Message):
     sampling: SamplingParams
     job_id: str
     initial_pointmap: _common_pb2.TensorData
-    def __init__(self, model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., image: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., robot_rgb: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., robot_pointmap: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., robot_mask: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., job_id: _Optional[str] = ..., initial_pointmap: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ...) -> None: ...
+    t_cam_from_base: _common_pb2.Matrix4
+    def __init__(self, model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., image: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., robot_rgb: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., robot_pointmap: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., robot_mask: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., job_id: _Optional[str] = ..., initial_pointmap: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., t_cam_from_base: _Optional[_Union[_common_pb2.Matrix4, _Mapping]] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
     __slots__ = ("progress", "result")

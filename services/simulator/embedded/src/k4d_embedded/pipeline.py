@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from k4d.camera_proto import camera_from_proto
 from k4d.errors import Cancelled, InvalidArgument
-from k4d.initial_scene import depth_pointmap
+from k4d.initial_scene import camera_pose, depth_pointmap
 from k4d.store import from_tensor_data
 from k4d_simulator.outcomes import stage_outcomes
 from k4d_simulator.validation import DEFAULT_NUM_FRAMES, validate_spec
@@ -189,7 +189,8 @@ def run_generation(spec: simulator_pb2.SimulationSpec, scene: InitialScene,
 
     manager, sampling = cores.sampling(spec, store, clip=robot.mask.shape)
     out = generation_core(manager, scene.image, robot.rgb, robot.pointmap, robot.mask, sampling,
-                          initial_pointmap=scene.pointmap(spec), on_step=on_step,
+                          initial_pointmap=scene.pointmap(spec),
+                          T_cam_from_base=camera_pose(spec), on_step=on_step,
                           should_cancel=cancelled)
     if out.static_world:  # one step: its bar completes
         on_step(1, 1)
