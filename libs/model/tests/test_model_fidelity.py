@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from k4d.camera import Camera
 from k4d.errors import InvalidArgument
 from k4d.generation import FidelityOptions
 from k4d_model.fidelity import (
@@ -18,6 +19,7 @@ from k4d_model.fidelity import (
     compose_over_input,
     compose_relative,
     fill_behind_robot,
+    fill_points_behind_robot,
     shaded_robot_render,
     surface_normals,
     uncovered_by_robot,
@@ -257,7 +259,7 @@ def test_shaded_robot_rgb_paints_the_robot_after_frame_zero(make_tiny):
 
 
 @pytest.mark.parametrize("extra", [{"robot_rgb": "painted"}, {"change_ramp": -1},
-                                   {"uncovered": "inpainted"}])
+                                   {"uncovered": "inpainted"}, {"uncovered_pointmap": "yes"}])
 def test_new_output_options_are_checked(extra):
     with pytest.raises(InvalidArgument):
         FidelityOptions.check(extra)
@@ -300,3 +302,44 @@ def test_uncovered_filled_replaces_the_models_guess_behind_the_robot(make_tiny):
     filled = np.round(np.clip(fill_behind_robot(image, robot.mask[0]), 0, 255)).astype(np.uint8)
     assert np.array_equal(out.rgb[uncovered], np.broadcast_to(filled, out.rgb.shape)[uncovered])
     assert out.metadata["fidelity"]["uncovered"] == "filled"
+
+
+def _tilted_plane(camera: Camera) -> np.ndarray:
+    """(H, W, 3) points of the plane 0.3 x + 0.2 y + z = 1.2 (camera frame) seen by `camera`."""
+    rays = camera.ray_directions()
+    depth = 1.2 / (0.3 * rays[..., 0] + 0.2 * rays[..., 1] + 1.0)
+    return (rays * depth[..., None]).astype(np.float32)
+
+
+def test_fill_points_behind_robot_continues_a_plane_behind_it():
+    camera = Camera(width=48, height=32, fx=40.0, fy=40.0, cx=23.5, cy=15.5)
+    plane = _tilted_plane(camera)
+    robot = np.zeros((32, 48), bool)
+    robot[8:24, 16:30] = True
+    robot_points = np.where(robot[..., None], plane * 0.6, 0.0).astype(np.float32)  # in front
+    first = np.where(robot[..., None], robot_points, plane)  # frame 0 shows the robot there
+    behind = fill_points_behind_robot(first, robot_points, robot)
+    assert not behind[~robot].any()
+    error = np.abs(behind[robot][:, 2] - plane[robot][:, 2]) / plane[robot][:, 2]
+    assert error.max() < 0.01, error.max()  # the plane, not the robot 40 % nearer
+    rays = behind[robot] / behind[robot][:, 2:]
+    assert np.allclose(rays, plane[robot] / plane[robot][:, 2:], atol=1e-6)  # on their rays
+
+
+def test_uncovered_pointmap_filled_shows_the_scene_behind_the_robot(make_tiny):
+    extra = {**ALL_ON, "uncovered": "filled", "uncovered_pointmap": "filled"}
+    pipe = _pipe(make_tiny, extra)
+    info = pipe.info
+    image, robot = _robot(info.num_frames, info.height, info.width)
+    scene = np.zeros((info.height, info.width, 3), np.float32)
+    scene[..., 2] = 2.0  # a wall 2 m away, the robot in front of it
+    out = pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=2,
+               initial_pointmap=np.where(robot.mask[0][..., None], robot.pointmap[0], scene))
+    uncovered = uncovered_by_robot(robot.mask)
+    assert uncovered.any()
+    assert np.allclose(out.pointmap[..., 2][uncovered], 2.0, atol=1e-4)
+    plain = _pipe(make_tiny, {**ALL_ON, "uncovered": "filled"})(
+        image, robot.rgb, robot.pointmap, robot.mask, num_steps=2,
+        initial_pointmap=np.where(robot.mask[0][..., None], robot.pointmap[0], scene))
+    assert not np.allclose(plain.pointmap[..., 2][uncovered], 2.0)  # the robot's ghost
+    assert out.metadata["fidelity"]["uncovered_pointmap"] == "filled"

@@ -228,6 +228,27 @@ def uncovered_by_robot(robot_mask: np.ndarray) -> np.ndarray:
     return uncovered
 
 
+def fill_points_behind_robot(first_points: np.ndarray, robot_points: np.ndarray,
+                             robot_first: np.ndarray) -> np.ndarray:
+    """(H, W, 3) float32 camera-frame points of what lies behind frame 0's robot: the inverse
+    depth of frame 0's scene points around it filled in over the robot (fill_behind_robot:
+    exact for a plane, whose inverse depth is linear in the pixel coordinates), along the
+    rays of the robot's own ray-cast points; zeros off the robot.
+    first_points (H, W, 3) frame 0's points (any at the robot's pixels); robot_points (H, W,
+    3) the robot condition's frame-0 points; robot_first (H, W) bool."""
+    depth = first_points[..., 2].astype(np.float32)
+    known = (depth > 0) & ~robot_first
+    if not known.any():
+        return np.zeros_like(first_points, dtype=np.float32)
+    inverse = np.where(known, 1.0 / np.where(known, depth, 1.0), 0.0).astype(np.float32)
+    filled = fill_behind_robot(inverse[..., None], ~known)[..., 0]
+    ray_depth = robot_points[..., 2]
+    rays = np.where(robot_first[..., None] & (ray_depth[..., None] > 0),
+                    robot_points / np.where(ray_depth > 0, ray_depth, 1.0)[..., None], 0.0)
+    behind = rays / np.maximum(filled, 1e-6)[..., None]
+    return np.where(robot_first[..., None], behind, 0.0).astype(np.float32)
+
+
 def fill_behind_robot(image: np.ndarray, robot_first: np.ndarray, smooth_steps: int = 32
                       ) -> np.ndarray:
     """(H, W, 3) float32: `image` with the pixels of `robot_first` (H, W) bool filled in from

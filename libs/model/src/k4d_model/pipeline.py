@@ -56,6 +56,7 @@ from k4d_model.fidelity import (
     compose_relative,
     estimated_first_points,
     fill_behind_robot,
+    fill_points_behind_robot,
     move_refined_points,
     shaded_robot_render,
     show_refined_change,
@@ -352,6 +353,10 @@ class Kinema4DPipeline:
             rgb_out[0] = image
             if initial_pointmap is not None:
                 points[0] = initial_pointmap
+        if opts.uncovered_pointmap == UNCOVERED_FILLED and robot.mask[0].any():
+            behind = fill_points_behind_robot(points[0], robot.pointmap[0], robot.mask[0])
+            points = np.where(uncovered_by_robot(robot.mask)[..., None], behind[None],
+                              points).astype(np.float32)
         return rgb_out, points
 
     def _check_refiner(self, opts: FidelityOptions) -> None:

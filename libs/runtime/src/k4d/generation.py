@@ -81,11 +81,17 @@ is the input, not a VAE reconstruction of it:
                      (rings from the outside in, then Laplace smoothing). What was behind the
                      robot was never observed: a smooth fill of its surroundings, instead of the
                      model's guess, which a weak model draws as a ghost of the robot.
+  uncovered_pointmap "filled": the same pixels' points are what lies behind frame 0's robot,
+                     filled in from the points around it: the inverse depth (linear in the
+                     pixel coordinates on a plane, so a table or floor behind the robot is
+                     filled exactly) rings from the outside in, then Laplace smoothing, along
+                     each pixel's camera ray. Otherwise they keep frame 0's robot points: a
+                     ghost of the robot in the pointmap.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 STATIC_WORLD = "static-world"
@@ -94,7 +100,7 @@ FIDELITY_KEYS = ("first_frame", "latent_anchor", "decode", "change_threshold",
                  "change_depth_m", "change_dilate", "change_near_robot_px", "change_ramp",
                  "robot_pointmap", "robot_rgb", "uncovered", "refiner", "refiner_threshold",
                  "refiner_power", "refiner_pointmap", "refiner_pointmap_threshold",
-                 "refiner_first_depth")
+                 "refiner_first_depth", "uncovered_pointmap")
 FIRST_FRAME_GIVEN = "given"
 DECODE_RELATIVE = "relative"
 DECODE_COMPOSITE = "composite"
@@ -127,6 +133,7 @@ class FidelityOptions:
     refiner_pointmap: str = ""
     refiner_pointmap_threshold: float = 0.5
     refiner_first_depth: str = ""
+    uncovered_pointmap: str = ""
 
     @classmethod
     def from_extra(cls, extra: dict[str, Any] | None) -> FidelityOptions:
@@ -148,7 +155,8 @@ class FidelityOptions:
                    refiner_pointmap=str(extra.get("refiner_pointmap", "")),
                    refiner_pointmap_threshold=float(extra.get("refiner_pointmap_threshold",
                                                               0.5)),
-                   refiner_first_depth=str(extra.get("refiner_first_depth", "")))
+                   refiner_first_depth=str(extra.get("refiner_first_depth", "")),
+                   uncovered_pointmap=str(extra.get("uncovered_pointmap", "")))
 
     @classmethod
     def check(cls, extra: dict[str, Any], prefix: str = "extra") -> FidelityOptions:
@@ -160,6 +168,7 @@ class FidelityOptions:
                    "robot_pointmap": ("", ROBOT_POINTMAP_KINEMATICS),
                    "robot_rgb": ("", ROBOT_RGB_CALIBRATED, ROBOT_RGB_SHADED),
                    "uncovered": ("", UNCOVERED_FILLED),
+                   "uncovered_pointmap": ("", UNCOVERED_FILLED),
                    "refiner": ("", REFINER_CHANGE),
                    "refiner_pointmap": ("", REFINER_CHANGE),
                    "refiner_first_depth": ("", REFINER_FIRST_DEPTH_ESTIMATED)}
@@ -193,13 +202,4 @@ class FidelityOptions:
         return self.decode in (DECODE_RELATIVE, DECODE_COMPOSITE)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"first_frame": self.first_frame, "latent_anchor": self.latent_anchor,
-                "decode": self.decode, "change_threshold": self.change_threshold,
-                "change_depth_m": self.change_depth_m, "change_dilate": self.change_dilate,
-                "change_near_robot_px": self.change_near_robot_px,
-                "change_ramp": self.change_ramp, "robot_pointmap": self.robot_pointmap,
-                "robot_rgb": self.robot_rgb, "uncovered": self.uncovered,
-                "refiner": self.refiner, "refiner_threshold": self.refiner_threshold,
-                "refiner_power": self.refiner_power, "refiner_pointmap": self.refiner_pointmap,
-                "refiner_pointmap_threshold": self.refiner_pointmap_threshold,
-                "refiner_first_depth": self.refiner_first_depth}
+        return asdict(self)
