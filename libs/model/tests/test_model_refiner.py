@@ -393,3 +393,26 @@ def test_an_rgb_rollout_with_a_camera_pose_reads_its_depth_off_the_planes(make_t
         with pytest.raises(InvalidArgument) as exc:
             pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1, T_cam_from_base=bad)
         assert exc.value.violations[0].field == "T_cam_from_base"
+
+
+def test_refiner_pointmap_drawn_moves_the_points_where_the_colour_changes(make_tiny):
+    image, robot = sliding_box_robot()
+    points = np.zeros(image.shape, np.float32)
+    points[..., 2] = 2.0
+    extra = {"first_frame": "given", "decode": "composite", "change_threshold": 40,
+             "robot_pointmap": "kinematics"}
+    # the colour network sees a change everywhere; the geometry network's own mask nowhere
+    refiner = with_geometry(_constant_refiner(0.0, 4.0),
+                            _constant_refiner(0.0, -4.0, depth=-1.0))
+    off = ~robot.mask[1:] & ~robot.mask[:1]
+    moved_by = depth_scale(robot) / DEPTH_GAIN
+    def run(more):
+        return _pipe(make_tiny, refiner, {**extra, **more})(
+            image, robot.rgb, robot.pointmap, robot.mask, num_steps=1, initial_pointmap=points)
+
+    drawn = run({"refiner_pointmap": "drawn"})
+    assert np.allclose(drawn.pointmap[1:, ..., 2][off], 2.0 - moved_by, atol=1e-5)
+    # "change" reads the geometry network's own mask, which sees no change: nothing moves
+    assert np.array_equal(run({"refiner_pointmap": "change"}).pointmap, run({}).pointmap)
+    with pytest.raises(FailedPrecondition, match="no depth head"):
+        _pipe(make_tiny, _constant_refiner(0.0, 1.0), {"refiner_pointmap": "drawn"})

@@ -31,6 +31,7 @@ from k4d.errors import Cancelled, FailedPrecondition, InvalidArgument
 from k4d.generation import (
     FIRST_FRAME_GIVEN,
     REFINER_CHANGE,
+    REFINER_DRAWN,
     REFINER_FIRST_DEPTH_ESTIMATED,
     ROBOT_POINTMAP_KINEMATICS,
     ROBOT_RGB_CALIBRATED,
@@ -329,10 +330,12 @@ class Kinema4DPipeline:
             points = points.astype(np.float32)
         else:
             rgb_out = _to_uint8(rgb)
-        if opts.refiner_pointmap == REFINER_CHANGE:
+        if opts.refiner_pointmap:
+            # "drawn": where the colour shows a change, so the points follow what is drawn
+            gate = (change.probability if opts.refiner_pointmap == REFINER_DRAWN
+                    else change.point_probability)
             points = move_refined_points(points, _first_points(points[0], initial_pointmap),
-                                         change.depth_m, change.point_probability,
-                                         opts.refiner_pointmap_threshold)
+                                         change.depth_m, gate, opts.refiner_pointmap_threshold)
         if opts.robot_pointmap == ROBOT_POINTMAP_KINEMATICS:
             points = np.where(robot.mask[..., None], robot.pointmap, points).astype(np.float32)
         if opts.refiner == REFINER_CHANGE:

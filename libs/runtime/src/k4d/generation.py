@@ -68,6 +68,11 @@ is the input, not a VAE reconstruction of it:
                      options above made of it; the robot's own points still come from
                      `robot_pointmap`. Needs a refiner with a depth head (refiner/config.json
                      "depth": true); a model that sets it without one is refused at load.
+                     "drawn": the same, where the probability of the network that draws the
+                     colour exceeds the threshold (with a separate geometry network, the
+                     colour network's, not the geometry network's own): the points follow
+                     the change the output shows, so an object drawn in a new place stands
+                     there in the pointmap too.
   refiner_first_depth
                      "estimated": a rollout given an RGB image alone (no initial pointmap)
                      takes the refiner's estimate of frame 0's depth as its initial pointmap,
@@ -109,6 +114,7 @@ ROBOT_RGB_CALIBRATED = "calibrated"
 ROBOT_RGB_SHADED = "shaded"
 UNCOVERED_FILLED = "filled"
 REFINER_CHANGE = "change"
+REFINER_DRAWN = "drawn"
 REFINER_FIRST_DEPTH_ESTIMATED = "estimated"
 
 
@@ -170,7 +176,7 @@ class FidelityOptions:
                    "uncovered": ("", UNCOVERED_FILLED),
                    "uncovered_pointmap": ("", UNCOVERED_FILLED),
                    "refiner": ("", REFINER_CHANGE),
-                   "refiner_pointmap": ("", REFINER_CHANGE),
+                   "refiner_pointmap": ("", REFINER_CHANGE, REFINER_DRAWN),
                    "refiner_first_depth": ("", REFINER_FIRST_DEPTH_ESTIMATED)}
         for key, allowed in choices.items():
             if key in extra and extra[key] not in allowed:
