@@ -20,7 +20,7 @@ where it has been so far), and outputs per pixel
                  coordinate c per axis (3, metres) and which one the pixel lies on (4
                  logits: none, x, y, z). The depth of a pixel on a plane is where its camera
                  ray meets it (exact for a flat surface, ADR 017); elsewhere `first`.
-                 Such a network also reads the camera's pose (camera_channels).
+                 Such a network also reads the camera's pose (BaseRays.channels).
 
 Trained by `k4d train` (the recipe's `refiner` section, k4d_trainer.refiner_stage) on the same
 clips as the transformer; used by the pipeline when the model's `refiner` option is set
@@ -47,7 +47,7 @@ FOLDER = "refiner"
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 INPUT_CHANNELS = 13  # see refiner_inputs
-CAMERA_CHANNELS = 7  # see camera_channels
+CAMERA_CHANNELS = 7  # see BaseRays.channels
 OUTPUT_CHANNELS = 4  # colour change (3) + change logit (1), + 1 with a depth head
 PLANE_CHANNELS = 7  # world coordinate per axis (3) + plane logits: none, x, y, z (4)
 # A plane's depth further than this factor from the direct estimate is taken for a
@@ -163,7 +163,7 @@ def refiner_inputs(image: np.ndarray, robot: RobotCondition, frames: list[int] |
         the given image (3, [-1, 1]); the robot render at t (3, [-1, 1]); the robot mask at
         t, at 0, where the robot has been up to t, and at t-1 (4); the robot's depth at t and
         at 0 over its mean depth in frame 0 (2: scale-free, 0 off the robot); t / (T-1) (1);
-        then `camera` (camera_channels) when given, the same for every frame.
+        then `camera` (BaseRays.channels) when given, the same for every frame.
 
     image (H, W, 3) uint8; robot: the condition (T, H, W, ...) in the image's size."""
     mask = np.asarray(robot.mask, bool)

@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from k4d.errors import InvalidArgument
 from k4d_model.refiner import (
     DEPTH_GAIN,
+    PLANE_CHANNELS,
     BaseRays,
     ChangeRefiner,
     RefinerConfig,
@@ -108,7 +109,7 @@ class RefinerClip:
         self.changed = changed_pixels(clip)
         self.depth = scene_depth(clip)  # known where > 0 (the targets' masks)
         self.scale = depth_scale(self.robot)
-        T, H, W = self.depth.shape
+        _, H, W = self.depth.shape
         self.camera = None
         self.plane = np.zeros((H, W), np.int64)
         self.base_points = np.zeros((H, W, 3), np.float32)
@@ -156,7 +157,7 @@ class RefinerClip:
 
 def planes_of(base_points: np.ndarray, known: np.ndarray) -> np.ndarray:
     """(H, W) int64: the plane of the base frame each known pixel lies on (0: none, 1-3:
-    x, y, z = const, z first): the coordinate varies < PLANE_TOLERANCE_M over the pixel's
+    x, y, z = const; z before x before y where two hold): the coordinate varies < PLANE_TOLERANCE_M over the pixel's
     3x3 neighbourhood, all of it known. base_points (H, W, 3) metres, known (H, W) bool."""
     padded = np.pad(np.where(known[..., None], base_points, np.nan), ((1, 1), (1, 1), (0, 0)),
                     constant_values=np.nan)
@@ -198,7 +199,7 @@ def refiner_loss(output: torch.Tensor, batch: RefinerExample, section: RefinerSe
         loss = loss + section.first_depth_weight * error
         parts["first_depth"] = float(error.detach())
     if section.plane_weight > 0:
-        planes = output[:, config.planes_index:config.planes_index + 7]
+        planes = output[:, config.planes_index:config.planes_index + PLANE_CHANNELS]
         where = batch.plane_known[:, 0]
         count = where.sum().clamp_min(1.0)
         entropy = (where * F.cross_entropy(planes[:, 3:], batch.plane[:, 0], reduction="none")
