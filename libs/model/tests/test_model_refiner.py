@@ -135,12 +135,21 @@ def test_move_refined_points_moves_along_the_camera_ray():
     assert (out[1, 0, 1] == 7).all() and (out[1, 1, 1] == 7).all() and (out[0] == 7).all()
 
 
-def test_refiner_pointmap_option_moves_the_changed_points(make_tiny):
+POINTMAP_EXTRA = {"first_frame": "given", "decode": "composite", "change_threshold": 40,
+                  "robot_pointmap": "kinematics"}
+
+
+def _wall_scene():
+    """sliding_box_robot and a scene 2 m away (the initial pointmap)."""
     image, robot = sliding_box_robot()
     points = np.zeros(image.shape, np.float32)
     points[..., 2] = 2.0
-    extra = {"first_frame": "given", "decode": "composite", "change_threshold": 40,
-             "robot_pointmap": "kinematics"}
+    return image, robot, points
+
+
+def test_refiner_pointmap_option_moves_the_changed_points(make_tiny):
+    image, robot, points = _wall_scene()
+    extra = POINTMAP_EXTRA
     moved = _pipe(make_tiny, _constant_refiner(0.0, 4.0, depth=-1.0),
                   {**extra, "refiner_pointmap": "change"})
     out = moved(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1,
@@ -396,16 +405,14 @@ def test_an_rgb_rollout_with_a_camera_pose_reads_its_depth_off_the_planes(make_t
 
 
 def test_refiner_pointmap_drawn_moves_the_points_where_the_colour_changes(make_tiny):
-    image, robot = sliding_box_robot()
-    points = np.zeros(image.shape, np.float32)
-    points[..., 2] = 2.0
-    extra = {"first_frame": "given", "decode": "composite", "change_threshold": 40,
-             "robot_pointmap": "kinematics"}
+    image, robot, points = _wall_scene()
+    extra = POINTMAP_EXTRA
     # the colour network sees a change everywhere; the geometry network's own mask nowhere
     refiner = with_geometry(_constant_refiner(0.0, 4.0),
                             _constant_refiner(0.0, -4.0, depth=-1.0))
     off = ~robot.mask[1:] & ~robot.mask[:1]
     moved_by = depth_scale(robot) / DEPTH_GAIN
+
     def run(more):
         return _pipe(make_tiny, refiner, {**extra, **more})(
             image, robot.rgb, robot.pointmap, robot.mask, num_steps=1, initial_pointmap=points)

@@ -194,10 +194,20 @@ class BaseRays:
 
     rays    (H, W, 3) float64, base frame, the camera-frame ray with z == 1 rotated (a point
             at depth d along it is centre + d * ray)
-    centre  (3,) float64 metres, the camera's centre in the base frame"""
+    T_base_from_cam  (4, 4) float64, the camera's pose in the base frame"""
 
     rays: np.ndarray
-    centre: np.ndarray
+    T_base_from_cam: np.ndarray
+
+    @property
+    def centre(self) -> np.ndarray:
+        """(3,) metres: the camera's centre in the base frame."""
+        return self.T_base_from_cam[:3, 3]
+
+    def to_base(self, p_cam: np.ndarray) -> np.ndarray:
+        """Camera-frame points (..., 3) -> base-frame points (..., 3) float64."""
+        return (np.asarray(p_cam, np.float64) @ self.T_base_from_cam[:3, :3].T
+                + self.T_base_from_cam[:3, 3])
 
     @classmethod
     def from_robot(cls, robot: RobotCondition, T_cam_from_base: np.ndarray | None
@@ -213,8 +223,7 @@ class BaseRays:
         if camera is None:
             return None
         T_base_from_cam = np.linalg.inv(np.asarray(T_cam_from_base, np.float64))
-        rays = camera.ray_directions() @ T_base_from_cam[:3, :3].T
-        return cls(rays, T_base_from_cam[:3, 3].copy())
+        return cls(camera.ray_directions() @ T_base_from_cam[:3, :3].T, T_base_from_cam)
 
     def channels(self) -> np.ndarray:
         """(CAMERA_CHANNELS, H, W) float32: the rays' unit directions (3), the centre (3,

@@ -117,10 +117,7 @@ class RefinerClip:
         rays = BaseRays.from_robot(self.robot, T_cam_from_base)
         if rays is not None:
             self.camera = rays.channels()
-            T_base_from_cam = np.linalg.inv(np.asarray(T_cam_from_base, np.float64))
-            points = clip["pointmap"][0].astype(np.float64)
-            self.base_points = (points @ T_base_from_cam[:3, :3].T
-                                + T_base_from_cam[:3, 3]).astype(np.float32)
+            self.base_points = rays.to_base(clip["pointmap"][0]).astype(np.float32)
             self.plane_known = (self.depth[0] > 0) & ~self.robot.mask[0]
             self.plane = planes_of(self.base_points, self.plane_known)
 
