@@ -116,6 +116,8 @@ def main() -> None:
         return
 
     from k4d.episodes import open_dataset
+    from k4d.robots.descriptions import load_robot
+    from k4d.tool import tool_track
     from k4d_embedded.outputs import world_point_mask, write_pointmap_npz
     from k4d_eval.eval_runs import eval_dataset
     from k4d_eval.evaluate import Settings
@@ -158,7 +160,9 @@ def main() -> None:
                            .convert("RGB"))
         robot = np.load(floor / episode_id / "robot.npz")
         initial = first_pointmap(dataset, episode_id) if args.depth else None
-        pose = dataset.open(episode_id).meta.camera_at(0).T_cam_from_base
+        meta = dataset.open(episode_id).meta
+        pose = meta.camera_at(0).T_cam_from_base
+        tool = tool_track(load_robot(meta.robot), robot["joints"], robot["poses"])
         condition = RobotCondition(robot["rgb"], robot["pointmap"].astype(np.float32),
                                    robot["mask"].astype(bool))
         for name, extra in variants:
@@ -172,7 +176,7 @@ def main() -> None:
             if key in decoded:
                 norm = PointmapNormalization.from_points(condition.pointmap, condition.mask)
                 rgb, points = pipe.finish_output(image, condition, *decoded[key], norm, initial,
-                                                 pose)
+                                                 pose, tool)
             else:
                 def remember(latents, _key=key):
                     decoded[_key] = original_decode(latents)
@@ -180,7 +184,7 @@ def main() -> None:
 
                 pipe.decode_float = remember
                 result = pipe(image, condition.rgb, condition.pointmap, condition.mask,
-                              initial_pointmap=initial, T_cam_from_base=pose,
+                              initial_pointmap=initial, T_cam_from_base=pose, tool=tool,
                               num_steps=args.steps or None)
                 pipe.decode_float = original_decode
                 rgb, points = result.rgb, result.pointmap

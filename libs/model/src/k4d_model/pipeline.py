@@ -30,6 +30,7 @@ from k4d.camera import check_rigid
 from k4d.errors import Cancelled, FailedPrecondition, InvalidArgument
 from k4d.generation import (
     FIRST_FRAME_GIVEN,
+    GRASP_RIGID,
     REFINER_CHANGE,
     REFINER_DRAWN,
     REFINER_FIRST_DEPTH_ESTIMATED,
@@ -39,6 +40,7 @@ from k4d.generation import (
     UNCOVERED_FILLED,
     FidelityOptions,
 )
+from k4d.tool import ToolTrack
 
 from k4d_model.checkpoints import ModelComponents
 from k4d_model.conditions import (
@@ -49,6 +51,7 @@ from k4d_model.conditions import (
     first_frame_mask,
     uniform_pointmap,
 )
+from k4d_model.contact import carry_grasped, grasped_objects
 from k4d_model.fidelity import (
     anchor_first_latent,
     calibrated_robot_render,
@@ -293,11 +296,12 @@ class Kinema4DPipeline:
     def finish_output(self, image: np.ndarray, robot: RobotCondition, rgb: np.ndarray,
                       pointmap: np.ndarray, norm: PointmapNormalization,
                       initial_pointmap: np.ndarray | None,
-                      T_cam_from_base: np.ndarray | None = None
+                      T_cam_from_base: np.ndarray | None = None, tool: ToolTrack | None = None
                       ) -> tuple[np.ndarray, np.ndarray]:
         """Decoded rgb / pointmap ([-1, 1] floats) -> uint8 RGB and metric pointmap under the
         model's fidelity options (k4d_model.fidelity). T_cam_from_base: the camera's pose,
-        for a refiner whose geometry network reads it (scene planes)."""
+        for a refiner whose geometry network reads it (scene planes) and for the grasp
+        option, which also needs the tool track (k4d_model.contact)."""
         opts = FidelityOptions.from_extra(self.info.extra)
         points = norm.denormalise(pointmap)
         change = None
@@ -360,6 +364,9 @@ class Kinema4DPipeline:
             behind = fill_points_behind_robot(points[0], robot.pointmap[0], robot.mask[0])
             points = np.where(uncovered_by_robot(robot.mask)[..., None], behind[None],
                               points).astype(np.float32)
+        if opts.grasp == GRASP_RIGID and tool is not None and T_cam_from_base is not None:
+            held = grasped_objects(rgb_out[0], points[0], robot.mask[0], tool, T_cam_from_base)
+            rgb_out, points = carry_grasped(rgb_out, points, robot.mask, robot.pointmap, held)
         return rgb_out, points
 
     def _check_refiner(self, opts: FidelityOptions) -> None:
@@ -384,7 +391,8 @@ class Kinema4DPipeline:
                  callback: ProgressCallback | None = None,
                  should_cancel: CancelCheck | None = None,
                  initial_pointmap: np.ndarray | None = None,
-                 T_cam_from_base: np.ndarray | None = None) -> GenerationResult:
+                 T_cam_from_base: np.ndarray | None = None,
+                 tool: ToolTrack | None = None) -> GenerationResult:
         """Sample one rollout. See the module docstring for the steps and guidance modes.
 
         initial_pointmap: optional (H, W, 3) float32 metres, camera frame: the scene's points
@@ -392,7 +400,10 @@ class Kinema4DPipeline:
         keeps it where nothing changes (k4d_model.fidelity, relative decoding).
         T_cam_from_base: optional (4, 4), the pose of the camera the robot condition was
         rendered with, relative to the robot's base: a refiner with scene planes reads frame
-        0's depth off the base frame's planes with it (k4d_model.refiner; ADR 017)."""
+        0's depth off the base frame's planes with it (k4d_model.refiner; ADR 017).
+        tool: optional k4d.tool.ToolTrack of the rollout (the tool frame and the gripper's
+        opening per frame): with the camera's pose, the `grasp` option moves what the
+        gripper holds with it (k4d_model.contact; ADR 018)."""
         started = time.perf_counter()
         robot = RobotCondition(robot_rgb, robot_pointmap, robot_mask)
         num_steps = self.info.num_inference_steps if num_steps is None else int(num_steps)
@@ -402,6 +413,8 @@ class Kinema4DPipeline:
                           shift)
         _check_initial_pointmap(initial_pointmap, image.shape[:2])
         _check_camera_pose(T_cam_from_base)
+        if tool is not None:
+            tool.check_frames(robot.rgb.shape[0])
         opts = FidelityOptions.from_extra(self.info.extra)
         norm = pointmap_normalization or PointmapNormalization.from_points(robot_pointmap,
                                                                            robot_mask)
@@ -438,7 +451,7 @@ class Kinema4DPipeline:
         denoised = time.perf_counter()
         # 7. decode and de-normalise
         rgb, pointmap = self.finish_output(image, robot, *self.decode_float(latents), norm,
-                                           initial_pointmap, T_cam_from_base)
+                                           initial_pointmap, T_cam_from_base, tool)
         metadata = {
             "generator": "kinema4d", "model": self.info.to_dict(), "model_id": self.model_id,
             "backend": self.backend.describe(), "seed": int(seed), "num_steps": num_steps,

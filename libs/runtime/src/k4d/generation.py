@@ -92,6 +92,17 @@ is the input, not a VAE reconstruction of it:
                      filled exactly) rings from the outside in, then Laplace smoothing, along
                      each pixel's camera ray. Otherwise they keep frame 0's robot points: a
                      ghost of the robot in the pointmap.
+  grasp              "rigid": an object the gripper closes on moves with the tool, rigidly,
+                     until the gripper opens (a kinematic prior, not learned; ADR 018). Where
+                     the gripper starts to close, the object is the piece of frame 0's scene
+                     next to the tool frame that stands above the surface under it or differs
+                     from its colour; the tool at or below that surface holds nothing. Its
+                     frame-0 pixels and points are drawn where the tool takes them (behind
+                     the robot where the robot is nearer); where it was, the frame shows its
+                     surroundings filled in (uncovered's fill) and the points the surface
+                     behind it. Needs the rollout's tool track (k4d.tool.ToolTrack: the
+                     simulator passes it from the kinematics stage) and the camera's pose;
+                     without them the option does nothing.
 """
 
 from __future__ import annotations
@@ -105,7 +116,7 @@ FIDELITY_KEYS = ("first_frame", "latent_anchor", "decode", "change_threshold",
                  "change_depth_m", "change_dilate", "change_near_robot_px", "change_ramp",
                  "robot_pointmap", "robot_rgb", "uncovered", "refiner", "refiner_threshold",
                  "refiner_power", "refiner_pointmap", "refiner_pointmap_threshold",
-                 "refiner_first_depth", "uncovered_pointmap")
+                 "refiner_first_depth", "uncovered_pointmap", "grasp")
 FIRST_FRAME_GIVEN = "given"
 DECODE_RELATIVE = "relative"
 DECODE_COMPOSITE = "composite"
@@ -116,6 +127,7 @@ UNCOVERED_FILLED = "filled"
 REFINER_CHANGE = "change"
 REFINER_DRAWN = "drawn"
 REFINER_FIRST_DEPTH_ESTIMATED = "estimated"
+GRASP_RIGID = "rigid"
 
 
 @dataclass(frozen=True)
@@ -140,6 +152,7 @@ class FidelityOptions:
     refiner_pointmap_threshold: float = 0.5
     refiner_first_depth: str = ""
     uncovered_pointmap: str = ""
+    grasp: str = ""
 
     @classmethod
     def from_extra(cls, extra: dict[str, Any] | None) -> FidelityOptions:
@@ -162,7 +175,8 @@ class FidelityOptions:
                    refiner_pointmap_threshold=float(extra.get("refiner_pointmap_threshold",
                                                               0.5)),
                    refiner_first_depth=str(extra.get("refiner_first_depth", "")),
-                   uncovered_pointmap=str(extra.get("uncovered_pointmap", "")))
+                   uncovered_pointmap=str(extra.get("uncovered_pointmap", "")),
+                   grasp=str(extra.get("grasp", "")))
 
     @classmethod
     def check(cls, extra: dict[str, Any], prefix: str = "extra") -> FidelityOptions:
@@ -177,7 +191,8 @@ class FidelityOptions:
                    "uncovered_pointmap": ("", UNCOVERED_FILLED),
                    "refiner": ("", REFINER_CHANGE),
                    "refiner_pointmap": ("", REFINER_CHANGE, REFINER_DRAWN),
-                   "refiner_first_depth": ("", REFINER_FIRST_DEPTH_ESTIMATED)}
+                   "refiner_first_depth": ("", REFINER_FIRST_DEPTH_ESTIMATED),
+                   "grasp": ("", GRASP_RIGID)}
         for key, allowed in choices.items():
             if key in extra and extra[key] not in allowed:
                 raise InvalidArgument.for_field(f"{prefix}.{key}", f"must be one of {allowed}")

@@ -94,17 +94,18 @@ def choose_backend(manager: ModelManager, sampling: dict, *, name: str = "", ver
 def run_generation(manager: ModelManager, image: np.ndarray, robot_rgb: np.ndarray,
                    robot_pointmap: np.ndarray, robot_mask: np.ndarray, sampling: dict, *,
                    initial_pointmap: np.ndarray | None = None,
-                   T_cam_from_base: np.ndarray | None = None,
+                   T_cam_from_base: np.ndarray | None = None, tool=None,
                    on_step: Callable[[int, int], None] | None = None,
                    should_cancel: Callable[[], bool] | None = None) -> GenerationOutput:
     """Sample the world's reaction to the robot condition. `sampling` from
     `choose_backend`; initial_pointmap: optional (H, W, 3) metres of the first frame (an
     RGB-D observation); T_cam_from_base: optional (4, 4) pose of the camera the robot
-    condition was rendered with (k4d_model.pipeline); on_step(done, total) per sampler step;
+    condition was rendered with (k4d_model.pipeline); tool: optional k4d.tool.ToolTrack (the
+    grasp option); on_step(done, total) per sampler step;
     should_cancel is polled between steps (Cancelled when true)."""
     result = manager.generate(image, robot_rgb, robot_pointmap, robot_mask, callback=on_step,
                               should_cancel=should_cancel, initial_pointmap=initial_pointmap,
-                              T_cam_from_base=T_cam_from_base, **sampling)
+                              T_cam_from_base=T_cam_from_base, tool=tool, **sampling)
     meta = result.metadata
     static = sampling["backend"] == STATIC_WORLD
     if static:

@@ -132,9 +132,10 @@ class ModelManager:
                  seed: int = 42, guidance: float | None = None, scheduler: str | None = None,
                  shift: float | None = None, callback=None, should_cancel=None,
                  initial_pointmap: np.ndarray | None = None,
-                 T_cam_from_base: np.ndarray | None = None) -> GenerationResult:
+                 T_cam_from_base: np.ndarray | None = None, tool=None) -> GenerationResult:
         """initial_pointmap: optional (H, W, 3) metres, the first frame's points (RGB-D);
-        T_cam_from_base: optional (4, 4), the camera's pose relative to the robot's base."""
+        T_cam_from_base: optional (4, 4), the camera's pose relative to the robot's base;
+        tool: optional k4d.tool.ToolTrack of the rollout (the model's grasp option)."""
         robot = {"robot_rgb": robot_rgb, "robot_pointmap": robot_pointmap,
                  "robot_mask": robot_mask}
         if backend == STATIC_WORLD or (self._loaded is None and self.allow_static_world):
@@ -157,7 +158,7 @@ class ModelManager:
                                     scheduler=scheduler, shift=shift, callback=callback,
                                     should_cancel=should_cancel,
                                     initial_pointmap=initial_pointmap,
-                                    T_cam_from_base=T_cam_from_base, **robot)
+                                    T_cam_from_base=T_cam_from_base, tool=tool, **robot)
         finally:
             self._sample_lock.release()
 

@@ -44,9 +44,12 @@ from k4d.errors import FailedPrecondition
 from k4d.initial_scene import camera_pose, initial_pointmap
 from k4d.logs import get_logger
 from k4d.model_events import read_model_published
+from k4d.robots.proto import robot_from_ref
+from k4d.robots.registry import RobotRegistry
 from k4d.stage_events import StageContext, is_cancelled, publish_stage_event
 from k4d.store import from_tensor_data, get_array, job_key, put_array
 from k4d.tensor_io import TensorRef
+from k4d.tool import ToolTrack, tool_track
 from kinema4d.v1 import common_pb2, events_pb2, simulator_pb2
 
 from k4d_generator.api import model_info_proto, sampling_kwargs
@@ -63,6 +66,7 @@ class GenerationStage:
     def __init__(self, bus, store, manager: ModelManager, served_model: str = ""):
         self.bus, self.store, self.manager = bus, store, manager
         self.served_model = served_model  # the start-up model: the only one served
+        self.robots = RobotRegistry(store)  # the tool track's robot (the grasp option)
 
     def handle(self, event: events_pb2.ProjectionCompleted, context: StageContext) -> None:
         started = time.perf_counter()
@@ -80,6 +84,7 @@ class GenerationStage:
         out = run_generation(
             self.manager, image, robot["rgb"], robot["pointmap"], robot["mask"], sampling,
             initial_pointmap=initial_pointmap(spec, self.store), T_cam_from_base=camera_pose(spec),
+            tool=self._tool(event),
             on_step=lambda done, total: self._progress(context, done, total),
             should_cancel=lambda: is_cancelled(self.store, context.job_id))
         # encode
@@ -97,6 +102,13 @@ class GenerationStage:
         sim_result.stage_seconds[STAGE] = time.perf_counter() - started
         publish_stage_event(self.bus, SIM_COMPLETED, context,
                             events_pb2.SimulationCompleted(result=sim_result))
+
+    def _tool(self, event: events_pb2.ProjectionCompleted) -> ToolTrack:
+        """The tool's track from the kinematics stage's joints and link poses."""
+        model = robot_from_ref(event.spec.robot, self.robots, "spec.robot")
+        joints, poses = (get_array(self.store, TensorRef.from_proto(getattr(event, name), name),
+                                   field=name) for name in ("joints", "poses"))
+        return tool_track(model, joints, poses)
 
     def _store_video(self, job_id: str, out: GenerationOutput) -> str:
         from k4d_generator.outputs import write_video

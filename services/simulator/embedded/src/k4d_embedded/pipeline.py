@@ -29,6 +29,7 @@ from k4d.camera_proto import camera_from_proto
 from k4d.errors import Cancelled, InvalidArgument
 from k4d.initial_scene import camera_pose, depth_pointmap
 from k4d.store import from_tensor_data
+from k4d.tool import tool_track
 from k4d_simulator.outcomes import stage_outcomes
 from k4d_simulator.validation import DEFAULT_NUM_FRAMES, validate_spec
 from kinema4d.v1 import common_pb2, simulator_pb2
@@ -178,8 +179,10 @@ def run_projection(spec: simulator_pb2.SimulationSpec, kin: KinematicsOutput,
 def run_generation(spec: simulator_pb2.SimulationSpec, scene: InitialScene,
                    robot: RenderResult, cores: StageCores, store=None,
                    progress: ProgressFn | None = None,
-                   cancelled: CancelFn | None = None) -> GenerationOutput:
-    """The generation core: the real sampler for a model, static-world without one."""
+                   cancelled: CancelFn | None = None,
+                   kin: KinematicsOutput | None = None) -> GenerationOutput:
+    """The generation core: the real sampler for a model, static-world without one. `kin`
+    gives the model the tool's track (its grasp option)."""
     from k4d_generator.core import run_generation as generation_core
 
     def on_step(done: int, total: int) -> None:
@@ -191,6 +194,9 @@ def run_generation(spec: simulator_pb2.SimulationSpec, scene: InitialScene,
     out = generation_core(manager, scene.image, robot.rgb, robot.pointmap, robot.mask, sampling,
                           initial_pointmap=scene.pointmap(spec),
                           T_cam_from_base=camera_pose(spec), on_step=on_step,
+                          tool=(None if kin is None else
+                                tool_track(cores.robot(_robot_name(spec), store), kin.joints,
+                                           kin.poses)),
                           should_cancel=cancelled)
     if out.static_world:  # one step: its bar completes
         on_step(1, 1)
@@ -281,5 +287,5 @@ def run_embedded(spec: simulator_pb2.SimulationSpec, store=None,
     kin = stage("kinematics", lambda: run_kinematics(spec, cores, store))
     proj = stage("projection", lambda: run_projection(spec, kin, cores, store))
     gen = stage("generation", lambda: run_generation(spec, scene, proj, cores, store, report,
-                                                     cancelled))
+                                                     cancelled, kin))
     return EmbeddedResult(kin, proj, gen, scene.image, seconds)

@@ -1,0 +1,189 @@
+"""The `grasp: rigid` output option (k4d.generation; ADR 018): an object the gripper closes
+on moves with the tool, rigidly, until the gripper opens.
+
+The networks draw a grasped object a few pixels wide faintly or not at all, and its points
+stay on the table (measured: 4 of 5 held-out picks drawn without the lift). Kinematics knows
+where the tool is and when the gripper closes, as it knows where the robot is: a held object
+is part of the kinematic chain while it is held. This is a prior, not learned. It covers
+what a rigid grasp does; slips, drops and pushes stay with the networks.
+
+1. Grasps: each run of frames over which the gripper's opening falls and does not rise
+   again (closing at g, opening again at r: held over g..r-1, left where frame r-1 put it).
+2. The object: frame 0's pieces of scene (off the robot) within GRASP_RADIUS_M of the tool
+   frame at g that stand more than CLEARANCE_M above the surface under the tool or differ
+   from that surface's colour by more than COLOUR_DIFFERENCE; the piece nearest the tool.
+   The tool at or below that surface holds nothing (its fingers would meet the surface).
+3. Drawn: for t > g the object's frame-0 pixels and points, moved by the tool's motion since
+   g, splatted far to near, behind the robot where the robot is nearer; its frame-0 pixels
+   show their surroundings filled in and the points of the surface behind it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from k4d.camera import fit_pinhole
+from k4d.tool import ToolTrack
+
+from k4d_model.fidelity import fill_behind_robot
+
+OPENING_EPS = 1e-3  # joint units: a change of the opening smaller than this is noise
+GRASP_RADIUS_M = 0.06  # an object's points within this of the tool frame can be held
+SUPPORT_RADIUS_M = 0.12  # the surface under the tool: points within this horizontally,
+SUPPORT_DEPTH_M = 0.15  # and at most this far below the tool
+CLEARANCE_M = 0.005  # an object's points stand this far above its surface
+COLOUR_DIFFERENCE = 30.0  # RGB distance from the surface's colour that marks an object
+MIN_OBJECT_PIXELS = 3
+
+
+@dataclass
+class GraspedObject:
+    """mask: (H, W) bool, the object's pixels in frame 0. T_cam_motion: (T, 4, 4), its
+    motion since frame 0 in the first frame's camera (identity until it is taken)."""
+
+    mask: np.ndarray
+    T_cam_motion: np.ndarray
+    grasp_frame: int
+    release_frame: int
+
+    def moved(self, t: int) -> bool:
+        return not np.allclose(self.T_cam_motion[t], np.eye(4), atol=1e-6)
+
+
+def grasp_intervals(opening: np.ndarray) -> list[tuple[int, int]]:
+    """[(g, r)]: the gripper closes at frame g and opens again at frame r (len(opening) when
+    it stays closed)."""
+    opening = np.asarray(opening, np.float64)
+    intervals, t, frames = [], 1, len(opening)
+    while t < frames:
+        if opening[t] < opening[t - 1] - OPENING_EPS:
+            release = t + 1
+            while release < frames and not opening[release] > opening[release - 1] + OPENING_EPS:
+                release += 1
+            intervals.append((t, release))
+            t = release
+        t += 1
+    return intervals
+
+
+def grasped_objects(first_rgb: np.ndarray, first_points: np.ndarray, robot_first: np.ndarray,
+                    tool: ToolTrack, T_cam_from_base: np.ndarray) -> list[GraspedObject]:
+    """The objects the gripper holds over the rollout, from frame 0's image (H, W, 3) uint8,
+    its points (H, W, 3) camera frame, the robot's frame-0 pixels (H, W) bool, the tool
+    track and the camera's pose."""
+    T_cam_from_base = np.asarray(T_cam_from_base, np.float64)
+    T_base_from_cam = np.linalg.inv(T_cam_from_base)
+    points = np.asarray(first_points, np.float64)
+    base = points @ T_base_from_cam[:3, :3].T + T_base_from_cam[:3, 3]
+    scene = (points[..., 2] > 0) & ~np.asarray(robot_first, bool)
+    colour = np.asarray(first_rgb, np.float32)
+    taken = np.zeros(scene.shape, bool)
+    objects = []
+    for grasp, release in grasp_intervals(tool.opening):
+        at = tool.T_base_from_tool[grasp]
+        mask = _object_next_to(at[:3, 3], base, colour, scene & ~taken)
+        if mask is None:
+            continue
+        taken |= mask
+        motion = np.repeat(np.eye(4)[None], tool.frames, axis=0)
+        from_grasp = np.linalg.inv(at)
+        for t in range(grasp + 1, tool.frames):
+            moved_base = tool.T_base_from_tool[min(t, release - 1)] @ from_grasp
+            motion[t] = T_cam_from_base @ moved_base @ T_base_from_cam
+        objects.append(GraspedObject(mask, motion, grasp, release))
+    return objects
+
+
+def _object_next_to(tool_at: np.ndarray, base: np.ndarray, colour: np.ndarray,
+                    scene: np.ndarray) -> np.ndarray | None:
+    from scipy import ndimage
+
+    horizontal = np.linalg.norm(base[..., :2] - tool_at[:2], axis=-1)
+    height = base[..., 2]
+    under = (scene & (horizontal < SUPPORT_RADIUS_M) & (height < tool_at[2])
+             & (height > tool_at[2] - SUPPORT_DEPTH_M))
+    if under.sum() < 10:
+        return None
+    surface = float(np.median(height[under]))
+    if tool_at[2] < surface + CLEARANCE_M:  # its fingers would meet the surface first
+        return None
+    surface_colour = np.median(colour[under & (height < surface + CLEARANCE_M)], axis=0)
+    differs = np.linalg.norm(colour - surface_colour, axis=-1) > COLOUR_DIFFERENCE
+    candidates = (scene & (np.linalg.norm(base - tool_at, axis=-1) < GRASP_RADIUS_M)
+                  & (differs | (height > surface + CLEARANCE_M)))
+    labels, count = ndimage.label(candidates, structure=np.ones((3, 3)))
+    best, best_distance = None, np.inf
+    for k in range(1, count + 1):
+        piece = labels == k
+        if piece.sum() < MIN_OBJECT_PIXELS:
+            continue
+        distance = float(np.linalg.norm(np.median(base[piece], axis=0) - tool_at))
+        if distance < best_distance:
+            best, best_distance = piece, distance
+    return best
+
+
+def carry_grasped(rgb: np.ndarray, pointmap: np.ndarray, robot_mask: np.ndarray,
+                  robot_pointmap: np.ndarray, objects: list[GraspedObject]
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """rgb (T, H, W, 3) uint8 and pointmap (T, H, W, 3) metres, first camera, with the
+    grasped objects drawn where the tool takes them (frame 0's pixels and points of each
+    object are read from frame 0 of the two). robot_pointmap (T, H, W, 3) and robot_mask
+    (T, H, W): the robot condition (its camera is fitted on them)."""
+    if not objects:
+        return rgb, pointmap
+    camera = fit_pinhole(robot_pointmap, robot_mask)
+    if camera is None:  # too few robot pixels to know the camera: nothing can be drawn
+        return rgb, pointmap
+    rgb, pointmap = rgb.copy(), pointmap.copy()
+    frames, height, width = rgb.shape[:3]
+    first_rgb, first_points = rgb[0].copy(), pointmap[0].astype(np.float64)
+    held = np.zeros((height, width), bool)
+    for obj in objects:
+        held |= obj.mask
+    behind = _surface_behind(first_points, held)
+    for t in range(1, frames):
+        vacated = np.zeros((height, width), bool)
+        for obj in objects:
+            if obj.moved(t):
+                vacated |= obj.mask
+        vacated &= ~robot_mask[t]
+        if vacated.any():
+            filled = fill_behind_robot(rgb[t].astype(np.float32), vacated)
+            rgb[t][vacated] = np.clip(np.rint(filled[vacated]), 0, 255).astype(np.uint8)
+            pointmap[t][vacated] = behind[vacated]
+        for obj in objects:
+            if obj.moved(t):
+                _draw(rgb[t], pointmap[t], robot_mask[t], camera, first_rgb[obj.mask],
+                      first_points[obj.mask], obj.T_cam_motion[t])
+    return rgb, pointmap
+
+
+def _surface_behind(first_points: np.ndarray, region: np.ndarray) -> np.ndarray:
+    """(H, W, 3) points of the surface behind `region`: frame 0's inverse depth around it
+    filled in over it (exact for a plane), along the region's own rays."""
+    depth = first_points[..., 2]
+    known = depth > 0
+    inverse = np.where(known, 1.0 / np.where(known, depth, 1.0), 0.0).astype(np.float32)
+    filled = fill_behind_robot(np.repeat(inverse[..., None], 3, axis=-1), region | ~known)[..., 0]
+    rays = first_points / np.where(known, depth, 1.0)[..., None]
+    return (rays / np.maximum(filled, 1e-6)[..., None]).astype(np.float32)
+
+
+def _draw(rgb: np.ndarray, points: np.ndarray, robot_mask: np.ndarray, camera,
+          colours: np.ndarray, object_points: np.ndarray, motion: np.ndarray) -> None:
+    """Splat the moved points into one frame, far to near; the robot stays where it is
+    nearer."""
+    moved = object_points @ motion[:3, :3].T + motion[:3, 3]
+    z = moved[:, 2]
+    ahead = z > 1e-6
+    u = np.rint(camera.fx * moved[:, 0] / np.where(ahead, z, 1.0) + camera.cx).astype(np.int64)
+    v = np.rint(camera.fy * moved[:, 1] / np.where(ahead, z, 1.0) + camera.cy).astype(np.int64)
+    inside = ahead & (u >= 0) & (u < rgb.shape[1]) & (v >= 0) & (v < rgb.shape[0])
+    order = np.argsort(-z[inside], kind="stable")
+    u, v, z = u[inside][order], v[inside][order], z[inside][order]
+    moved, colours = moved[inside][order], colours[inside][order]
+    draw = ~(robot_mask[v, u] & (points[v, u, 2] < z))
+    rgb[v[draw], u[draw]] = colours[draw]
+    points[v[draw], u[draw]] = moved[draw]
