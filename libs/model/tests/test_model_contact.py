@@ -1,0 +1,174 @@
+"""The grasp option (k4d_model.contact): a held object moves with the tool; nothing moves
+when the gripper closes on nothing, at the table, or stays open."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from k4d.camera import Camera
+from k4d.errors import InvalidArgument
+from k4d.generation import FidelityOptions
+from k4d.tool import ToolTrack, tool_track
+from k4d_model.contact import carry_grasped, grasp_intervals, grasped_objects
+from k4d_model.pipeline import Kinema4DPipeline
+from k4d_model.testing import CallableDenoiser as Denoiser
+from k4d_model.testing import sliding_box_robot
+
+H, W, FRAMES = 48, 64, 5
+CAMERA = Camera(width=W, height=H, fx=60.0, fy=60.0, cx=31.5, cy=23.5)
+# Looking straight down from 1 m above the base: base z up is camera -z.
+T_CAM_FROM_BASE = np.array([[1.0, 0, 0, 0], [0, -1.0, 0, 0], [0, 0, -1.0, 1.0], [0, 0, 0, 1]])
+T_BASE_FROM_CAM = np.linalg.inv(T_CAM_FROM_BASE)
+TABLE, BOX = (150, 150, 150), (220, 30, 30)
+BOX_AT, BOX_HALF, BOX_TOP = np.array([0.1, 0.05]), 0.02, 0.04
+OPEN, CLOSED = 0.04, 0.02
+
+
+def _scene():
+    """Frame 0 of a table (base z = 0) with a red box on it, and a robot block in a corner
+    (the camera is fitted on its ray-cast points): rgb (H, W, 3), points (H, W, 3), and the
+    robot condition (T, H, W) mask and (T, H, W, 3) points."""
+    rays = CAMERA.ray_directions()
+    table = rays * 1.0  # every ray meets the table 1 m away
+    base = table @ T_BASE_FROM_CAM[:3, :3].T + T_BASE_FROM_CAM[:3, 3]
+    box = (np.abs(base[..., :2] - BOX_AT) < BOX_HALF).all(axis=-1)
+    points = np.where(box[..., None], rays * (1.0 - BOX_TOP), table).astype(np.float32)
+    rgb = np.where(box[..., None], np.array(BOX, np.uint8), np.array(TABLE, np.uint8))
+    robot = np.zeros((FRAMES, H, W), bool)
+    robot[:, 2:10, 2:12] = True
+    robot_points = np.where(robot[..., None], (rays * 0.7)[None], 0.0).astype(np.float32)
+    return rgb.astype(np.uint8), points, box, robot, robot_points
+
+
+def _tool(path_z, path_x, opening) -> ToolTrack:
+    poses = np.repeat(np.eye(4)[None], FRAMES, axis=0)
+    poses[:, 0, 3], poses[:, 1, 3], poses[:, 2, 3] = path_x, BOX_AT[1], path_z
+    return ToolTrack(poses, np.asarray(opening, np.float64))
+
+
+def _pick():
+    """Reach the box at its middle height, close at frame 2, lift 20 cm and carry it 15 cm
+    towards -x by frame 4."""
+    return _tool([0.3, 0.02, 0.02, 0.12, 0.22], [0.1, 0.1, 0.1, 0.02, -0.05],
+                 [OPEN, OPEN, CLOSED, CLOSED, CLOSED])
+
+
+def _project(point_base):
+    p = T_CAM_FROM_BASE[:3, :3] @ point_base + T_CAM_FROM_BASE[:3, 3]
+    return (int(round(CAMERA.fy * p[1] / p[2] + CAMERA.cy)),
+            int(round(CAMERA.fx * p[0] / p[2] + CAMERA.cx)))
+
+
+def test_grasp_intervals_close_and_open_again():
+    assert grasp_intervals([OPEN, OPEN, CLOSED, CLOSED, OPEN]) == [(2, 4)]
+    assert grasp_intervals([OPEN, CLOSED, CLOSED]) == [(1, 3)]  # never opens again
+    assert grasp_intervals([OPEN, 0.03, CLOSED, OPEN, OPEN, CLOSED]) == [(1, 3), (5, 6)]
+    assert grasp_intervals([OPEN] * 4) == []
+    assert grasp_intervals([OPEN, OPEN - 1e-4, OPEN]) == []  # below the noise
+
+
+def test_the_held_object_moves_with_the_tool():
+    rgb0, points0, box, robot, robot_points = _scene()
+    held = grasped_objects(rgb0, points0, robot[0], _pick(), T_CAM_FROM_BASE)
+    assert len(held) == 1
+    assert np.array_equal(held[0].mask, box)
+    assert (held[0].grasp_frame, held[0].release_frame) == (2, FRAMES)
+    rgb = np.repeat(rgb0[None], FRAMES, axis=0)
+    points = np.repeat(points0[None], FRAMES, axis=0)
+    out_rgb, out_points = carry_grasped(rgb, points, robot, robot_points, held)
+    assert np.array_equal(out_rgb[:3], rgb[:3]) and np.array_equal(out_points[:3], points[:3])
+    # frame 4: the box's top is 20 cm higher and 15 cm further along -x
+    top = np.array([BOX_AT[0] - 0.15, BOX_AT[1], BOX_TOP + 0.20])
+    v, u = _project(top)
+    assert tuple(out_rgb[4, v, u]) == BOX
+    assert out_points[4, v, u, 2] == pytest.approx(1.0 - top[2], abs=1e-4)
+    # where it stood: the table's colour and the table's points, along the same rays
+    v0, u0 = _project(np.array([*BOX_AT, BOX_TOP]))
+    assert np.abs(out_rgb[4, v0, u0].astype(int) - TABLE).max() <= 1
+    assert out_points[4, v0, u0, 2] == pytest.approx(1.0, abs=1e-3)
+    assert not (out_rgb[4] == BOX).all(axis=-1)[box].any()
+
+
+def test_the_robot_stays_in_front_of_the_held_object():
+    rgb0, points0, box, robot, robot_points = _scene()
+    top = np.array([BOX_AT[0] - 0.15, BOX_AT[1], BOX_TOP + 0.20])
+    v, u = _project(top)
+    robot[4, v - 1:v + 2, u - 1:u + 2] = True  # the hand over the box, 0.5 m from the camera
+    robot_points[4, v - 1:v + 2, u - 1:u + 2] = CAMERA.ray_directions()[v - 1:v + 2, u - 1:u + 2] * 0.5
+    rgb = np.repeat(rgb0[None], FRAMES, axis=0)
+    rgb[4][robot[4]] = (255, 255, 255)
+    points = np.where(robot[..., None], robot_points, points0[None]).astype(np.float32)
+    held = grasped_objects(rgb0, points0, robot[0], _pick(), T_CAM_FROM_BASE)
+    out_rgb, out_points = carry_grasped(rgb, points, robot, robot_points, held)
+    assert tuple(out_rgb[4, v, u]) == (255, 255, 255)
+    assert out_points[4, v, u, 2] == pytest.approx(0.5, abs=1e-4)
+
+
+@pytest.mark.parametrize("case", ["open", "at the table", "far away"])
+def test_nothing_is_held(case):
+    rgb0, points0, _, robot, _ = _scene()
+    tool = {"open": _tool(0.02, 0.1, [OPEN] * FRAMES),
+            # its fingers would meet the table first
+            "at the table": _tool(0.0, 0.1, [OPEN, OPEN, CLOSED, CLOSED, CLOSED]),
+            "far away": _tool(0.02, -0.2, [OPEN, OPEN, CLOSED, CLOSED, CLOSED])}[case]
+    assert grasped_objects(rgb0, points0, robot[0], tool, T_CAM_FROM_BASE) == []
+
+
+def test_the_object_stays_where_the_gripper_opens():
+    rgb0, points0, _, robot, _ = _scene()
+    tool = _tool([0.02, 0.02, 0.12, 0.12, 0.3], [0.1, 0.1, 0.0, -0.05, -0.05],
+                 [OPEN, CLOSED, CLOSED, OPEN, OPEN])  # released at frame 3, tool leaves
+    (held,) = grasped_objects(rgb0, points0, robot[0], tool, T_CAM_FROM_BASE)
+    assert (held.grasp_frame, held.release_frame) == (1, 3)
+    assert np.allclose(held.T_cam_motion[3], held.T_cam_motion[2])
+    assert np.allclose(held.T_cam_motion[4], held.T_cam_motion[2])
+
+
+def test_tool_track_checks_its_arrays():
+    with pytest.raises(InvalidArgument) as err:
+        ToolTrack(np.eye(4)[None], np.zeros(2))
+    assert err.value.violations[0].field == "tool.opening"
+    with pytest.raises(InvalidArgument) as err:
+        ToolTrack(np.full((2, 4, 4), np.nan), np.zeros(2))
+    assert err.value.violations[0].field == "tool.T_base_from_tool"
+    with pytest.raises(InvalidArgument, match="3 frames"):
+        ToolTrack(np.repeat(np.eye(4)[None], 3, axis=0), np.zeros(3)).check_frames(5)
+
+
+def test_tool_track_reads_the_kinematics_output():
+    from k4d.robots.descriptions import load_robot
+    from k4d.robots.fk import forward_kinematics
+
+    panda = load_robot("panda")
+    joints = np.repeat(panda.mid_configuration[None], 3, axis=0)
+    finger = panda.joint_indices(["panda_finger_joint1"])[0]
+    joints[:, finger] = [0.04, 0.02, 0.0]
+    poses = forward_kinematics(panda, joints)
+    tool = tool_track(panda, joints, poses)
+    assert np.allclose(tool.opening, [0.04, 0.02, 0.0])
+    assert np.allclose(tool.T_base_from_tool, poses[:, panda.link_index("panda_hand_tcp")])
+    ur5 = load_robot("ur5")  # no gripper: never closes
+    q = np.repeat(ur5.mid_configuration[None], 2, axis=0)
+    assert not tool_track(ur5, q, forward_kinematics(ur5, q)).opening.any()
+
+
+def test_the_option_needs_the_tool_and_the_pose(make_tiny):
+    """Without a tool track (a caller that has none) the option changes nothing; a track
+    of the wrong length is refused."""
+    assert FidelityOptions.check({"grasp": "rigid"}).grasp == "rigid"
+    with pytest.raises(InvalidArgument, match="grasp"):
+        FidelityOptions.check({"grasp": "sticky"})
+    components = make_tiny("act")[0]
+    info = components.info
+    frames = info.num_frames
+    image, robot = sliding_box_robot(frames, info.height, info.width)
+    outputs = []
+    for extra in ({"first_frame": "given"}, {"first_frame": "given", "grasp": "rigid"}):
+        components.info.extra = extra
+        pipe = Kinema4DPipeline(components, backend=Denoiser(components.transformer))
+        outputs.append(pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1))
+    assert np.array_equal(outputs[0].rgb, outputs[1].rgb)
+    assert np.array_equal(outputs[0].pointmap, outputs[1].pointmap)
+    with pytest.raises(InvalidArgument, match="frames"):
+        pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1,
+             tool=ToolTrack(np.repeat(np.eye(4)[None], frames + 1, axis=0), np.zeros(frames + 1)))
