@@ -9,10 +9,14 @@ import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from k4d.config import Config
+from k4d.grpc_client import field_violations
 from k4d.grpc_server import create_server
 from k4d.store import LocalStore, from_tensor_data
 from k4d.tensor_io import to_tensor
+from k4d.tool import ToolTrack
+from k4d.tool_proto import tool_to_proto
 from k4d_generator.server import SERVICE_NAME, register_service
+from k4d_generator.service import ModelManager
 from k4d_model import registry
 from kinema4d.v1 import common_pb2, generator_pb2, generator_pb2_grpc
 
@@ -122,6 +126,78 @@ def test_gen_grpc_models_info_and_errors(channel, make_robot):
             list(stub.Generate(bad))
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "t_cam_from_base" in err.value.details()
+
+
+def _tool(frames: int = 5) -> ToolTrack:
+    """The tool rising 1 cm a frame above the base, the gripper closing."""
+    poses = np.repeat(np.eye(4)[None], frames, axis=0)
+    poses[:, 2, 3] = 0.4 + 0.01 * np.arange(frames)
+    return ToolTrack(poses, np.linspace(0.08, 0.0, frames))
+
+
+def test_gen_grpc_tool_track_reaches_the_model(channel, make_robot, monkeypatch):
+    """GenerateRequest.tool (with t_cam_from_base, what the grasp option needs) arrives at
+    the loaded model's pipeline as a k4d.tool.ToolTrack, float32 input included."""
+    seen = []
+    generate = ModelManager.generate
+
+    def recording(self, *args, **kwargs):
+        seen.append(kwargs["tool"])
+        return generate(self, *args, **kwargs)
+
+    monkeypatch.setattr(ModelManager, "generate", recording)
+    stub = generator_pb2_grpc.GeneratorServiceStub(channel)
+    stub.LoadModel(generator_pb2.LoadModelRequest(model=common_pb2.ModelRef(name="tiny"),
+                                                  backend="torch"))
+    tool = _tool()
+    request = _request(make_robot, num_steps=2)
+    request.t_cam_from_base.values.extend(np.eye(4).ravel().tolist())
+    request.tool.CopyFrom(tool_to_proto(ToolTrack(tool.T_base_from_tool.astype(np.float32),
+                                                  tool.opening)))
+    assert list(stub.Generate(request))[-1].result.model.name == "tiny"
+    np.testing.assert_allclose(seen[-1].T_base_from_tool, tool.T_base_from_tool, atol=1e-7)
+    np.testing.assert_array_equal(seen[-1].opening, tool.opening)
+    request.ClearField("tool")
+    list(stub.Generate(request))
+    assert seen[-1] is None
+
+
+def _bad_tools():
+    """(name, tool message, the field INVALID_ARGUMENT must name)."""
+    tool = _tool()
+    poses, opening = tool.T_base_from_tool, tool.opening
+    nan = poses.copy()
+    nan[2, 0, 3] = np.nan
+    scaled = poses.copy()
+    scaled[1, :3, :3] *= 2.0
+    nan_opening = opening.copy()
+    nan_opening[0] = np.nan
+
+    def msg(p, o):
+        return generator_pb2.ToolTrack(t_base_from_tool=_data(p), opening=_data(o))
+
+    return [("poses shape", msg(poses[:, :3], opening), "tool.t_base_from_tool"),
+            ("poses NaN", msg(nan, opening), "tool.t_base_from_tool"),
+            ("poses not rigid", msg(scaled, opening), "tool.t_base_from_tool"),
+            ("poses int", msg(poses.astype(np.int64), opening), "tool.t_base_from_tool"),
+            ("poses missing", generator_pb2.ToolTrack(opening=_data(opening)),
+             "tool.t_base_from_tool"),
+            ("opening shape", msg(poses, opening[:, None]), "tool.opening"),
+            ("opening frames", msg(poses, opening[:4]), "tool.opening"),
+            ("opening NaN", msg(poses, nan_opening), "tool.opening"),
+            ("frame count", tool_to_proto(_tool(4)), "tool")]
+
+
+@pytest.mark.parametrize("name, tool, field", _bad_tools(), ids=[b[0] for b in _bad_tools()])
+def test_gen_grpc_bad_tool_track_is_invalid_argument(channel, make_robot, name, tool, field):
+    """Checked at the boundary, static-world included (which does not use the tool)."""
+    stub = generator_pb2_grpc.GeneratorServiceStub(channel)
+    request = _request(make_robot, backend="static-world")
+    request.tool.CopyFrom(tool)
+    with pytest.raises(grpc.RpcError) as err:
+        list(stub.Generate(request))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert [v.field for v in field_violations(err.value)] == [field], err.value.details()
 
 
 def test_gen_grpc_startup_model_sets_readiness(store, tmp_path, tiny_model_dir):

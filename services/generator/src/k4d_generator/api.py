@@ -20,6 +20,7 @@ from k4d.errors import FailedPrecondition, InvalidArgument
 from k4d.generation import STATIC_WORLD
 from k4d.store import from_tensor_data, job_key, to_tensor_data, validate_key
 from k4d.tensor_io import sha256_bytes
+from k4d.tool_proto import tool_from_proto
 from kinema4d.v1 import common_pb2, generator_pb2, generator_pb2_grpc
 
 from k4d_generator.service import ModelManager, model_ref_string
@@ -77,6 +78,11 @@ class GeneratorServicer(generator_pb2_grpc.GeneratorServiceServicer):
         pose = None
         if len(request.t_cam_from_base.values):
             pose = camera_pose_from_proto(request.t_cam_from_base, "t_cam_from_base")
+        tool = None
+        if request.HasField("tool"):
+            mask = arrays["robot_mask"]  # a mask without frames is refused by the generator
+            tool = tool_from_proto(request.tool, self.store, "tool",
+                                   frames=mask.shape[0] if mask.ndim else None)
         events: queue.Queue = queue.Queue()
 
         def run() -> None:
@@ -86,7 +92,8 @@ class GeneratorServicer(generator_pb2_grpc.GeneratorServiceServicer):
                     arrays["robot_mask"], callback=lambda done, total: events.put(
                         ("progress", done, total)),
                     should_cancel=lambda: not context.is_active(),
-                    initial_pointmap=initial, T_cam_from_base=pose, **kwargs)
+                    initial_pointmap=initial, T_cam_from_base=pose, tool=tool,
+                    **kwargs)
                 events.put(("result", result))
             except BaseException as exc:  # re-raised in the RPC thread, mapped there
                 events.put(("error", exc))

@@ -26,7 +26,7 @@ class SamplingParams(_message.Message):
     def __init__(self, num_steps: _Optional[int] = ..., guidance_scale: _Optional[float] = ..., seed: _Optional[int] = ..., scheduler: _Optional[str] = ..., shift: _Optional[float] = ..., backend: _Optional[str] = ..., precision: _Optional[str] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("model", "image", "robot_rgb", "robot_pointmap", "robot_mask", "sampling", "job_id", "initial_pointmap", "t_cam_from_base")
+    __slots__ = ("model", "image", "robot_rgb", "robot_pointmap", "robot_mask", "sampling", "job_id", "initial_pointmap", "t_cam_from_base", "tool")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     IMAGE_FIELD_NUMBER: _ClassVar[int]
     ROBOT_RGB_FIELD_NUMBER: _ClassVar[int]
@@ -36,6 +36,7 @@ class GenerateRequest(_message.Message):
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     INITIAL_POINTMAP_FIELD_NUMBER: _ClassVar[int]
     T_CAM_FROM_BASE_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
     model: _common_pb2.ModelRef
     image: _common_pb2.TensorData
     robot_rgb: _common_pb2.TensorData
@@ -45,7 +46,16 @@ class GenerateRequest(_message.Message):
     job_id: str
     initial_pointmap: _common_pb2.TensorData
     t_cam_from_base: _common_pb2.Matrix4
-    def __init__(self, model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., image: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., robot_rgb: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., robot_pointmap: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., robot_mask: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., job_id: _Optional[str] = ..., initial_pointmap: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., t_cam_from_base: _Optional[_Union[_common_pb2.Matrix4, _Mapping]] = ...) -> None: ...
+    tool: ToolTrack
+    def __init__(self, model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., image: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., robot_rgb: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., robot_pointmap: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., robot_mask: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., job_id: _Optional[str] = ..., initial_pointmap: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., t_cam_from_base: _Optional[_Union[_common_pb2.Matrix4, _Mapping]] = ..., tool: _Optional[_Union[ToolTrack, _Mapping]] = ...) -> None: ...
+
+class ToolTrack(_message.Message):
+    __slots__ = ("t_base_from_tool", "opening")
+    T_BASE_FROM_TOOL_FIELD_NUMBER: _ClassVar[int]
+    OPENING_FIELD_NUMBER: _ClassVar[int]
+    t_base_from_tool: _common_pb2.TensorData
+    opening: _common_pb2.TensorData
+    def __init__(self, t_base_from_tool: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., opening: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
     __slots__ = ("progress", "result")
