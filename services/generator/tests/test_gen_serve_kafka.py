@@ -20,9 +20,9 @@ from k4d.bus.topics import SIM_COMPLETED, SIM_PROJECTED
 from k4d.cli.main import main
 from k4d.grpc_client import wait_healthy
 from k4d.local_servers import free_port
-from k4d.store import put_array
 from k4d.tensor_io import to_tensor
 from k4d.testing.bus import drain
+from k4d.testing.events import projection_event
 from k4d.testing.pytest_plugin import TEST_MAX_POLL_INTERVAL_MS, TEST_SESSION_TIMEOUT_MS
 from k4d_generator.server import SERVICE_NAME
 from k4d_model import registry
@@ -73,15 +73,12 @@ def _generate(stub, make_robot, seed) -> generator_pb2.GenerateResult:
 
 def _job(bus, store, job_id, make_robot) -> simulator_pb2.SimulationResult:
     """One pipeline job through k4d.sim.projected -> the process -> k4d.sim.completed."""
-    image, robot = make_robot()
-    refs = {name: put_array(store, f"jobs/{job_id}/projection/{name}", robot[f"robot_{name}"])
-            .to_proto() for name in ("rgb", "pointmap", "mask")}
+    image, _ = make_robot()
     spec = simulator_pb2.SimulationSpec(
         initial_image=common_pb2.TensorData(inline=to_tensor(image)),
         model=common_pb2.ModelRef(name="tiny"),
         sampling=generator_pb2.SamplingParams(num_steps=2, seed=3), num_frames=5)
-    event = events_pb2.ProjectionCompleted(header=events_pb2.EventHeader(job_id=job_id),
-                                           spec=spec, **refs)
+    event = projection_event(store, job_id, make_robot, spec)
     event.header.created_at.GetCurrentTime()
     bus.publish(SIM_PROJECTED, job_id, event.SerializeToString(), event_headers(job_id))
     deadline = time.monotonic() + 120

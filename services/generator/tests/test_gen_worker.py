@@ -17,9 +17,10 @@ from k4d.bus.topics import (
     dlq,
 )
 from k4d.config import Config
-from k4d.store import LocalStore, get_array, put_array
+from k4d.store import LocalStore, get_array
 from k4d.tensor_io import TensorRef, to_tensor
 from k4d.testing.bus import drain
+from k4d.testing.events import projection_event
 from k4d_generator.service import ModelManager
 from k4d_generator.worker import build_worker
 from k4d_model import registry
@@ -27,17 +28,12 @@ from kinema4d.v1 import common_pb2, events_pb2, generator_pb2, simulator_pb2
 
 
 def _event(store, job_id, make_robot, model=None, steps=2):
-    image, robot = make_robot()
-    refs = {name: put_array(store, f"jobs/{job_id}/projection/{name}", robot[f"robot_{name}"])
-            .to_proto() for name in ("rgb", "pointmap", "mask")}
+    image, _ = make_robot()
     spec = simulator_pb2.SimulationSpec(
         initial_image=common_pb2.TensorData(inline=to_tensor(image)),
         model=model or common_pb2.ModelRef(),
         sampling=generator_pb2.SamplingParams(num_steps=steps, seed=5), num_frames=5)
-    event = events_pb2.ProjectionCompleted(header=events_pb2.EventHeader(job_id=job_id),
-                                           spec=spec, **refs)
-    event.stage_seconds["projection"] = 0.5
-    return event.SerializeToString()
+    return projection_event(store, job_id, make_robot, spec).SerializeToString()
 
 
 def _drain(bus, topic, count, timeout=60.0):
@@ -61,6 +57,13 @@ def test_gen_worker_stage(tmp_path, tiny_model_dir, make_robot):
     bus.publish(SIM_PROJECTED, "job-4", b"\xff\xff not a protobuf", event_headers("job-4"))
 
     manager = ModelManager(store, cache_dir=tmp_path / "cache")
+    tools, generate = [], manager.generate
+
+    def generate_and_record_the_tool(*args, **kwargs):
+        tools.append(kwargs.get("tool"))
+        return generate(*args, **kwargs)
+
+    manager.generate = generate_and_record_the_tool
     worker = build_worker(Config(worker_backoff_s=0.01), bus, store, manager=manager)
     stop = threading.Event()
     thread = threading.Thread(target=worker.run, args=(stop,), daemon=True)
@@ -103,6 +106,9 @@ def test_gen_worker_stage(tmp_path, tiny_model_dir, make_robot):
     steps = [events_pb2.SimulationProgress.FromString(m.value).progress for m in progress]
     assert [(p.step, p.total) for p in steps[:2]] == [(1, 2), (2, 2)]
     assert manager.loaded.info["version"] == "2"  # hot-reloaded
+    # the tool track read off the kinematics stage's joints and poses (the grasp option)
+    assert tools and all(tool.frames == 5 for tool in tools)
+    assert np.allclose(tools[0].opening, np.linspace(0.04, 0.0, 5))
 
 
 def test_gen_loaded_model_matches_its_ref_or_its_name_and_version():

@@ -461,6 +461,7 @@ class Kinema4DPipeline:
             "pointmap_units": "metres", "pointmap_normalization": norm.to_dict(),
             "fidelity": opts.to_dict(), "initial_pointmap": initial_pointmap is not None,
             "camera_pose": T_cam_from_base is not None,
+            "tool": tool is not None,
             "fps": self.info.fps,
             "timings_s": {"conditioning": conditioned - started,
                           "denoising": denoised - conditioned,
