@@ -165,10 +165,13 @@ class WorldModel:
         # where nothing changes: the world passes its current pointmap when it does.
         self._takes_points = "initial_pointmap" in inspect.signature(self.manager.generate).parameters
 
-    def generate(self, image, robot, seed: int, pointmap=None):
+    def generate(self, image, robot, seed: int, pointmap=None, T_cam_from_base=None, tool=None):
+        """T_cam_from_base and tool (k4d.tool.ToolTrack): the camera's pose and the tool's
+        track, which the model's scene planes and grasp options read (k4d.generation)."""
         kwargs = {"initial_pointmap": np.asarray(pointmap, np.float32)} if self._takes_points and pointmap is not None \
             else {}
-        result = self.manager.generate(image, robot.rgb, robot.pointmap, robot.mask, seed=int(seed), **kwargs)
+        result = self.manager.generate(image, robot.rgb, robot.pointmap, robot.mask, seed=int(seed),
+                                       T_cam_from_base=T_cam_from_base, tool=tool, **kwargs)
         if result.metadata.get("pointmap_units", "metres") != "metres":
             from k4d.errors import FailedPrecondition
 
@@ -201,6 +204,7 @@ class WorldModelWorld:
 
     def step(self, joints: np.ndarray) -> Observation:
         from k4d.robots.fk import forward_kinematics
+        from k4d.tool import tool_track
         from k4d_projection.renderer import CONDITION_OUTPUTS
 
         joints = np.asarray(joints, np.float64)
@@ -208,10 +212,12 @@ class WorldModelWorld:
         n = min(len(joints), T - 1)  # one clip continues at most T - 1 frames
         q = np.concatenate([self.q[None], joints[:n]])
         q = np.concatenate([q, np.repeat(q[-1:], T - len(q), 0)])  # the robot holds after the chunk
-        robot = self.bundle.renderer.render(forward_kinematics(self.bundle.robot, q), self.camera,
-                                            outputs=CONDITION_OUTPUTS)
+        poses = forward_kinematics(self.bundle.robot, q)
+        robot = self.bundle.renderer.render(poses, self.camera, outputs=CONDITION_OUTPUTS)
         result = self.model.generate(np.ascontiguousarray(self._image), robot,
-                                     seed=self.seed * 1000 + self.chunks, pointmap=self._pointmap)
+                                     seed=self.seed * 1000 + self.chunks, pointmap=self._pointmap,
+                                     T_cam_from_base=self.camera.T_cam_from_base,
+                                     tool=tool_track(self.bundle.robot, q, poses))
         if not self._rgb:  # the judge reads frame 0 as the model decodes it (one source per clip)
             self._rgb.append(result.rgb[0])
             self._pm.append(result.pointmap[0])
