@@ -60,3 +60,20 @@ def test_a_carried_object_is_found_again_after_a_long_jump():
     verdict = judge(clip, ids[0], "pick", T_cam)
     assert verdict["success"] is True
     assert verdict["lift_m"] > 0.05 and verdict["final_height_change_m"] < 0.02
+
+
+def test_with_the_task_goal_a_pick_or_a_push_must_end_near_it():
+    """The policy evaluator knows the task's goal (the place marker, the push target): the
+    judge then requires it as the data engine's judge does; without it, as before."""
+    path = [(0.5, 0.0, 0.02), (0.5, 0.0, 0.1), (0.45, -0.22, 0.1), (0.45, -0.22, 0.02)]
+    clip, ids, T_cam = _tabletop(path, top=(220, 40, 40), side=(160, 30, 30))
+    near = judge(clip, ids[0], "pick", T_cam, goal_xy=(0.46, -0.20))
+    assert near["success"] is True and near["goal_error_m"] < 0.04
+    far = judge(clip, ids[0], "pick", T_cam, goal_xy=(0.45, -0.12))
+    assert far["success"] is False and 0.08 < far["goal_error_m"] < 0.12
+    assert "goal" in far["rule"]
+    push = [(0.5, 0.0, 0.02), (0.5, -0.05, 0.02), (0.5, -0.1, 0.02)]
+    clip, ids, T_cam = _tabletop(push)
+    assert judge(clip, ids[0], "push", T_cam, "push the grey cube right")["success"] is True
+    assert judge(clip, ids[0], "push", T_cam, "push the grey cube right",
+                 goal_xy=(0.5, -0.2))["success"] is False  # 10 cm short of the goal

@@ -8,9 +8,11 @@ position from the clip's pointmap in that region frame by frame (median of its p
 the world frame of the camera) and applies the data engine's rules (`k4d.tabletop.tasks.judge`)
 as far as pointmaps show them:
   pick   lifted > LIFT_M at some frame and resting again at the end (final height within
-         REST_M of the start); the place marker's position is not checked
+         REST_M of the start); with the task's goal (`goal_xy`, the place marker), ending
+         within PICK_GOAL_M of it horizontally
   push   moved >= PUSH_M along the direction named in the task text (left, right,
-         forward, back), else horizontally
+         forward, back), else horizontally; with the task's goal, ending within PUSH_GOAL_M
+         of it
   stack  object 1 ends within STACK_XY_M of object 2 horizontally and >= STACK_Z_M above
          it, object 2 moved <= BASE_MOVED_M
 
@@ -47,6 +49,8 @@ class JudgeClip:
 LIFT_M = 0.05
 REST_M = 0.02
 PUSH_M = 0.7 * 0.12   # 0.7 x the data engine's push distance
+PICK_GOAL_M = 0.04    # the data engine's place tolerance (k4d.tabletop.tasks.PICK_TOLERANCE_M)
+PUSH_GOAL_M = 0.05    # and its push goal tolerance (k4d.tabletop.tasks.judge)
 STACK_XY_M = 0.03
 STACK_Z_M = 0.02
 BASE_MOVED_M = 0.03
@@ -149,6 +153,18 @@ def _nearest_piece(mask: np.ndarray, world: np.ndarray, last: np.ndarray | None,
     return best
 
 
+def _near_goal(verdict: dict, end: np.ndarray, goal: np.ndarray | None, tolerance: float
+               ) -> dict:
+    """The verdict, also requiring the object to end within `tolerance` of the goal (x, y)
+    when there is one."""
+    if goal is None:
+        return verdict
+    error = float(np.linalg.norm(end[:2] - goal))
+    return {**verdict, "success": verdict["success"] and error <= tolerance,
+            "rule": f"{verdict['rule']}, ending within {tolerance} m of the goal",
+            "goal_error_m": error}
+
+
 def _min_pixels(start: np.ndarray) -> int:
     """Matching pixels a frame needs for the object to count as seen: a quarter of its
     frame-0 pixels, at least 3, at most MIN_PIXELS."""
@@ -169,9 +185,13 @@ def _direction(task_text: str) -> np.ndarray | None:
 
 
 def judge(clip, object_ids0: np.ndarray, task_kind: str,
-          T_cam0_from_world: np.ndarray, task_text: str = "") -> dict:
+          T_cam0_from_world: np.ndarray, task_text: str = "",
+          goal_xy: np.ndarray | None = None) -> dict:
     """-> {"success": bool | None, "rule": str, measured values}; success None when the
-    task kind has no rule or an object cannot be found."""
+    task kind has no rule or an object cannot be found. goal_xy: the task's goal in the
+    world frame (x, y), when the caller knows it (the policy evaluator's scenes; a data
+    engine episode does not store it): a pick or a push must also end near it, as the
+    data engine's own judge requires."""
     if task_kind not in JUDGED_KINDS or clip.pointmap is None:
         return {"success": None, "rule": f"no automatic rule for task kind {task_kind!r}"}
     T_world_from_cam0 = np.linalg.inv(T_cam0_from_world)
@@ -189,19 +209,22 @@ def judge(clip, object_ids0: np.ndarray, task_kind: str,
         return {"success": None, "rule": f"object 1 is not found after frame 0 (fewer than "
                                          f"{_min_pixels(object_ids0 == 1)} pixels of its colour "
                                          "with points near where it was last seen)"}
+    goal = None if goal_xy is None else np.asarray(goal_xy, np.float64).reshape(2)
     if task_kind == "pick":
         lift = float(np.nanmax(track[:, 2]) - start1[2])
         rest = float(abs(end1[2] - start1[2]))
-        return {"success": lift > LIFT_M and rest <= REST_M,
-                "rule": f"lifted > {LIFT_M} m, final height within {REST_M} m of the start",
-                "lift_m": lift, "final_height_change_m": rest}
+        verdict = {"success": lift > LIFT_M and rest <= REST_M,
+                   "rule": f"lifted > {LIFT_M} m, final height within {REST_M} m of the start",
+                   "lift_m": lift, "final_height_change_m": rest}
+        return _near_goal(verdict, end1, goal, PICK_GOAL_M)
     if task_kind == "push":
         direction = _direction(task_text)
         step = end1[:2] - start1[:2]
         moved = float(step @ direction if direction is not None else np.linalg.norm(step))
-        return {"success": moved >= PUSH_M, "moved_m": moved,
-                "rule": f"moved >= {PUSH_M:.3f} m " + ("along the task's direction"
-                                                       if direction is not None else "horizontally")}
+        verdict = {"success": moved >= PUSH_M, "moved_m": moved,
+                   "rule": f"moved >= {PUSH_M:.3f} m " + ("along the task's direction"
+                                                          if direction is not None else "horizontally")}
+        return _near_goal(verdict, end1, goal, PUSH_GOAL_M)
     base = tracks[2]
     end2 = _final(base)
     end2 = base[0] if end2 is None else end2  # the base object may be hidden under object 1

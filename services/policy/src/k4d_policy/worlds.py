@@ -241,7 +241,7 @@ class WorldModelWorld:
         pm = np.stack(self._pm)
         clip = JudgeClip(np.stack(self._rgb), pm, np.abs(pm).sum(-1) > 0, np.stack(self._mask))
         verdict = judge(clip, self.object_ids0, self.scenario.task, self.camera.T_cam_from_world,
-                        self.scenario.plan.text)
+                        self.scenario.plan.text, goal_xy=self.scenario.plan.goal.get("xy"))
         out = {k: v for k, v in verdict.items() if isinstance(v, (bool, int, float, str, type(None)))}
         out["success"] = bool(verdict["success"]) if verdict["success"] is not None else None
         return out
