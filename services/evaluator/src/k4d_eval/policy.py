@@ -9,7 +9,8 @@
   as pointmaps show them:
     pick   lifted > LIFT_M at some frame and resting again at the end (final height within
            REST_M of the start); the place marker's position is not in the episode
-           metadata, so "within 4 cm of the marker" is not checked
+           metadata, so "within 4 cm of the marker" is not checked here (k4d policy-eval,
+           which knows it, checks it: k4d.judge's goal_xy)
     push   moved >= PUSH_M along the direction named in the task text (left, right,
            forward, back), else horizontally
     stack  object 1 ends within STACK_XY_M of object 2 horizontally and >= STACK_Z_M above
