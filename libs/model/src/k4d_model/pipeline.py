@@ -308,6 +308,7 @@ class Kinema4DPipeline:
         if opts.refiner or opts.refiner_pointmap or opts.refiner_first_depth:
             self._check_refiner(opts)
             change = predict_change(self.refiner, image, robot, T_cam_from_base=T_cam_from_base)
+        observed = initial_pointmap is not None  # frame 0's points measured, not estimated
         if initial_pointmap is None and opts.refiner_first_depth == REFINER_FIRST_DEPTH_ESTIMATED:
             # as if the caller had given the refiner's estimate as the initial pointmap
             initial_pointmap = estimated_first_points(change.first_depth_m, robot)
@@ -365,7 +366,8 @@ class Kinema4DPipeline:
             points = np.where(uncovered_by_robot(robot.mask)[..., None], behind[None],
                               points).astype(np.float32)
         if opts.grasp == GRASP_RIGID and tool is not None and T_cam_from_base is not None:
-            held = grasped_objects(rgb_out[0], points[0], robot.mask[0], tool, T_cam_from_base)
+            held = grasped_objects(rgb_out[0], points[0], robot.mask[0], tool, T_cam_from_base,
+                                   observed=observed)
             rgb_out, points = carry_grasped(rgb_out, points, robot.mask, robot.pointmap, held)
         return rgb_out, points
 
