@@ -158,12 +158,16 @@ def test_the_option_needs_the_tool_and_the_pose(make_tiny):
     assert FidelityOptions.check({"grasp": "rigid"}).grasp == "rigid"
     with pytest.raises(InvalidArgument, match="grasp"):
         FidelityOptions.check({"grasp": "sticky"})
+    assert FidelityOptions.check({"push": "quasi-static"}).push == "quasi-static"
+    with pytest.raises(InvalidArgument, match="push"):
+        FidelityOptions.check({"push": "dynamic"})
     components = make_tiny("act")[0]
     info = components.info
     frames = info.num_frames
     image, robot = sliding_box_robot(frames, info.height, info.width)
     outputs = []
-    for extra in ({"first_frame": "given"}, {"first_frame": "given", "grasp": "rigid"}):
+    for extra in ({"first_frame": "given"},
+                  {"first_frame": "given", "grasp": "rigid", "push": "quasi-static"}):
         components.info.extra = extra
         pipe = Kinema4DPipeline(components, backend=Denoiser(components.transformer))
         outputs.append(pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1))
@@ -185,3 +189,41 @@ def test_measured_points_need_the_fingers_around_the_object(x, z):
     assert len(grasped_objects(rgb0, points0, robot[0], tool, T_CAM_FROM_BASE)) == 1
     on_it = _pick()
     assert len(grasped_objects(rgb0, points0, robot[0], on_it, T_CAM_FROM_BASE, observed=True)) == 1
+
+
+def _sweep(z, x0=0.17, x1=0.03, y=BOX_AT[1]):
+    """The closed tool lowered 7 cm behind the box's centre (+x), then swept to x1 by frame 4."""
+    poses = np.repeat(np.eye(4)[None], FRAMES, axis=0)
+    poses[:, 0, 3] = [x0, x0, x0, (x0 + x1) / 2, x1]
+    poses[:, 1, 3] = y
+    poses[:, 2, 3] = [0.3, z, z, z, z]
+    return ToolTrack(poses, np.full(FRAMES, CLOSED))
+
+
+def test_the_swept_object_is_pushed_ahead_of_the_tool():
+    from k4d_model.contact import pushed_objects
+
+    rgb0, points0, box, robot, robot_points = _scene()
+    (pushed,) = pushed_objects(points0, robot[0], _sweep(0.02), T_CAM_FROM_BASE, [])
+    assert np.array_equal(pushed.mask, box)
+    motion = T_BASE_FROM_CAM @ pushed.T_cam_motion[4] @ T_CAM_FROM_BASE  # in the base frame
+    # the tool ends at x = 0.03: the box's centre ends its reach (radius + 1 cm) beyond it
+    assert -0.11 < motion[0, 3] < -0.08 and abs(motion[1, 3]) < 1e-9 and motion[2, 3] == 0.0
+    assert not pushed.moved(1) and not pushed.moved(2)  # lowered behind it: no contact yet
+    rgb = np.repeat(rgb0[None], FRAMES, axis=0)
+    out_rgb, _ = carry_grasped(rgb, np.repeat(points0[None], FRAMES, axis=0), robot,
+                               robot_points, [pushed])
+    v, u = _project(np.array([BOX_AT[0] + motion[0, 3], BOX_AT[1], BOX_TOP]))
+    assert tuple(out_rgb[4, v, u]) == BOX
+
+
+@pytest.mark.parametrize("case", ["above it", "beside it", "flat texture"])
+def test_nothing_is_pushed(case):
+    from k4d_model.contact import pushed_objects
+
+    rgb0, points0, box, robot, _ = _scene()
+    tool = {"above it": _sweep(BOX_TOP + 0.02), "beside it": _sweep(0.02, y=BOX_AT[1] + 0.06),
+            "flat texture": _sweep(0.02)}[case]
+    if case == "flat texture":  # a patch of another colour on the table, not standing on it
+        points0 = np.where(box[..., None], CAMERA.ray_directions() * 1.0, points0).astype(np.float32)
+    assert pushed_objects(points0, robot[0], tool, T_CAM_FROM_BASE, []) == []

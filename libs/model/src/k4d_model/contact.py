@@ -40,6 +40,9 @@ CLEARANCE_M = 0.005  # an object's points stand this far above its surface
 COLOUR_DIFFERENCE = 30.0  # RGB distance from the surface's colour that marks an object
 MIN_OBJECT_PIXELS = 3
 FINGER_MARGIN_M = 0.01  # around a measured object's extent, the fingers still close on it
+PUSH_REACH_M = 0.1  # objects this far from the low tool can be pushed
+PUSH_FINGER_M = 0.01  # the fingers' half thickness: contact at the object's radius + this
+PUSH_MIN_M = 0.002  # a smaller push is noise
 
 
 @dataclass
@@ -139,6 +142,84 @@ def _object_next_to(tool_at: np.ndarray, base: np.ndarray, colour: np.ndarray,
         if distance < best_distance:
             best, best_distance = piece, distance
     return best
+
+
+def pushed_objects(first_points: np.ndarray, robot_first: np.ndarray, tool: ToolTrack,
+                   T_cam_from_base: np.ndarray, held: list[GraspedObject]
+                   ) -> list[GraspedObject]:
+    """The objects the tool pushes over the rollout (the `push: quasi-static` option), from
+    frame 0's *measured* points (H, W, 3) camera frame, the robot's frame-0 pixels, the tool
+    track, the camera's pose and the objects already held (they are not pushed).
+
+    An object is a piece of frame 0's scene standing more than CLEARANCE_M above the surface
+    under the tool, within PUSH_REACH_M of where the tool is low (no higher than the piece's
+    top). Quasi-static: between two frames the tool moves from a to b; an object whose centre
+    lies within its radius + PUSH_FINGER_M of that path (sideways, and not behind a) is
+    moved along the motion until it is that far ahead of b, sideways offset kept. No
+    rotation, no sliding after contact ends."""
+    from scipy import ndimage
+
+    T_cam_from_base = np.asarray(T_cam_from_base, np.float64)
+    T_base_from_cam = np.linalg.inv(T_cam_from_base)
+    points = np.asarray(first_points, np.float64)
+    base = points @ T_base_from_cam[:3, :3].T + T_base_from_cam[:3, 3]
+    free = (points[..., 2] > 0) & ~np.asarray(robot_first, bool)
+    for obj in held:
+        free &= ~obj.mask
+    at = tool.T_base_from_tool[:, :3, 3]
+    standing = np.zeros(free.shape, bool)
+    for t in range(tool.frames):
+        near = free & (np.linalg.norm(base[..., :2] - at[t, :2], axis=-1) < PUSH_REACH_M)
+        under = near & (base[..., 2] < at[t, 2]) & (base[..., 2] > at[t, 2] - SUPPORT_DEPTH_M)
+        if under.sum() < 10:  # the tool is not low over a surface
+            continue
+        surface = float(np.percentile(base[..., 2][under], 25))
+        standing |= (near & (base[..., 2] > surface + CLEARANCE_M)
+                     & (base[..., 2] < surface + SUPPORT_DEPTH_M))
+    labels, count = ndimage.label(standing, structure=np.ones((3, 3)))
+    objects = []
+    for k in range(1, count + 1):
+        mask = labels == k
+        if mask.sum() < MIN_OBJECT_PIXELS:
+            continue
+        shift = _quasi_static_push(base[mask], at)
+        if np.linalg.norm(shift[-1]) < PUSH_MIN_M:
+            continue
+        motion = np.repeat(np.eye(4)[None], tool.frames, axis=0)
+        for t in range(tool.frames):
+            moved_base = np.eye(4)
+            moved_base[:2, 3] = shift[t]
+            motion[t] = T_cam_from_base @ moved_base @ T_base_from_cam
+        first = int(np.argmax(np.linalg.norm(shift, axis=-1) > 0))
+        objects.append(GraspedObject(mask, motion, first, tool.frames))
+    return objects
+
+
+def _quasi_static_push(object_base: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """(T, 2) the object's horizontal shift per frame under the tool path `at` (T, 3)."""
+    centre = np.median(object_base[:, :2], axis=0)
+    radius = float(np.percentile(np.linalg.norm(object_base[:, :2] - centre, axis=-1), 90))
+    reach = radius + PUSH_FINGER_M
+    top = float(object_base[:, 2].max())
+    shift = np.zeros((len(at), 2))
+    for t in range(1, len(at)):
+        shift[t] = shift[t - 1]
+        a, b = at[t - 1], at[t]
+        if b[2] > top + CLEARANCE_M:  # above the object: no contact
+            continue
+        step = b[:2] - a[:2]
+        length = float(np.linalg.norm(step))
+        if length < 1e-4:
+            continue
+        d = step / length
+        offset = centre + shift[t] - a[:2]
+        along, sideways = float(offset @ d), float(abs(d[0] * offset[1] - d[1] * offset[0]))
+        if sideways >= reach or along < -reach * 0.5 or along > length + reach:
+            continue
+        ahead = float((b[:2] - (centre + shift[t])) @ d) + np.sqrt(reach ** 2 - sideways ** 2)
+        if ahead > 0:
+            shift[t] = shift[t] + d * ahead
+    return shift
 
 
 def carry_grasped(rgb: np.ndarray, pointmap: np.ndarray, robot_mask: np.ndarray,

@@ -31,6 +31,7 @@ from k4d.errors import Cancelled, FailedPrecondition, InvalidArgument
 from k4d.generation import (
     FIRST_FRAME_GIVEN,
     GRASP_RIGID,
+    PUSH_QUASI_STATIC,
     REFINER_CHANGE,
     REFINER_DRAWN,
     REFINER_FIRST_DEPTH_ESTIMATED,
@@ -51,7 +52,7 @@ from k4d_model.conditions import (
     first_frame_mask,
     uniform_pointmap,
 )
-from k4d_model.contact import carry_grasped, grasped_objects
+from k4d_model.contact import carry_grasped, grasped_objects, pushed_objects
 from k4d_model.fidelity import (
     anchor_first_latent,
     calibrated_robot_render,
@@ -365,9 +366,11 @@ class Kinema4DPipeline:
             behind = fill_points_behind_robot(points[0], robot.pointmap[0], robot.mask[0])
             points = np.where(uncovered_by_robot(robot.mask)[..., None], behind[None],
                               points).astype(np.float32)
-        if opts.grasp == GRASP_RIGID and tool is not None and T_cam_from_base is not None:
-            held = grasped_objects(rgb_out[0], points[0], robot.mask[0], tool, T_cam_from_base,
-                                   observed=observed)
+        if tool is not None and T_cam_from_base is not None:
+            held = (grasped_objects(rgb_out[0], points[0], robot.mask[0], tool, T_cam_from_base,
+                                    observed=observed) if opts.grasp == GRASP_RIGID else [])
+            if opts.push == PUSH_QUASI_STATIC and observed:
+                held += pushed_objects(points[0], robot.mask[0], tool, T_cam_from_base, held)
             rgb_out, points = carry_grasped(rgb_out, points, robot.mask, robot.pointmap, held)
         return rgb_out, points
 

@@ -105,6 +105,14 @@ is the input, not a VAE reconstruction of it:
                      behind it. Needs the rollout's tool track (k4d.tool.ToolTrack: the
                      simulator passes it from the kinematics stage) and the camera's pose;
                      without them the option does nothing.
+  push               "quasi-static": an object the tool sweeps moves with it (a kinematic
+                     prior, not learned; ADR 018): the pieces of frame 0's scene standing
+                     above the surface near where the tool is low; between two frames, one
+                     within its radius + 1 cm of the tool's path is moved along the motion
+                     until it is that far ahead (its sideways offset kept; no rotation).
+                     Drawn as `grasp` draws. Only with measured frame-0 points (an initial
+                     pointmap): an estimate puts small objects on the surface behind them
+                     and cannot tell them from texture. Needs the tool track and the pose.
 """
 
 from __future__ import annotations
@@ -118,7 +126,7 @@ FIDELITY_KEYS = ("first_frame", "latent_anchor", "decode", "change_threshold",
                  "change_depth_m", "change_dilate", "change_near_robot_px", "change_ramp",
                  "robot_pointmap", "robot_rgb", "uncovered", "refiner", "refiner_threshold",
                  "refiner_power", "refiner_pointmap", "refiner_pointmap_threshold",
-                 "refiner_first_depth", "uncovered_pointmap", "grasp")
+                 "refiner_first_depth", "uncovered_pointmap", "grasp", "push")
 FIRST_FRAME_GIVEN = "given"
 DECODE_RELATIVE = "relative"
 DECODE_COMPOSITE = "composite"
@@ -130,6 +138,7 @@ REFINER_CHANGE = "change"
 REFINER_DRAWN = "drawn"
 REFINER_FIRST_DEPTH_ESTIMATED = "estimated"
 GRASP_RIGID = "rigid"
+PUSH_QUASI_STATIC = "quasi-static"
 
 
 @dataclass(frozen=True)
@@ -155,6 +164,7 @@ class FidelityOptions:
     refiner_first_depth: str = ""
     uncovered_pointmap: str = ""
     grasp: str = ""
+    push: str = ""
 
     @classmethod
     def from_extra(cls, extra: dict[str, Any] | None) -> FidelityOptions:
@@ -178,7 +188,8 @@ class FidelityOptions:
                                                               0.5)),
                    refiner_first_depth=str(extra.get("refiner_first_depth", "")),
                    uncovered_pointmap=str(extra.get("uncovered_pointmap", "")),
-                   grasp=str(extra.get("grasp", "")))
+                   grasp=str(extra.get("grasp", "")),
+                   push=str(extra.get("push", "")))
 
     @classmethod
     def check(cls, extra: dict[str, Any], prefix: str = "extra") -> FidelityOptions:
@@ -194,7 +205,8 @@ class FidelityOptions:
                    "refiner": ("", REFINER_CHANGE),
                    "refiner_pointmap": ("", REFINER_CHANGE, REFINER_DRAWN),
                    "refiner_first_depth": ("", REFINER_FIRST_DEPTH_ESTIMATED),
-                   "grasp": ("", GRASP_RIGID)}
+                   "grasp": ("", GRASP_RIGID),
+                   "push": ("", PUSH_QUASI_STATIC)}
         for key, allowed in choices.items():
             if key in extra and extra[key] not in allowed:
                 raise InvalidArgument.for_field(f"{prefix}.{key}", f"must be one of {allowed}")
