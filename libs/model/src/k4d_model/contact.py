@@ -13,10 +13,6 @@ what a rigid grasp does; slips, drops and pushes stay with the networks.
    frame at g that stand more than CLEARANCE_M above the surface under the tool or differ
    from that surface's colour by more than COLOUR_DIFFERENCE; the piece nearest the tool.
    The tool at or below that surface holds nothing (its fingers would meet the surface).
-   With measured frame-0 points (an RGB-D observation) the fingers must also close around
-   the object: the tool frame within its horizontal extent (FINGER_MARGIN_M around it) and
-   no higher than its top. An estimate puts a small object on the surface behind it, centimetres
-   off, so only the looser test applies to estimated points.
 3. Drawn: for t > g the object's frame-0 pixels and points, moved by the tool's motion since
    g, splatted far to near, behind the robot where the robot is nearer; its frame-0 pixels
    show their surroundings filled in and the points of the surface behind it.
@@ -39,7 +35,6 @@ SUPPORT_DEPTH_M = 0.15  # and at most this far below the tool
 CLEARANCE_M = 0.005  # an object's points stand this far above its surface
 COLOUR_DIFFERENCE = 30.0  # RGB distance from the surface's colour that marks an object
 MIN_OBJECT_PIXELS = 3
-FINGER_MARGIN_M = 0.01  # around a measured object's extent, the fingers still close on it
 PUSH_REACH_M = 0.1  # objects this far from the low tool can be pushed
 PUSH_FINGER_M = 0.01  # the fingers' half thickness: contact at the object's radius + this
 PUSH_MIN_M = 0.002  # a smaller push is noise
@@ -76,12 +71,10 @@ def grasp_intervals(opening: np.ndarray) -> list[tuple[int, int]]:
 
 
 def grasped_objects(first_rgb: np.ndarray, first_points: np.ndarray, robot_first: np.ndarray,
-                    tool: ToolTrack, T_cam_from_base: np.ndarray, observed: bool = False
-                    ) -> list[GraspedObject]:
+                    tool: ToolTrack, T_cam_from_base: np.ndarray) -> list[GraspedObject]:
     """The objects the gripper holds over the rollout, from frame 0's image (H, W, 3) uint8,
     its points (H, W, 3) camera frame, the robot's frame-0 pixels (H, W) bool, the tool
-    track and the camera's pose. observed: the points are measured (the stricter test of
-    the fingers closing around the object applies)."""
+    track and the camera's pose."""
     T_cam_from_base = np.asarray(T_cam_from_base, np.float64)
     T_base_from_cam = np.linalg.inv(T_cam_from_base)
     points = np.asarray(first_points, np.float64)
@@ -93,7 +86,7 @@ def grasped_objects(first_rgb: np.ndarray, first_points: np.ndarray, robot_first
     for grasp, release in grasp_intervals(tool.opening):
         at = tool.T_base_from_tool[grasp]
         mask = _object_next_to(at[:3, 3], base, colour, scene & ~taken)
-        if mask is None or (observed and not _fingers_around(at[:3, 3], base[mask])):
+        if mask is None:
             continue
         taken |= mask
         motion = np.repeat(np.eye(4)[None], tool.frames, axis=0)
@@ -103,16 +96,6 @@ def grasped_objects(first_rgb: np.ndarray, first_points: np.ndarray, robot_first
             motion[t] = T_cam_from_base @ moved_base @ T_base_from_cam
         objects.append(GraspedObject(mask, motion, grasp, release))
     return objects
-
-
-def _fingers_around(tool_at: np.ndarray, object_base: np.ndarray) -> bool:
-    """Whether fingers closing at `tool_at` (base frame) close around an object whose
-    measured points (N, 3) are these: the tool within the object's horizontal extent, give
-    or take FINGER_MARGIN_M, and not above its top."""
-    low, high = object_base[:, :2].min(axis=0), object_base[:, :2].max(axis=0)
-    inside = bool(np.all(tool_at[:2] >= low - FINGER_MARGIN_M)
-                  and np.all(tool_at[:2] <= high + FINGER_MARGIN_M))
-    return inside and tool_at[2] <= float(object_base[:, 2].max()) + CLEARANCE_M
 
 
 def _object_next_to(tool_at: np.ndarray, base: np.ndarray, colour: np.ndarray,

@@ -367,8 +367,8 @@ class Kinema4DPipeline:
             points = np.where(uncovered_by_robot(robot.mask)[..., None], behind[None],
                               points).astype(np.float32)
         if tool is not None and T_cam_from_base is not None:
-            held = (grasped_objects(rgb_out[0], points[0], robot.mask[0], tool, T_cam_from_base,
-                                    observed=observed) if opts.grasp == GRASP_RIGID else [])
+            held = (grasped_objects(rgb_out[0], points[0], robot.mask[0], tool, T_cam_from_base)
+                    if opts.grasp == GRASP_RIGID else [])
             if opts.push == PUSH_QUASI_STATIC and observed:
                 held += pushed_objects(points[0], robot.mask[0], tool, T_cam_from_base, held)
             rgb_out, points = carry_grasped(rgb_out, points, robot.mask, robot.pointmap, held)

@@ -96,9 +96,7 @@ is the input, not a VAE reconstruction of it:
                      until the gripper opens (a kinematic prior, not learned; ADR 018). Where
                      the gripper starts to close, the object is the piece of frame 0's scene
                      next to the tool frame that stands above the surface under it or differs
-                     from its colour; the tool at or below that surface holds nothing, and,
-                     given measured frame-0 points (an initial pointmap), so does a tool
-                     beside the object or above its top. Its
+                     from its colour; the tool at or below that surface holds nothing. Its
                      frame-0 pixels and points are drawn where the tool takes them (behind
                      the robot where the robot is nearer); where it was, the frame shows its
                      surroundings filled in (uncovered's fill) and the points the surface
