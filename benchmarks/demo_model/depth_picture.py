@@ -52,7 +52,7 @@ def main() -> None:
         low, high = np.percentile(truth[known], [1, 99])
         tiles = [np.asarray(episode["rgb"][0], np.uint8),
                  _coloured(truth, low, high, "turbo", known)]
-        for label, folder in runs:
+        for _label, folder in runs:
             with np.load(Path(folder) / episode_id / "pointmap.npz") as npz:
                 depth = npz["pointmap"][0][..., 2].astype(np.float32)
             error = np.abs(depth - truth) / np.where(known, truth, 1.0)

@@ -173,6 +173,7 @@ def test_the_option_needs_the_tool_and_the_pose(make_tiny):
         outputs.append(pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1))
     assert np.array_equal(outputs[0].rgb, outputs[1].rgb)
     assert np.array_equal(outputs[0].pointmap, outputs[1].pointmap)
+    assert outputs[1].metadata["contacts"] == []  # nothing was moved by a prior
     with pytest.raises(InvalidArgument, match="frames"):
         pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1,
              tool=ToolTrack(np.repeat(np.eye(4)[None], frames + 1, axis=0), np.zeros(frames + 1)))
@@ -214,3 +215,55 @@ def test_nothing_is_pushed(case):
     if case == "flat texture":  # a patch of another colour on the table, not standing on it
         points0 = np.where(box[..., None], CAMERA.ray_directions() * 1.0, points0).astype(np.float32)
     assert pushed_objects(points0, robot[0], tool, T_CAM_FROM_BASE, []) == []
+
+
+def test_a_clip_that_continues_a_grasp_starts_held():
+    assert grasp_intervals([CLOSED, CLOSED, CLOSED], holding=True) == [(0, 3)]
+    assert grasp_intervals([CLOSED, CLOSED, OPEN, OPEN], holding=True) == [(0, 2)]
+    assert grasp_intervals([CLOSED, OPEN, CLOSED], holding=True) == [(0, 1), (2, 3)]
+    assert grasp_intervals([CLOSED, CLOSED, CLOSED]) == []  # closed throughout: no closing
+
+
+def _lifted_scene(height=0.2):
+    """Frame 0 with the box held `height` above the table (its points that far nearer the
+    camera, the table under it hidden)."""
+    rgb0, points0, box, robot, robot_points = _scene()
+    rays = CAMERA.ray_directions()
+    points0 = np.where(box[..., None], rays * (1.0 - BOX_TOP - height), points0).astype(np.float32)
+    return rgb0, points0, box, robot, robot_points
+
+
+def test_the_object_held_at_frame_0_moves_with_the_tool():
+    """The second chunk of a policy's pick: the box is in the closed gripper, 20 cm up, when
+    the clip starts; the tool carries it 10 cm along -x and opens at frame 4."""
+    rgb0, points0, box, robot, robot_points = _lifted_scene()
+    top = (points0[box].mean(axis=0) @ T_BASE_FROM_CAM[:3, :3].T + T_BASE_FROM_CAM[:3, 3])
+    poses = np.repeat(np.eye(4)[None], FRAMES, axis=0)
+    poses[:, :3, 3] = top - [0.0, 0.0, BOX_TOP / 2]  # between the fingers
+    poses[:, 0, 3] += [0.0, 0.0, -0.05, -0.1, -0.1]
+    opening = [CLOSED, CLOSED, CLOSED, CLOSED, OPEN]
+    assert grasped_objects(rgb0, points0, robot[0], ToolTrack(poses, opening),
+                           T_CAM_FROM_BASE) == []  # not told it holds: nothing closes on it
+    (held,) = grasped_objects(rgb0, points0, robot[0], ToolTrack(poses, opening, holding=True),
+                              T_CAM_FROM_BASE)
+    assert np.array_equal(held.mask, box)
+    assert (held.grasp_frame, held.release_frame) == (0, 4)
+    assert held.to_dict() == {"kind": "grasp", "grasp_frame": 0, "release_frame": 4,
+                              "pixels": int(box.sum())}
+    motion = T_BASE_FROM_CAM @ held.T_cam_motion[4] @ T_CAM_FROM_BASE
+    assert np.allclose(motion[:3, 3], [-0.1, 0.0, 0.0])  # left where frame 3 put it
+    out_rgb, _ = carry_grasped(np.repeat(rgb0[None], FRAMES, axis=0),
+                               np.repeat(points0[None], FRAMES, axis=0), robot, robot_points,
+                               [held])
+    v, u = _project(top - [0.1, 0.0, 0.0])
+    assert tuple(out_rgb[4, v, u]) == BOX
+    v0, u0 = _project(top)
+    assert tuple(out_rgb[4, v0, u0]) != BOX  # it left where it was held
+
+
+def test_a_push_is_no_grasp():
+    from k4d_model.contact import pushed_objects
+
+    rgb0, points0, box, robot, _ = _scene()
+    (pushed,) = pushed_objects(points0, robot[0], _sweep(0.02), T_CAM_FROM_BASE, [])
+    assert pushed.kind == "push" and pushed.to_dict()["kind"] == "push"

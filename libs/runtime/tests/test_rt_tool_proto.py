@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from k4d.errors import InvalidArgument
 from k4d.store import LocalStore, to_tensor_data
+from k4d.testing.tool_tracks import bad_tool_messages
 from k4d.tool import ToolTrack
 from k4d.tool_proto import tool_from_proto, tool_to_proto
 from kinema4d.v1 import generator_pb2
@@ -31,6 +32,9 @@ def test_round_trip_float64_and_float32():
     back = tool_from_proto(tool_to_proto(tool), frames=4)
     np.testing.assert_array_equal(back.T_base_from_tool, tool.T_base_from_tool)
     np.testing.assert_array_equal(back.opening, tool.opening)
+    assert back.holding is False
+    held = ToolTrack(tool.T_base_from_tool, tool.opening, holding=True)
+    assert tool_from_proto(tool_to_proto(held)).holding is True
     single = tool_from_proto(message(tool.T_base_from_tool.astype(np.float32),
                                      tool.opening.astype(np.float32)))
     assert single.T_base_from_tool.dtype == np.float64 and single.frames == 4
@@ -48,29 +52,7 @@ def test_refs_are_read_through_the_store(tmp_path):
 
 
 def bad_cases():
-    tool = track()
-    poses, opening = tool.T_base_from_tool, tool.opening
-    nan = poses.copy()
-    nan[1, 1, 1] = np.inf
-    reflected = poses.copy()
-    reflected[2, 0, 0] = -1.0
-    bottom = poses.copy()
-    bottom[0, 3, 0] = 0.5
-    nan_opening = opening.copy()
-    nan_opening[3] = np.nan
-    return [("poses (T, 3, 4)", message(poses[:, :3], opening), "tool.t_base_from_tool"),
-            ("poses (4, 4)", message(poses[0], opening[:1]), "tool.t_base_from_tool"),
-            ("poses not finite", message(nan, opening), "tool.t_base_from_tool"),
-            ("poses reflection", message(reflected, opening), "tool.t_base_from_tool"),
-            ("poses last row", message(bottom, opening), "tool.t_base_from_tool"),
-            ("poses uint8", message(poses.astype(np.uint8), opening), "tool.t_base_from_tool"),
-            ("poses unset", generator_pb2.ToolTrack(opening=to_tensor_data(opening)),
-             "tool.t_base_from_tool"),
-            ("opening (T, 1)", message(poses, opening[:, None]), "tool.opening"),
-            ("opening frames", message(poses, opening[:3]), "tool.opening"),
-            ("opening not finite", message(poses, nan_opening), "tool.opening"),
-            ("opening unset", generator_pb2.ToolTrack(t_base_from_tool=to_tensor_data(poses)),
-             "tool.opening")]
+    return bad_tool_messages(track())
 
 
 @pytest.mark.parametrize("name, msg, field", bad_cases(), ids=[c[0] for c in bad_cases()])

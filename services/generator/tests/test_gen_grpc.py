@@ -13,6 +13,7 @@ from k4d.grpc_client import field_violations
 from k4d.grpc_server import create_server
 from k4d.store import LocalStore, from_tensor_data
 from k4d.tensor_io import to_tensor
+from k4d.testing.tool_tracks import bad_tool_messages
 from k4d.tool import ToolTrack
 from k4d.tool_proto import tool_to_proto
 from k4d_generator.server import SERVICE_NAME, register_service
@@ -163,29 +164,9 @@ def test_gen_grpc_tool_track_reaches_the_model(channel, make_robot, monkeypatch)
 
 
 def _bad_tools():
-    """(name, tool message, the field INVALID_ARGUMENT must name)."""
-    tool = _tool()
-    poses, opening = tool.T_base_from_tool, tool.opening
-    nan = poses.copy()
-    nan[2, 0, 3] = np.nan
-    scaled = poses.copy()
-    scaled[1, :3, :3] *= 2.0
-    nan_opening = opening.copy()
-    nan_opening[0] = np.nan
-
-    def msg(p, o):
-        return generator_pb2.ToolTrack(t_base_from_tool=_data(p), opening=_data(o))
-
-    return [("poses shape", msg(poses[:, :3], opening), "tool.t_base_from_tool"),
-            ("poses NaN", msg(nan, opening), "tool.t_base_from_tool"),
-            ("poses not rigid", msg(scaled, opening), "tool.t_base_from_tool"),
-            ("poses int", msg(poses.astype(np.int64), opening), "tool.t_base_from_tool"),
-            ("poses missing", generator_pb2.ToolTrack(opening=_data(opening)),
-             "tool.t_base_from_tool"),
-            ("opening shape", msg(poses, opening[:, None]), "tool.opening"),
-            ("opening frames", msg(poses, opening[:4]), "tool.opening"),
-            ("opening NaN", msg(poses, nan_opening), "tool.opening"),
-            ("frame count", tool_to_proto(_tool(4)), "tool")]
+    """(name, tool message, the field INVALID_ARGUMENT must name): k4d.tool_proto's cases,
+    and a track whose frames are not the robot condition's (a request-level check)."""
+    return [*bad_tool_messages(_tool()), ("frame count", tool_to_proto(_tool(4)), "tool")]
 
 
 @pytest.mark.parametrize("name, tool, field", _bad_tools(), ids=[b[0] for b in _bad_tools()])

@@ -79,3 +79,64 @@ def test_policy_physics_world_moves_the_robot_exactly_by_the_actions(pick_scene,
     world.close()
     assert obs.step == 2
     np.testing.assert_allclose(obs.joints, target)
+
+
+class _RecordingModel:
+    """Stands in for the world model in a unit test of the world's bookkeeping only: it
+    returns the given frame repeated and reports the contacts it is told to; the real
+    model's chunks run in test_policy_eval and test_policy_envs."""
+
+    clip_shape = (5, 96, 144)
+
+    def __init__(self, contacts):
+        self.contacts, self.tools, self.images, self.seeds = list(contacts), [], [], []
+
+    def generate(self, image, robot, seed, pointmap=None, T_cam_from_base=None, tool=None):
+        from k4d_model.results import GenerationResult
+
+        self.tools.append(tool)
+        self.images.append(image.copy())
+        self.seeds.append(seed)
+        frames = self.clip_shape[0]
+        return GenerationResult(np.repeat(image[None], frames, 0),
+                                np.repeat(pointmap[None], frames, 0).astype(np.float32),
+                                {"contacts": self.contacts.pop(0)})
+
+
+def test_policy_world_model_regenerates_the_episode_from_its_first_frame(pick_scene, bundle):
+    """While the episode fits in one clip, every chunk's clip starts at the first frame with
+    every joint so far: the same robot track up to the chunk, the same seed."""
+    from k4d_policy.worlds import WorldModelWorld
+
+    model = _RecordingModel([[], []])
+    world = WorldModelWorld(pick_scene, bundle, model, dt_s=0.5)
+    obs = world.reset()
+    first = obs.rgb.copy()
+    moved = obs.joints.copy()
+    moved[0] += 0.2
+    world.step(np.repeat(moved[None], 2, axis=0))
+    world.step(np.repeat(obs.joints[None], 2, axis=0))
+    first_clip, second_clip = (t.T_base_from_tool for t in model.tools)
+    np.testing.assert_array_equal(second_clip[:3], first_clip[:3])  # frames 0..2: the same
+    assert not np.allclose(second_clip[3:], first_clip[3:])  # then the second chunk's joints
+    assert all(np.array_equal(image, first) for image in model.images)
+    assert len(set(model.seeds)) == 1 and not any(t.holding for t in model.tools)
+    assert len(world.clip()["rgb"]) == 5 and world.t == 4
+
+
+@pytest.mark.parametrize("contact, holding", [
+    ({"kind": "grasp", "grasp_frame": 2, "release_frame": 5}, True),   # still closed at 4
+    ({"kind": "grasp", "grasp_frame": 4, "release_frame": 5}, True),   # closing at 4
+    ({"kind": "grasp", "grasp_frame": 1, "release_frame": 4}, False),  # opened again at 4
+    ({"kind": "push", "grasp_frame": 1, "release_frame": 5}, False)])
+def test_policy_world_model_continues_a_grasp_past_one_clip(contact, holding, pick_scene, bundle):
+    """Past one clip the world continues from its last frame; a grasp still held there (the
+    clip's metadata "contacts") is passed on as ToolTrack.holding."""
+    from k4d_policy.worlds import WorldModelWorld
+
+    model = _RecordingModel([[contact], []])
+    world = WorldModelWorld(pick_scene, bundle, model, dt_s=0.5)
+    obs = world.reset()
+    world.step(np.repeat(obs.joints[None], 6, axis=0))  # 4 frames fill the clip, 2 continue
+    assert [t.holding for t in model.tools] == [False, holding]
+    assert len(world.clip()["rgb"]) == 7 and world.t == 6

@@ -14,10 +14,10 @@ from k4d_trainer.clips import ClipSpec, read_clip
 from k4d_trainer.config import RefinerSection
 from k4d_trainer.parallel import DistInfo
 from k4d_trainer.refiner_stage import (
+    COORDINATE_GAIN,
     STAGE_FOLDER,
     RefinerClip,
     RefinerExample,
-    COORDINATE_GAIN,
     load_run_refiner,
     planes_of,
     refiner_episodes,

@@ -8,11 +8,15 @@ is part of the kinematic chain while it is held. This is a prior, not learned. I
 what a rigid grasp does; slips, drops and pushes stay with the networks.
 
 1. Grasps: each run of frames over which the gripper's opening falls and does not rise
-   again (closing at g, opening again at r: held over g..r-1, left where frame r-1 put it).
+   again (closing at g, opening again at r: held over g..r-1, left where frame r-1 put it);
+   with `tool.holding` (a clip that continues a grasp), also frames 0..r-1 up to the first
+   rise.
 2. The object: frame 0's pieces of scene (off the robot) within GRASP_RADIUS_M of the tool
    frame at g that stand more than CLEARANCE_M above the surface under the tool or differ
    from that surface's colour by more than COLOUR_DIFFERENCE; the piece nearest the tool.
    The tool at or below that surface holds nothing (its fingers would meet the surface).
+   An object already held at frame 0 may be lifted clear of any surface: with none under
+   the tool, the piece nearest the tool is the object.
 3. Drawn: for t > g the object's frame-0 pixels and points, moved by the tool's motion since
    g, splatted far to near, behind the robot where the robot is nearer; its frame-0 pixels
    show their surroundings filled in and the points of the surface behind it.
@@ -49,25 +53,44 @@ class GraspedObject:
     T_cam_motion: np.ndarray
     grasp_frame: int
     release_frame: int
+    kind: str = "grasp"  # or "push" (pushed_objects)
+
+    def to_dict(self) -> dict:
+        """What a caller may read of it (GenerationResult.metadata["contacts"]): frames and
+        the object's frame-0 size in pixels. A grasp holds it over grasp_frame ..
+        release_frame - 1."""
+        return {"kind": self.kind, "grasp_frame": int(self.grasp_frame),
+                "release_frame": int(self.release_frame), "pixels": int(self.mask.sum())}
 
     def moved(self, t: int) -> bool:
         return not np.allclose(self.T_cam_motion[t], np.eye(4), atol=1e-6)
 
 
-def grasp_intervals(opening: np.ndarray) -> list[tuple[int, int]]:
+def grasp_intervals(opening: np.ndarray, holding: bool = False) -> list[tuple[int, int]]:
     """[(g, r)]: the gripper closes at frame g and opens again at frame r (len(opening) when
-    it stays closed)."""
+    it stays closed); holding: it is closed on an object at frame 0, so the first is (0, r)."""
     opening = np.asarray(opening, np.float64)
-    intervals, t, frames = [], 1, len(opening)
+    frames = len(opening)
+    intervals, t = [], 1
+    if holding and frames:
+        release = _first_rise(opening, 1)
+        intervals.append((0, release))
+        t = release + 1
     while t < frames:
         if opening[t] < opening[t - 1] - OPENING_EPS:
-            release = t + 1
-            while release < frames and not opening[release] > opening[release - 1] + OPENING_EPS:
-                release += 1
+            release = _first_rise(opening, t + 1)
             intervals.append((t, release))
             t = release
         t += 1
     return intervals
+
+
+def _first_rise(opening: np.ndarray, start: int) -> int:
+    """The first frame >= start at which the opening rises (len(opening) when none does)."""
+    t = start
+    while t < len(opening) and not opening[t] > opening[t - 1] + OPENING_EPS:
+        t += 1
+    return t
 
 
 def grasped_objects(first_rgb: np.ndarray, first_points: np.ndarray, robot_first: np.ndarray,
@@ -83,9 +106,10 @@ def grasped_objects(first_rgb: np.ndarray, first_points: np.ndarray, robot_first
     colour = np.asarray(first_rgb, np.float32)
     taken = np.zeros(scene.shape, bool)
     objects = []
-    for grasp, release in grasp_intervals(tool.opening):
+    for grasp, release in grasp_intervals(tool.opening, tool.holding):
         at = tool.T_base_from_tool[grasp]
-        mask = _object_next_to(at[:3, 3], base, colour, scene & ~taken)
+        in_hand = tool.holding and grasp == 0
+        mask = _object_next_to(at[:3, 3], base, colour, scene & ~taken, in_hand)
         if mask is None:
             continue
         taken |= mask
@@ -99,22 +123,26 @@ def grasped_objects(first_rgb: np.ndarray, first_points: np.ndarray, robot_first
 
 
 def _object_next_to(tool_at: np.ndarray, base: np.ndarray, colour: np.ndarray,
-                    scene: np.ndarray) -> np.ndarray | None:
+                    scene: np.ndarray, in_hand: bool = False) -> np.ndarray | None:
+    """in_hand: the object is already held, so it may hang clear of any surface."""
     from scipy import ndimage
 
     horizontal = np.linalg.norm(base[..., :2] - tool_at[:2], axis=-1)
     height = base[..., 2]
     under = (scene & (horizontal < SUPPORT_RADIUS_M) & (height < tool_at[2])
              & (height > tool_at[2] - SUPPORT_DEPTH_M))
-    if under.sum() < 10:
+    reach = scene & (np.linalg.norm(base - tool_at, axis=-1) < GRASP_RADIUS_M)
+    if under.sum() >= 10:
+        surface = float(np.median(height[under]))
+        if tool_at[2] < surface + CLEARANCE_M:  # its fingers would meet the surface first
+            return None
+        surface_colour = np.median(colour[under & (height < surface + CLEARANCE_M)], axis=0)
+        differs = np.linalg.norm(colour - surface_colour, axis=-1) > COLOUR_DIFFERENCE
+        candidates = reach & (differs | (height > surface + CLEARANCE_M))
+    elif in_hand:  # lifted clear of every surface: what is next to the tool is the object
+        candidates = reach
+    else:
         return None
-    surface = float(np.median(height[under]))
-    if tool_at[2] < surface + CLEARANCE_M:  # its fingers would meet the surface first
-        return None
-    surface_colour = np.median(colour[under & (height < surface + CLEARANCE_M)], axis=0)
-    differs = np.linalg.norm(colour - surface_colour, axis=-1) > COLOUR_DIFFERENCE
-    candidates = (scene & (np.linalg.norm(base - tool_at, axis=-1) < GRASP_RADIUS_M)
-                  & (differs | (height > surface + CLEARANCE_M)))
     labels, count = ndimage.label(candidates, structure=np.ones((3, 3)))
     best, best_distance = None, np.inf
     for k in range(1, count + 1):
@@ -174,7 +202,7 @@ def pushed_objects(first_points: np.ndarray, robot_first: np.ndarray, tool: Tool
             moved_base[:2, 3] = shift[t]
             motion[t] = T_cam_from_base @ moved_base @ T_base_from_cam
         first = int(np.argmax(np.linalg.norm(shift, axis=-1) > 0))
-        objects.append(GraspedObject(mask, motion, first, tool.frames))
+        objects.append(GraspedObject(mask, motion, first, tool.frames, "push"))
     return objects
 
 

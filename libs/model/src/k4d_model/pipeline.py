@@ -298,9 +298,10 @@ class Kinema4DPipeline:
                       pointmap: np.ndarray, norm: PointmapNormalization,
                       initial_pointmap: np.ndarray | None,
                       T_cam_from_base: np.ndarray | None = None, tool: ToolTrack | None = None
-                      ) -> tuple[np.ndarray, np.ndarray]:
-        """Decoded rgb / pointmap ([-1, 1] floats) -> uint8 RGB and metric pointmap under the
-        model's fidelity options (k4d_model.fidelity). T_cam_from_base: the camera's pose,
+                      ) -> tuple[np.ndarray, np.ndarray, list[dict]]:
+        """Decoded rgb / pointmap ([-1, 1] floats) -> uint8 RGB, metric pointmap under the
+        model's fidelity options (k4d_model.fidelity), and the objects the grasp and push
+        options moved (GraspedObject.to_dict each). T_cam_from_base: the camera's pose,
         for a refiner whose geometry network reads it (scene planes) and for the grasp
         option, which also needs the tool track (k4d_model.contact)."""
         opts = FidelityOptions.from_extra(self.info.extra)
@@ -366,13 +367,14 @@ class Kinema4DPipeline:
             behind = fill_points_behind_robot(points[0], robot.pointmap[0], robot.mask[0])
             points = np.where(uncovered_by_robot(robot.mask)[..., None], behind[None],
                               points).astype(np.float32)
+        held = []
         if tool is not None and T_cam_from_base is not None:
             held = (grasped_objects(rgb_out[0], points[0], robot.mask[0], tool, T_cam_from_base)
                     if opts.grasp == GRASP_RIGID else [])
             if opts.push == PUSH_QUASI_STATIC and observed:
                 held += pushed_objects(points[0], robot.mask[0], tool, T_cam_from_base, held)
             rgb_out, points = carry_grasped(rgb_out, points, robot.mask, robot.pointmap, held)
-        return rgb_out, points
+        return rgb_out, points, [obj.to_dict() for obj in held]
 
     def _check_refiner(self, opts: FidelityOptions) -> None:
         for key in ("refiner", "refiner_pointmap", "refiner_first_depth"):
@@ -455,8 +457,9 @@ class Kinema4DPipeline:
                 callback(step + 1, num_steps)
         denoised = time.perf_counter()
         # 7. decode and de-normalise
-        rgb, pointmap = self.finish_output(image, robot, *self.decode_float(latents), norm,
-                                           initial_pointmap, T_cam_from_base, tool)
+        rgb, pointmap, contacts = self.finish_output(image, robot, *self.decode_float(latents),
+                                                     norm, initial_pointmap, T_cam_from_base,
+                                                     tool)
         metadata = {
             "generator": "kinema4d", "model": self.info.to_dict(), "model_id": self.model_id,
             "backend": self.backend.describe(), "seed": int(seed), "num_steps": num_steps,
@@ -467,6 +470,9 @@ class Kinema4DPipeline:
             "fidelity": opts.to_dict(), "initial_pointmap": initial_pointmap is not None,
             "camera_pose": T_cam_from_base is not None,
             "tool": tool is not None,
+            # what the grasp and push priors moved: a caller that continues the clip (a
+            # policy's next chunk) passes ToolTrack.holding when a grasp is still held
+            "contacts": contacts,
             "fps": self.info.fps,
             "timings_s": {"conditioning": conditioned - started,
                           "denoising": denoised - conditioned,

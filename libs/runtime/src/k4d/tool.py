@@ -16,10 +16,14 @@ from k4d.errors import InvalidArgument
 class ToolTrack:
     """T_base_from_tool: (T, 4, 4) float64, the tool frame (`ee_link`) in the robot's base
     frame. opening: (T,) float64, the gripper's opening in its joints' units (the sum of the
-    gripper joints; larger is more open); all zeros for a robot without a gripper."""
+    gripper joints; larger is more open); all zeros for a robot without a gripper.
+    holding: the gripper already holds an object at frame 0 (a clip that continues one in
+    which it closed on the object: the second chunk of a policy's grasp). A grasp is
+    otherwise found only where the opening falls within the track."""
 
     T_base_from_tool: np.ndarray
     opening: np.ndarray
+    holding: bool = False
 
     def __post_init__(self):
         poses = np.asarray(self.T_base_from_tool, np.float64)
@@ -32,6 +36,7 @@ class ToolTrack:
                                                             f"got {opening.shape}")
         object.__setattr__(self, "T_base_from_tool", poses)
         object.__setattr__(self, "opening", opening)
+        object.__setattr__(self, "holding", bool(self.holding))
 
     @property
     def frames(self) -> int:
@@ -43,13 +48,14 @@ class ToolTrack:
                                                     f"condition {frames}")
 
 
-def tool_track(model, joints: np.ndarray, poses: np.ndarray) -> ToolTrack:
+def tool_track(model, joints: np.ndarray, poses: np.ndarray, holding: bool = False
+               ) -> ToolTrack:
     """The tool of `model` (a k4d.robots.RobotModel) from the kinematics stage's output:
     joints (T, J) in model.joint_names order, poses (T, L, 4, 4) T_base_from_link in
-    model.link_names order."""
+    model.link_names order; `holding` as in ToolTrack."""
     joints = np.asarray(joints, np.float64)
     poses = np.asarray(poses, np.float64)
     tool = poses[:, model.link_index(model.ee_link)]
     gripper = model.joint_indices(list(model.gripper_joints)) if model.gripper_joints else []
     opening = joints[:, gripper].sum(axis=1) if len(gripper) else np.zeros(len(joints))
-    return ToolTrack(tool, opening)
+    return ToolTrack(tool, opening, holding)

@@ -3,6 +3,7 @@
 Reading (`tool_from_proto`):
   t_base_from_tool   required: (T, 4, 4) float32 or float64, each frame a finite rigid transform
   opening            required: (T,) float32 or float64, finite
+  holding            optional bool (default false): the gripper holds an object at frame 0
   frames             when given, T must equal it (the robot condition's frames)
 Errors are InvalidArgument naming the proto path below `field` (`tool.t_base_from_tool`,
 `tool.opening`, and `tool` itself for a frame-count mismatch).
@@ -27,7 +28,7 @@ def tool_to_proto(tool: ToolTrack) -> generator_pb2.ToolTrack:
     """Both arrays inline (T * 17 numbers; up to 8,192 frames fit the 1 MiB limit)."""
     return generator_pb2.ToolTrack(
         t_base_from_tool=to_tensor_data(tool.T_base_from_tool),
-        opening=to_tensor_data(tool.opening))
+        opening=to_tensor_data(tool.opening), holding=tool.holding)
 
 
 def tool_from_proto(msg: generator_pb2.ToolTrack, store=None, field: str = "tool",
@@ -48,7 +49,7 @@ def tool_from_proto(msg: generator_pb2.ToolTrack, store=None, field: str = "tool
         except InvalidArgument as exc:
             raise InvalidArgument.for_field(
                 poses_field, f"frame {index}: {exc.violations[0].description}") from None
-    tool = ToolTrack(poses, opening)
+    tool = ToolTrack(poses, opening, msg.holding)
     if frames is not None:
         try:
             tool.check_frames(frames)

@@ -196,6 +196,7 @@ class WorldModelWorld:
         finally:
             render.close()
         self.t, self.chunks = 0, 0
+        self._holding = False  # the gripper holds an object where the next clip starts
         self.q = np.asarray(self.scenario.initial_joints, np.float64)
         self._image, self._pointmap = rgb, pointmap
         self._rgb, self._pm, self._mask, self._joints = [], [], [], [self.q.copy()]
@@ -203,35 +204,54 @@ class WorldModelWorld:
         return Observation(rgb, pointmap, self.q.copy(), 0)
 
     def step(self, joints: np.ndarray) -> Observation:
+        """Generate the frames of one action chunk. While the episode fits in one clip (the
+        evaluator's episodes do), the clip is generated again from the first frame with every
+        joint so far, the chunk's, then held, and the chunk's frames are kept: the model sees
+        the whole episode, so a grasp or push that spans two chunks is one contact and no
+        generated frame is fed back as input. Past one clip it continues from the last
+        generated frame (and pointmap), telling the grasp option what is still held."""
         from k4d.robots.fk import forward_kinematics
         from k4d.tool import tool_track
         from k4d_projection.renderer import CONDITION_OUTPUTS
 
         joints = np.asarray(joints, np.float64)
         T = self.model.clip_shape[0]
-        n = min(len(joints), T - 1)  # one clip continues at most T - 1 frames
-        q = np.concatenate([self.q[None], joints[:n]])
+        room = T - 1 - self.t  # frames the clip from the first frame still has
+        if room > 0:
+            n, offset = min(len(joints), room), self.t
+            q = np.concatenate([np.stack(self._joints), joints[:n]])
+            (image, pointmap), holding, seed = self._first, False, self.seed * 1000
+        else:
+            n, offset = min(len(joints), T - 1), 0
+            q = np.concatenate([self.q[None], joints[:n]])
+            image, pointmap = self._image, self._pointmap
+            holding, seed = self._holding, self.seed * 1000 + self.chunks
         q = np.concatenate([q, np.repeat(q[-1:], T - len(q), 0)])  # the robot holds after the chunk
         poses = forward_kinematics(self.bundle.robot, q)
         robot = self.bundle.renderer.render(poses, self.camera, outputs=CONDITION_OUTPUTS)
-        result = self.model.generate(np.ascontiguousarray(self._image), robot,
-                                     seed=self.seed * 1000 + self.chunks, pointmap=self._pointmap,
-                                     T_cam_from_base=self.camera.T_cam_from_base,
-                                     tool=tool_track(self.bundle.robot, q, poses))
+        result = self.model.generate(np.ascontiguousarray(image), robot, seed=seed,
+                                     pointmap=pointmap, T_cam_from_base=self.camera.T_cam_from_base,
+                                     tool=tool_track(self.bundle.robot, q, poses, holding=holding))
         if not self._rgb:  # the judge reads frame 0 as the model decodes it (one source per clip)
             self._rgb.append(result.rgb[0])
             self._pm.append(result.pointmap[0])
             self._mask.append(robot.mask[0])
-        self._rgb.extend(result.rgb[1:n + 1])
-        self._pm.extend(result.pointmap[1:n + 1])
-        self._mask.extend(robot.mask[1:n + 1])
-        self._joints.extend(q[1:n + 1])
+        kept = slice(offset + 1, offset + n + 1)
+        self._rgb.extend(result.rgb[kept])
+        self._pm.extend(result.pointmap[kept])
+        self._mask.extend(robot.mask[kept])
+        self._joints.extend(q[kept])
+        end = offset + n
         self.t += n
         self.chunks += 1
-        self.q = q[n].copy()
-        self._image, self._pointmap = result.rgb[n], result.pointmap[n]
-        obs = Observation(result.rgb[n], result.pointmap[n], self.q.copy(), self.t)
-        if n < len(joints):  # a chunk longer than one clip: continue with the rest
+        self.q = q[end].copy()
+        self._image, self._pointmap = result.rgb[end], result.pointmap[end]
+        # a grasp still closed at the chunk's last frame goes on in a continued clip
+        # (k4d.tool.ToolTrack.holding)
+        self._holding = any(c["kind"] == "grasp" and c["grasp_frame"] <= end < c["release_frame"]
+                            for c in result.metadata.get("contacts", []))
+        obs = Observation(result.rgb[end], result.pointmap[end], self.q.copy(), self.t)
+        if n < len(joints):  # a chunk longer than the clip has room for: continue with the rest
             return self.step(joints[n:])
         return obs
 

@@ -50,12 +50,14 @@ class GenerateRequest(_message.Message):
     def __init__(self, model: _Optional[_Union[_common_pb2.ModelRef, _Mapping]] = ..., image: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., robot_rgb: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., robot_pointmap: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., robot_mask: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., job_id: _Optional[str] = ..., initial_pointmap: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., t_cam_from_base: _Optional[_Union[_common_pb2.Matrix4, _Mapping]] = ..., tool: _Optional[_Union[ToolTrack, _Mapping]] = ...) -> None: ...
 
 class ToolTrack(_message.Message):
-    __slots__ = ("t_base_from_tool", "opening")
+    __slots__ = ("t_base_from_tool", "opening", "holding")
     T_BASE_FROM_TOOL_FIELD_NUMBER: _ClassVar[int]
     OPENING_FIELD_NUMBER: _ClassVar[int]
+    HOLDING_FIELD_NUMBER: _ClassVar[int]
     t_base_from_tool: _common_pb2.TensorData
     opening: _common_pb2.TensorData
-    def __init__(self, t_base_from_tool: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., opening: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ...) -> None: ...
+    holding: bool
+    def __init__(self, t_base_from_tool: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., opening: _Optional[_Union[_common_pb2.TensorData, _Mapping]] = ..., holding: _Optional[bool] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
     __slots__ = ("progress", "result")
