@@ -4,6 +4,7 @@ object on a table of nearly its own colour, carried across the image between two
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from k4d.camera import Camera
 from k4d.judge import JudgeClip, judge, object_track
 
@@ -77,3 +78,21 @@ def test_with_the_task_goal_a_pick_or_a_push_must_end_near_it():
     assert judge(clip, ids[0], "push", T_cam, "push the grey cube right")["success"] is True
     assert judge(clip, ids[0], "push", T_cam, "push the grey cube right",
                  goal_xy=(0.5, -0.2))["success"] is False  # 10 cm short of the goal
+
+
+def test_with_the_known_start_the_judge_reads_displacements_not_the_visible_surface():
+    """The median of the visible points is the box's top and front, ~1 cm off its centre
+    towards the camera; a pick that ends 3.5 cm from its goal (centre to goal) is judged
+    from that offset without the start, and from the centre's own track with it."""
+    goal = (0.45, -0.22 + 0.035)
+    path = [(0.5, 0.0, 0.02), (0.5, 0.0, 0.1), (0.45, -0.22, 0.1), (0.45, -0.22, 0.02)]
+    clip, ids, T_cam = _tabletop(path, top=(220, 40, 40), side=(160, 30, 30))
+    seen = object_track(clip, None, ids[0] == 1, np.linalg.inv(T_cam))
+    offset = float(np.linalg.norm(seen[0] - path[0]))
+    assert offset > 0.005  # the visible surface is not the centre
+    known = judge(clip, ids[0], "pick", T_cam, goal_xy=goal, start_xyz={1: path[0]})
+    assert known["goal_error_m"] == pytest.approx(0.035, abs=0.005)
+    unknown = judge(clip, ids[0], "pick", T_cam, goal_xy=goal)
+    assert abs(unknown["goal_error_m"] - 0.035) > abs(known["goal_error_m"] - 0.035)
+    # lifts and rests are differences already: the same either way
+    assert known["lift_m"] == pytest.approx(unknown["lift_m"])

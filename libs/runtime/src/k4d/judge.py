@@ -16,6 +16,12 @@ as far as pointmaps show them:
   stack  object 1 ends within STACK_XY_M of object 2 horizontally and >= STACK_Z_M above
          it, object 2 moved <= BASE_MOVED_M
 
+With the objects' known frame-0 positions (`start_xyz`: the scene the caller set up, a data
+engine episode's object poses), each track is read as its displacement since frame 0 added to
+that start: the median of an object's visible points lies up to ~1 cm off its centre (on its
+top and the faces the camera sees), which decided placements within a centimetre of a
+tolerance, and a displacement does not carry that offset.
+
 A clip is any object with `rgb` (T, H, W, 3) uint8, `pointmap` (T, H, W, 3) float32 in the
 first frame's camera (metres), `valid` (T, H, W) bool and `robot_mask` (T, H, W) bool or
 None (k4d_eval's Clip, or `JudgeClip` below).
@@ -186,12 +192,15 @@ def _direction(task_text: str) -> np.ndarray | None:
 
 def judge(clip, object_ids0: np.ndarray, task_kind: str,
           T_cam0_from_world: np.ndarray, task_text: str = "",
-          goal_xy: np.ndarray | None = None) -> dict:
+          goal_xy: np.ndarray | None = None,
+          start_xyz: dict[int, np.ndarray] | None = None) -> dict:
     """-> {"success": bool | None, "rule": str, measured values}; success None when the
     task kind has no rule or an object cannot be found. goal_xy: the task's goal in the
     world frame (x, y), when the caller knows it (the policy evaluator's scenes; a data
     engine episode does not store it): a pick or a push must also end near it, as the
-    data engine's own judge requires."""
+    data engine's own judge requires. start_xyz: {k: (3,) world position of object k's
+    centre in frame 0}, when the caller knows the initial scene: tracks become
+    displacements from it (module docstring)."""
     if task_kind not in JUDGED_KINDS or clip.pointmap is None:
         return {"success": None, "rule": f"no automatic rule for task kind {task_kind!r}"}
     T_world_from_cam0 = np.linalg.inv(T_cam0_from_world)
@@ -203,6 +212,8 @@ def judge(clip, object_ids0: np.ndarray, task_kind: str,
                                              "than 3 pixels)"}
         colour = np.median(clip.rgb[0][start].astype(np.float32), axis=0)
         tracks[k] = object_track(clip, colour, start, T_world_from_cam0)
+        if start_xyz is not None and k in start_xyz and not np.isnan(tracks[k][0, 0]):
+            tracks[k] = tracks[k] - tracks[k][0] + np.asarray(start_xyz[k], np.float64).reshape(3)
     track = tracks[1]
     start1, end1 = track[0], _final(track)
     if end1 is None or np.isnan(start1[0]):

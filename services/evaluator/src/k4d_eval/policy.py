@@ -45,8 +45,11 @@ def episode_labels(pred: Clip, gt: Clip) -> dict:
         labels["judge"] = "no object ids: simulated success needs a label from outside"
         return labels
     text = meta.get("task", "")
-    on_pred = judge(pred, gt.object_ids[0], kind, gt.T_cam_from_world[0], text)
-    on_gt = judge(gt, gt.object_ids[0], kind, gt.T_cam_from_world[0], text)
+    # the episode's initial scene: the judge reads each object's displacement from it
+    starts = (None if gt.object_poses is None else
+              {k + 1: gt.object_poses[0, k, :3] for k in range(gt.object_poses.shape[1])})
+    on_pred = judge(pred, gt.object_ids[0], kind, gt.T_cam_from_world[0], text, start_xyz=starts)
+    on_gt = judge(gt, gt.object_ids[0], kind, gt.T_cam_from_world[0], text, start_xyz=starts)
     labels.update(simulated_success=on_pred["success"], judge=on_pred, judge_on_gt=on_gt,
                   judge_on_gt_success=on_gt["success"])
     if labels["true_success"] is None:

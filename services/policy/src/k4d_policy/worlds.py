@@ -193,6 +193,8 @@ class WorldModelWorld:
         try:
             rgb, pointmap, geom = render.render()
             self.object_ids0 = render.object_ids((pointmap, geom))
+            # the scene it set up: the judge reads the objects' displacements from it
+            self.start_xyz = {k + 1: pose[:3] for k, pose in enumerate(render.sim.object_poses())}
         finally:
             render.close()
         self.t, self.chunks = 0, 0
@@ -261,7 +263,8 @@ class WorldModelWorld:
         pm = np.stack(self._pm)
         clip = JudgeClip(np.stack(self._rgb), pm, np.abs(pm).sum(-1) > 0, np.stack(self._mask))
         verdict = judge(clip, self.object_ids0, self.scenario.task, self.camera.T_cam_from_world,
-                        self.scenario.plan.text, goal_xy=self.scenario.plan.goal.get("xy"))
+                        self.scenario.plan.text, goal_xy=self.scenario.plan.goal.get("xy"),
+                        start_xyz=self.start_xyz)
         out = {k: v for k, v in verdict.items() if isinstance(v, (bool, int, float, str, type(None)))}
         out["success"] = bool(verdict["success"]) if verdict["success"] is not None else None
         return out
