@@ -140,3 +140,19 @@ def test_policy_world_model_continues_a_grasp_past_one_clip(contact, holding, pi
     world.step(np.repeat(obs.joints[None], 6, axis=0))  # 4 frames fill the clip, 2 continue
     assert [t.holding for t in model.tools] == [False, holding]
     assert len(world.clip()["rgb"]) == 7 and world.t == 6
+
+
+def test_policy_world_model_runs_past_one_clip_on_a_real_model(tiny_model_dir, bundle):
+    """The real pipeline through both paths: the first clip from the first frame, then a
+    continued clip past it (a horizon longer than the model's 5-frame clip)."""
+    from k4d_policy.scenes import scenario
+    from k4d_policy.worlds import WorldModel, WorldModelWorld
+
+    model = WorldModel(str(tiny_model_dir))
+    world = WorldModelWorld(scenario(7000, 0, "pick", 32, 48), bundle, model, dt_s=0.5)
+    obs = world.reset()
+    last = world.step(np.repeat(obs.joints[None], 6, axis=0))
+    assert world.t == 6 and last.step == 6 and last.rgb.shape == (32, 48, 3)
+    clip = world.clip()
+    assert clip["rgb"].shape == (7, 32, 48, 3) and clip["joints"].shape[0] == 7
+    assert world.judge()["success"] in (True, False, None)
