@@ -21,7 +21,7 @@ from pathlib import Path
 
 def judged(uri: str, with_start: bool) -> dict:
     from k4d.episodes import open_dataset
-    from k4d.judge import judge
+    from k4d.judge import judge, start_positions
     from k4d_eval.inputs import load_episode
 
     dataset = open_dataset(uri)
@@ -30,7 +30,7 @@ def judged(uri: str, with_start: bool) -> dict:
         clip = load_episode(dataset, episode_id)
         starts = None
         if with_start and clip.object_poses is not None:
-            starts = {k + 1: clip.object_poses[0, k, :3] for k in range(clip.object_poses.shape[1])}
+            starts = start_positions(clip.object_poses[0])
         verdict = judge(clip, clip.object_ids[0], clip.meta.get("task_kind", ""),
                         clip.T_cam_from_world[0], clip.meta.get("task", ""), start_xyz=starts)
         if verdict["success"] is None:

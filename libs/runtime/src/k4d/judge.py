@@ -190,6 +190,12 @@ def _direction(task_text: str) -> np.ndarray | None:
     return None
 
 
+def start_positions(object_poses: np.ndarray) -> dict[int, np.ndarray]:
+    """`judge`'s start_xyz from frame 0's object poses (K, 7) (world xyz + quaternion, objects
+    1..K in order, as the data engine and MuJoCo give them)."""
+    return {k + 1: np.asarray(pose[:3], np.float64) for k, pose in enumerate(object_poses)}
+
+
 def judge(clip, object_ids0: np.ndarray, task_kind: str,
           T_cam0_from_world: np.ndarray, task_text: str = "",
           goal_xy: np.ndarray | None = None,

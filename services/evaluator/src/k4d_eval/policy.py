@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from k4d.judge import judge
+from k4d.judge import judge, start_positions
 
 from k4d_eval.clip import Clip
 
@@ -46,8 +46,7 @@ def episode_labels(pred: Clip, gt: Clip) -> dict:
         return labels
     text = meta.get("task", "")
     # the episode's initial scene: the judge reads each object's displacement from it
-    starts = (None if gt.object_poses is None else
-              {k + 1: gt.object_poses[0, k, :3] for k in range(gt.object_poses.shape[1])})
+    starts = None if gt.object_poses is None else start_positions(gt.object_poses[0])
     on_pred = judge(pred, gt.object_ids[0], kind, gt.T_cam_from_world[0], text, start_xyz=starts)
     on_gt = judge(gt, gt.object_ids[0], kind, gt.T_cam_from_world[0], text, start_xyz=starts)
     labels.update(simulated_success=on_pred["success"], judge=on_pred, judge_on_gt=on_gt,

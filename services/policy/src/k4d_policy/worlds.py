@@ -189,12 +189,14 @@ class WorldModelWorld:
         self.camera = Camera.from_dict(scenario.camera_json)
 
     def reset(self) -> Observation:
+        from k4d.judge import start_positions
+
         render = _SceneRender(self.scenario, self.bundle)
         try:
             rgb, pointmap, geom = render.render()
             self.object_ids0 = render.object_ids((pointmap, geom))
             # the scene it set up: the judge reads the objects' displacements from it
-            self.start_xyz = {k + 1: pose[:3] for k, pose in enumerate(render.sim.object_poses())}
+            self.start_xyz = start_positions(render.sim.object_poses())
         finally:
             render.close()
         self.t, self.chunks = 0, 0
