@@ -404,6 +404,44 @@ def test_an_rgb_rollout_with_a_camera_pose_reads_its_depth_off_the_planes(make_t
         assert exc.value.violations[0].field == "T_cam_from_base"
 
 
+@pytest.mark.parametrize("push_estimated", [False, True])
+def test_push_runs_on_estimated_points_only_when_asked(make_tiny, monkeypatch, push_estimated):
+    """`push` reads measured frame-0 points; with `push_estimated` also the refiner's
+    estimate of an RGB image's (a geometry network that stands objects up)."""
+    import k4d_model.pipeline as pipeline
+    from k4d.tool import ToolTrack
+
+    seen = []
+
+    def record(first_points, robot_first, tool, T_cam_from_base, held):
+        seen.append(np.array(first_points))
+        return []
+
+    monkeypatch.setattr(pipeline, "pushed_objects", record)
+    image, robot = _ray_cast_robot()
+    extra = {"first_frame": "given", "decode": "composite", "change_threshold": 1000,
+             "change_depth_m": 0, "change_dilate": 0, "robot_pointmap": "kinematics",
+             "refiner_first_depth": "estimated", "push": "quasi-static",
+             "push_estimated": push_estimated}
+    refiner = with_geometry(_constant_refiner(0.0, -6.0),
+                            _plane_refiner(np.log(1.2), (0.0, 0.0, 0.2), plane=3))
+    pipe = _pipe(make_tiny, refiner, extra)
+    frames = robot.mask.shape[0]
+    tool = ToolTrack(np.repeat(np.eye(4)[None], frames, axis=0), np.zeros(frames))
+    out = pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1,
+               T_cam_from_base=CAMERA_POSE, tool=tool)
+    assert len(seen) == int(push_estimated)
+    if push_estimated:  # the estimate: frame 0's output points
+        assert np.array_equal(seen[0], out.pointmap[0])
+    measured = np.zeros(image.shape, np.float32)
+    measured[..., 2] = 3.0
+    pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1, initial_pointmap=measured,
+         T_cam_from_base=CAMERA_POSE, tool=tool)
+    assert len(seen) == int(push_estimated) + 1  # measured points: always
+    with pytest.raises(InvalidArgument, match="push_estimated"):
+        FidelityOptions.check({"push_estimated": "yes"})
+
+
 def test_refiner_pointmap_drawn_moves_the_points_where_the_colour_changes(make_tiny):
     image, robot, points = _wall_scene()
     extra = POINTMAP_EXTRA

@@ -308,3 +308,91 @@ def test_plane_weight_trains_scene_planes(tmp_path, make_dataset):
     assert len(losses) == 2 and all(np.isfinite(losses))
     with pytest.raises(InvalidArgument, match="refiner.plane_weight"):
         RefinerSection(plane_weight=1.0).validate()  # no first-frame depth head
+
+
+def test_object_weight_weighs_the_object_pixels_in_the_depth_and_plane_terms():
+    batch = _batch(first_depth=0.0, first_known=(1.0,) * 4)
+    batch = batch._replace(plane=torch.tensor([[[[3, 3], [3, 3]]]]),
+                           plane_known=torch.ones(1, 1, 2, 2),
+                           objects=torch.tensor([[[[1.0, 0.0], [0.0, 0.0]]]]))
+    output = torch.zeros(1, 4 + 1 + 7, 2, 2)
+    output[0, 4, 0, 0] = 1.0  # the object's depth off by 1, the others right
+    output[0, 7, 0, 0] = 0.1  # and its z coordinate off by 0.1 m
+    plain = RefinerSection(mask_weight=0.0, colour_weight=0.0, first_depth_weight=1.0,
+                           plane_weight=1.0)
+    _, parts = refiner_loss(output, batch, plain)
+    assert parts["first_depth"] == pytest.approx(1.0 / 4)
+    assert parts["coordinate_m"] == pytest.approx(0.1 / 4)
+    weighted = RefinerSection(**{**plain.__dict__, "object_weight": 5.0})
+    _, parts = refiner_loss(output, batch, weighted)
+    assert parts["first_depth"] == pytest.approx(6.0 / 9)  # the object weighs 1 + 5 of 9
+    assert parts["coordinate_m"] == pytest.approx(0.6 / 9)
+    _, same = refiner_loss(output, batch._replace(objects=None), weighted)
+    assert same["first_depth"] == pytest.approx(1.0 / 4)  # no object mask: unweighted
+
+
+def _with_object_ids(root, make_dataset):
+    """make_dataset's episodes with a 4x6-pixel object (id 2) in every frame."""
+    from k4d.episodes import DatasetWriter
+
+    source = open_dataset(make_dataset(root / "plain", count=2, frames=5, height=32, width=48))
+    writer = DatasetWriter(str(root / "ids"))
+    for eid in sorted(source.episode_ids):
+        episode = source.open(eid)
+        arrays = {name: np.asarray(episode[name]) for name in episode.arrays}
+        ids = np.zeros(arrays["rgb"].shape[:3], np.int16)
+        ids[:, 10:14, 20:26] = 2
+        writer.write_episode(episode.meta, {**arrays, "object_ids": ids})
+    writer.close()
+    return source, open_dataset(str(root / "ids"))
+
+
+def test_object_weight_reads_the_episodes_object_ids(tmp_path, make_dataset):
+    plain, with_ids = _with_object_ids(tmp_path, make_dataset)
+    clip = read_clip(with_ids.open(sorted(with_ids.episode_ids)[0]), CLIP, ("object_ids",))
+    assert clip["object_ids"].dtype == np.int16 and clip["object_ids"].shape == (5, 32, 48)
+    example = RefinerClip(clip).example(2)
+    expected = (clip["object_ids"][0] > 0) & ~clip["robot_mask"][0]
+    assert expected.any() and np.array_equal(example.objects[0].numpy() > 0, expected)
+    assert not RefinerClip(read_clip(plain.open(sorted(plain.episode_ids)[0]), CLIP)
+                           ).example(2).objects.any()
+    section = RefinerSection(steps=2, batch_size=2, channels=[8, 16], first_depth_weight=1.0,
+                             object_weight=10.0)
+    refiner, losses = _train(with_ids, section)
+    assert len(losses) == 2 and all(np.isfinite(losses))
+    with pytest.raises(InvalidArgument, match="refiner.object_weight") as exc:
+        _train(plain, section)  # the episodes hold no object ids to weigh by
+    assert "object_ids" in str(exc.value)
+
+
+@pytest.mark.parametrize("section", [RefinerSection(object_weight=-1.0),
+                                     RefinerSection(object_weight=float("nan")),
+                                     RefinerSection(object_weight=5.0)])  # no depth terms
+def test_object_weight_is_checked(section):
+    with pytest.raises(InvalidArgument, match="refiner.object_weight"):
+        section.validate()
+
+
+def test_object_planes_label_the_objects_on_the_plane_of_their_own_height(tmp_path,
+                                                                          make_dataset):
+    plain, with_ids = _with_object_ids(tmp_path, make_dataset)
+    episode = with_ids.open(sorted(with_ids.episode_ids)[0])
+    clip = read_clip(episode, CLIP, ("object_ids",))
+    pose = episode.meta.camera_at(0).T_cam_from_base
+    labelled = RefinerClip(clip, pose, object_planes=True)
+    objects = labelled.objects & labelled.plane_known
+    assert objects.any() and (labelled.plane[objects] == 3).all()
+    unlabelled = RefinerClip(clip, pose)
+    assert np.array_equal(labelled.plane[~objects], unlabelled.plane[~objects])
+    # the z coordinate's target there is the point's own height
+    example = labelled.example(2, True)
+    assert np.allclose(example.base_points[2].numpy()[objects],
+                       labelled.base_points[..., 2][objects])
+    section = RefinerSection(steps=2, batch_size=2, channels=[8, 16], first_depth_weight=1.0,
+                             plane_weight=1.0, object_planes=True)
+    refiner, losses = _train(with_ids, section)
+    assert refiner.config.scene_planes and all(np.isfinite(losses))
+    with pytest.raises(InvalidArgument, match="refiner.object_planes"):
+        _train(plain, section)
+    with pytest.raises(InvalidArgument, match="refiner.object_planes"):
+        RefinerSection(first_depth_weight=1.0, object_planes=True).validate()  # no planes

@@ -371,7 +371,7 @@ class Kinema4DPipeline:
         if tool is not None and T_cam_from_base is not None:
             held = (grasped_objects(rgb_out[0], points[0], robot.mask[0], tool, T_cam_from_base)
                     if opts.grasp == GRASP_RIGID else [])
-            if opts.push == PUSH_QUASI_STATIC and observed:
+            if opts.push == PUSH_QUASI_STATIC and (observed or opts.push_estimated):
                 held += pushed_objects(points[0], robot.mask[0], tool, T_cam_from_base, held)
             rgb_out, points = carry_grasped(rgb_out, points, robot.mask, robot.pointmap, held)
         return rgb_out, points, [obj.to_dict() for obj in held]

@@ -111,6 +111,10 @@ is the input, not a VAE reconstruction of it:
                      Drawn as `grasp` draws. Only with measured frame-0 points (an initial
                      pointmap): an estimate puts small objects on the surface behind them
                      and cannot tell them from texture. Needs the tool track and the pose.
+  push_estimated     true: `push` also runs on the refiner's estimated frame-0 points (an
+                     RGB image alone). For a geometry network trained to stand objects up
+                     (the trainer's `refiner.geometry.object_weight`); false (default): with
+                     measured frame-0 points only.
 """
 
 from __future__ import annotations
@@ -124,7 +128,8 @@ FIDELITY_KEYS = ("first_frame", "latent_anchor", "decode", "change_threshold",
                  "change_depth_m", "change_dilate", "change_near_robot_px", "change_ramp",
                  "robot_pointmap", "robot_rgb", "uncovered", "refiner", "refiner_threshold",
                  "refiner_power", "refiner_pointmap", "refiner_pointmap_threshold",
-                 "refiner_first_depth", "uncovered_pointmap", "grasp", "push")
+                 "refiner_first_depth", "uncovered_pointmap", "grasp", "push",
+                 "push_estimated")
 FIRST_FRAME_GIVEN = "given"
 DECODE_RELATIVE = "relative"
 DECODE_COMPOSITE = "composite"
@@ -163,6 +168,7 @@ class FidelityOptions:
     uncovered_pointmap: str = ""
     grasp: str = ""
     push: str = ""
+    push_estimated: bool = False
 
     @classmethod
     def from_extra(cls, extra: dict[str, Any] | None) -> FidelityOptions:
@@ -187,7 +193,8 @@ class FidelityOptions:
                    refiner_first_depth=str(extra.get("refiner_first_depth", "")),
                    uncovered_pointmap=str(extra.get("uncovered_pointmap", "")),
                    grasp=str(extra.get("grasp", "")),
-                   push=str(extra.get("push", "")))
+                   push=str(extra.get("push", "")),
+                   push_estimated=bool(extra.get("push_estimated", False)))
 
     @classmethod
     def check(cls, extra: dict[str, Any], prefix: str = "extra") -> FidelityOptions:
@@ -221,8 +228,9 @@ class FidelityOptions:
         power = extra.get("refiner_power", 1.0)
         if isinstance(power, bool) or not isinstance(power, (int, float)) or not 0 < power <= 8:
             raise InvalidArgument.for_field(f"{prefix}.refiner_power", "must be in (0, 8]")
-        if not isinstance(extra.get("latent_anchor", False), bool):
-            raise InvalidArgument.for_field(f"{prefix}.latent_anchor", "must be true or false")
+        for key in ("latent_anchor", "push_estimated"):
+            if not isinstance(extra.get(key, False), bool):
+                raise InvalidArgument.for_field(f"{prefix}.{key}", "must be true or false")
         return cls.from_extra(extra)
 
     @property

@@ -17,6 +17,8 @@ from k4d.errors import InvalidArgument
 
 # The arrays a training sample is built from (k4d.episodes names).
 CLIP_ARRAYS = ("rgb", "pointmap", "robot_rgb", "robot_pointmap", "robot_mask")
+# Read beside them when asked for (read_clip's `extra`): per-pixel object ids (0 background)
+OBJECT_IDS = "object_ids"
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,8 @@ def adapt_clip(arrays: dict[str, np.ndarray], clip: ClipSpec) -> dict[str, np.nd
     for name, video in arrays.items():
         if name == "robot_mask":
             out[name] = resize_crop(video.astype(np.uint8), clip, "nearest").astype(bool)
+        elif name == OBJECT_IDS:
+            out[name] = resize_crop(video.astype(np.float32), clip, "nearest").astype(np.int16)
         elif name in ("rgb", "robot_rgb"):
             out[name] = resize_crop(video, clip, "bilinear")
         else:
@@ -102,12 +106,13 @@ def adapt_clip(arrays: dict[str, np.ndarray], clip: ClipSpec) -> dict[str, np.nd
     return out
 
 
-def read_clip(episode, clip: ClipSpec) -> dict[str, np.ndarray]:
+def read_clip(episode, clip: ClipSpec, extra: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
     """An opened episode (`k4d.episodes.Episode` or anything with `meta` and array access)
-    -> its clip arrays, reading only the kept frames."""
+    -> its clip arrays, reading only the kept frames; `extra`: more arrays to read (the
+    caller checks that the episode holds them)."""
     indices = frame_indices(episode.meta.frames, clip.num_frames)
     arrays = {}
-    for name in CLIP_ARRAYS:
+    for name in CLIP_ARRAYS + tuple(extra):
         array = episode[name]
         if hasattr(array, "oindex"):  # zarr: fetch only the kept frames' chunks
             arrays[name] = np.asarray(array.oindex[indices])

@@ -258,6 +258,17 @@ class RefinerSection:
     plane_weight: float = 0.0
     # share of the training examples without the camera inputs (rollouts without a pose)
     camera_dropout: float = 0.2
+    # > 0: frame 0's object pixels (the episodes' `object_ids` > 0) weigh 1 + this in the
+    # first-frame depth and plane terms. The objects are ~1 % of the pixels; unweighted, the
+    # network put them flat on the table (issue 21, round 9). The episodes must hold
+    # object_ids.
+    object_weight: float = 0.0
+    # true (with plane_weight > 0): frame 0's object pixels (object_ids > 0) are labelled
+    # as lying on the horizontal plane z = their own base-frame height, so the network's z
+    # coordinate is a height map on them and their depth the ray's meeting with it. A
+    # learned log depth errs by a few cm at 1 m, as much as an object is tall. Needs
+    # object_ids.
+    object_planes: bool = False
     # A dataset of the run's episodes rendered at the clip's own frames and size (k4d datagen
     # with data.uri's seed; the same episode ids): measured, a refiner trained on clips
     # resampled from a larger render is much weaker on native renders (round 5 of issue 21).
@@ -280,11 +291,16 @@ class RefinerSection:
         _check(self.lr_schedule in LR_SCHEDULES, f"{prefix}.lr_schedule",
                f"must be one of {LR_SCHEDULES}")
         for name in ("changed_weight", "colour_weight", "mask_weight", "mask_pos_weight",
-                     "depth_weight", "first_depth_weight", "plane_weight"):
+                     "depth_weight", "first_depth_weight", "plane_weight", "object_weight"):
             value = getattr(self, name)
             _check(math.isfinite(value) and value >= 0, f"{prefix}.{name}", "must be >= 0")
         _check(self.plane_weight == 0 or self.first_depth_weight > 0, f"{prefix}.plane_weight",
                "scene planes need the first-frame depth head (first_depth_weight > 0)")
+        _check(self.object_weight == 0 or self.first_depth_weight > 0 or self.plane_weight > 0,
+               f"{prefix}.object_weight",
+               "weighs the first-frame depth and plane terms: one of them needs a weight > 0")
+        _check(not self.object_planes or self.plane_weight > 0, f"{prefix}.object_planes",
+               "labels the plane targets: needs plane_weight > 0")
         _check(0.0 <= self.camera_dropout < 1.0, f"{prefix}.camera_dropout",
                f"must be in [0, 1), got {self.camera_dropout}")
         _check(bool(self.channels) and all(c > 0 and c % 8 == 0 for c in self.channels),

@@ -52,7 +52,7 @@ from k4d_model.refiner import (
 )
 from k4d_model.results import RobotCondition
 
-from k4d_trainer.clips import ClipSpec, read_clip
+from k4d_trainer.clips import OBJECT_IDS, ClipSpec, read_clip
 from k4d_trainer.config import RefinerSection
 from k4d_trainer.latents import changed_pixels, scene_depth
 from k4d_trainer.parallel import DistInfo, barrier
@@ -65,6 +65,7 @@ STAGE_FOLDER = "refiner_stage"
 GEOMETRY_STAGE_FOLDER = "geometry_refiner_stage"
 COMMITTED = "COMMITTED"
 PLANE_TOLERANCE_M = 0.003  # a plane's coordinate varies less than this over 3x3 pixels
+Z_PLANE = 3  # planes_of's label of a plane z = const
 COORDINATE_GAIN = 10.0  # 1 cm of a plane's coordinate weighs as 0.1 of cross-entropy
 
 
@@ -81,7 +82,9 @@ class RefinerExample(NamedTuple):
     first_known  depth known in frame 0 (1)
     plane        the plane frame 0's pixel lies on: 0 none, 1-3 x, y, z = const (1, int64)
     base_points  frame 0's points in the robot base frame, metres (3)
-    plane_known  the plane targets hold: off the robot, depth known, camera given (1)"""
+    plane_known  the plane targets hold: off the robot, depth known, camera given (1)
+    objects      frame 0's object pixels, off the robot (1; zeros for a clip without
+                 object ids; None: not given)"""
 
     x: torch.Tensor
     delta: torch.Tensor
@@ -94,6 +97,7 @@ class RefinerExample(NamedTuple):
     plane: torch.Tensor
     base_points: torch.Tensor
     plane_known: torch.Tensor
+    objects: torch.Tensor | None = None
 
 
 class RefinerClip:
@@ -101,7 +105,8 @@ class RefinerClip:
     With `T_cam_from_base` (4, 4) the examples carry the camera inputs and plane targets
     of a scene-planes network (k4d_model.refiner)."""
 
-    def __init__(self, clip: dict[str, np.ndarray], T_cam_from_base: np.ndarray | None = None):
+    def __init__(self, clip: dict[str, np.ndarray], T_cam_from_base: np.ndarray | None = None,
+                 object_planes: bool = False):
         self.rgb = np.ascontiguousarray(clip["rgb"])
         self.robot = RobotCondition(np.ascontiguousarray(clip["robot_rgb"]),
                                     clip["robot_pointmap"].astype(np.float32),
@@ -114,12 +119,17 @@ class RefinerClip:
         self.plane = np.zeros((H, W), np.int64)
         self.base_points = np.zeros((H, W, 3), np.float32)
         self.plane_known = np.zeros((H, W), bool)
+        self.objects = np.zeros((H, W), bool)
+        if OBJECT_IDS in clip:
+            self.objects = (np.asarray(clip[OBJECT_IDS][0]) > 0) & ~self.robot.mask[0]
         rays = BaseRays.from_robot(self.robot, T_cam_from_base)
         if rays is not None:
             self.camera = rays.channels()
             self.base_points = rays.to_base(clip["pointmap"][0]).astype(np.float32)
             self.plane_known = (self.depth[0] > 0) & ~self.robot.mask[0]
             self.plane = planes_of(self.base_points, self.plane_known)
+            if object_planes:  # a height map on the objects (RefinerSection.object_planes)
+                self.plane[self.objects & self.plane_known] = Z_PLANE
 
     @property
     def frames(self) -> int:
@@ -149,7 +159,7 @@ class RefinerClip:
                               plane(depth_known), plane(first_depth), plane(first_known),
                               torch.from_numpy(self.plane[None].copy()),
                               torch.from_numpy(self.base_points.transpose(2, 0, 1).copy()),
-                              plane(self.plane_known & with_camera))
+                              plane(self.plane_known & with_camera), plane(self.objects))
 
 
 def planes_of(base_points: np.ndarray, known: np.ndarray) -> np.ndarray:
@@ -188,8 +198,10 @@ def refiner_loss(output: torch.Tensor, batch: RefinerExample, section: RefinerSe
         loss = loss + section.depth_weight * error
         parts["depth"] = float(error.detach())
     config = refiner_config(section)
+    objects = (1.0 if batch.objects is None or section.object_weight == 0
+               else 1.0 + section.object_weight * batch.objects)
     if section.first_depth_weight > 0:
-        where = batch.first_known
+        where = batch.first_known * objects
         first = output[:, config.first_index:config.first_index + 1]
         error = ((where * (first - batch.first_depth) ** 2).sum()
                  / where.sum().clamp_min(1.0))
@@ -197,7 +209,7 @@ def refiner_loss(output: torch.Tensor, batch: RefinerExample, section: RefinerSe
         parts["first_depth"] = float(error.detach())
     if section.plane_weight > 0:
         planes = output[:, config.planes_index:config.planes_index + PLANE_CHANNELS]
-        where = batch.plane_known[:, 0]
+        where = (batch.plane_known * objects)[:, 0]
         count = where.sum().clamp_min(1.0)
         entropy = (where * F.cross_entropy(planes[:, 3:], batch.plane[:, 0], reduction="none")
                    ).sum() / count
@@ -224,11 +236,19 @@ def train_refiner(dataset, episode_ids: list[str], clip: ClipSpec, section: Refi
     every so many steps and at the end, and continues from the newest one when started
     again (a network that finished is not trained again when the next one is interrupted)."""
     planes = section.plane_weight > 0
+    extra = (OBJECT_IDS,) if section.object_weight > 0 or section.object_planes else ()
     clips = []
     for eid in episode_ids[info.rank::info.world_size]:
         episode = dataset.open(eid)
+        if extra and OBJECT_IDS not in episode:
+            prefix = "refiner.geometry" if stage_folder == GEOMETRY_STAGE_FOLDER else "refiner"
+            key = "object_weight" if section.object_weight > 0 else "object_planes"
+            raise InvalidArgument.for_field(
+                f"{prefix}.{key}", f"episode {eid!r} has no {OBJECT_IDS} array to find its "
+                                   "objects by")
         pose = episode.meta.camera_at(0).T_cam_from_base if planes else None
-        clips.append(RefinerClip(read_clip(episode, clip), pose))
+        clips.append(RefinerClip(read_clip(episode, clip, extra), pose,
+                                 section.object_planes))
     torch.manual_seed(seed)  # identical initial replicas on every rank
     model = ChangeRefiner(refiner_config(section)).to(info.device).train()
     generator = torch.Generator().manual_seed(seed * 37 + info.rank)
