@@ -109,12 +109,14 @@ is the input, not a VAE reconstruction of it:
                      within its radius + 1 cm of the tool's path is moved along the motion
                      until it is that far ahead (its sideways offset kept; no rotation).
                      Drawn as `grasp` draws. Only with measured frame-0 points (an initial
-                     pointmap): an estimate puts small objects on the surface behind them
-                     and cannot tell them from texture. Needs the tool track and the pose.
+                     pointmap) unless `push_estimated`: an estimate puts small objects on the
+                     surface behind them and cannot tell them from texture. Needs the tool
+                     track and the pose.
   push_estimated     true: `push` also runs on the refiner's estimated frame-0 points (an
                      RGB image alone). For a geometry network trained to stand objects up
-                     (the trainer's `refiner.geometry.object_weight`); false (default): with
-                     measured frame-0 points only.
+                     (the trainer's `refiner.geometry.object_weight` and `object_planes`;
+                     with the demo model's networks it did not pay, model card round 9);
+                     false (default): measured frame-0 points only.
 """
 
 from __future__ import annotations
