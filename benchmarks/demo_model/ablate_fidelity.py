@@ -86,6 +86,20 @@ def markdown_table(rows: dict) -> str:
     return "\n".join(lines)
 
 
+def episode_inputs(run: Path, episode_id: str):
+    """What a finished `k4d eval run` directory gave an episode's rollout: the given image
+    (H, W, 3) uint8, its static-world robot.npz arrays (joints and link poses too) and their
+    RobotCondition."""
+    from k4d_model.results import RobotCondition
+    from PIL import Image
+
+    image = np.asarray(Image.open(run / "inputs" / episode_id / "image.png").convert("RGB"))
+    robot = dict(np.load(run / "static-world" / episode_id / "robot.npz"))
+    condition = RobotCondition(robot["rgb"], robot["pointmap"].astype(np.float32),
+                               robot["mask"].astype(bool))
+    return image, robot, condition
+
+
 def first_pointmap(dataset, episode_id: str) -> np.ndarray:
     """Frame 0's ground-truth points in the camera frame (zeros where no depth): what an
     RGB-D camera would give with the image."""
@@ -123,8 +137,6 @@ def main() -> None:
     from k4d_eval.evaluate import Settings
     from k4d_generator.pipeline import Kinema4DPipeline
     from k4d_model.conditions import PointmapNormalization
-    from k4d_model.results import RobotCondition
-    from PIL import Image
 
     pipe = Kinema4DPipeline.from_pretrained(args.model)
     from k4d.generation import FIDELITY_KEYS
@@ -156,15 +168,11 @@ def main() -> None:
     pipe.static_reconstruction = static_reconstruction
     seconds = {name: 0.0 for name, _ in variants}
     for episode_id in [] if args.eval_only else ids:
-        image = np.asarray(Image.open(args.run / "inputs" / episode_id / "image.png")
-                           .convert("RGB"))
-        robot = np.load(floor / episode_id / "robot.npz")
+        image, robot, condition = episode_inputs(args.run, episode_id)
         initial = first_pointmap(dataset, episode_id) if args.depth else None
         meta = dataset.open(episode_id).meta
         pose = meta.camera_at(0).T_cam_from_base
         tool = tool_track(load_robot(meta.robot), robot["joints"], robot["poses"])
-        condition = RobotCondition(robot["rgb"], robot["pointmap"].astype(np.float32),
-                                   robot["mask"].astype(bool))
         for name, extra in variants:
             pipe.info.extra = extra
             key = (episode_id, bool(extra.get("latent_anchor", False)))

@@ -34,18 +34,14 @@ TOP_M = 0.08  # the picture's height scale
 
 def heights(pipe, run: Path, dataset, episode_id: str):
     """(image, true heights, estimated heights, object pixels, table ring) of frame 0."""
+    from ablate_fidelity import episode_inputs
     from k4d_eval.inputs import load_episode
     from k4d_model.fidelity import estimated_first_points
     from k4d_model.refiner import predict_change
-    from k4d_model.results import RobotCondition
-    from PIL import Image
     from scipy import ndimage
 
-    image = np.asarray(Image.open(run / "inputs" / episode_id / "image.png").convert("RGB"))
-    robot = np.load(run / "static-world" / episode_id / "robot.npz")
+    image, _, condition = episode_inputs(run, episode_id)
     pose = dataset.open(episode_id).meta.camera_at(0).T_cam_from_base
-    condition = RobotCondition(robot["rgb"], robot["pointmap"].astype(np.float32),
-                               robot["mask"].astype(bool))
     change = predict_change(pipe.refiner, image, condition, T_cam_from_base=pose)
     estimate = estimated_first_points(change.first_depth_m, condition)
     episode = load_episode(dataset, episode_id)
