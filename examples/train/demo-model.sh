@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The demo model's recipe from a fresh clone (issue 13; `make demo-model`):
 #   1. training and held-out episodes with k4d datagen (disjoint seeds; .k4d/demo-model/data),
-#      and the training episodes again at the clip's own size for the refiner (train-clip)
+#      rendered at the clip's own size (train-clip, heldout)
 #   2. stage 1: k4d train --config examples/train/demo-model.yaml (VAE stage, refiner stage, then 3794
 #      transformer steps), resumed from the run's newest checkpoint, or from the state
 #      committed under models/demo-small/resume/ when the run directory is new
@@ -36,9 +36,9 @@ export MUJOCO_GL="${MUJOCO_GL:-osmesa}"
 # one under load (benchmarks/demo_model/bench_recipe.py, models/demo-small/README.md).
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 
-"$K4D" datagen synthetic --episodes 512 --seed 1013 --task mix --failures 0.1 \
-  --frames 17 --height 128 --width 192 --workers 2 --out "$WORK/data/train"
-# the same 384 training episodes rendered at the clip's own size, for the refiner stage
+# Each step says when it starts (UTC): the recipe's budget is <= 100 min on a 2-core machine
+step() { echo "demo-model: $1 at $(date -u +%H:%M:%S)"; }
+step "data generation"
 "$K4D" datagen synthetic --episodes 384 --seed 1013 --task mix --failures 0.1 \
   --frames 13 --height 96 --width 144 --workers 2 --out "$WORK/data/train-clip"
 "$K4D" datagen synthetic --episodes 16 --seed 9013 --task mix --failures 0.25 \
@@ -51,6 +51,7 @@ if [[ "${DEMO_SKIP_TRAIN:-0}" != 1 ]]; then
   steps=()
   [[ -n "${DEMO_STEPS:-}" ]] && steps=(--steps "$DEMO_STEPS")
   # --resume: continues the newest committed checkpoint (and the committed VAE), or starts
+  step "training"
   "$K4D" train --config "$CONFIG" --out "$RUN" --resume --nproc "${DEMO_NPROC:-2}" "${steps[@]}"
 fi
 
@@ -65,12 +66,15 @@ if [[ "${DEMO_STAGE2:-0}" == 1 ]]; then
   CONFIG="$CONFIG2"
   RUN="$RUN2"
 fi
+step "export"
 "$PY" examples/train/demo_model.py export --config "$CONFIG" --run "$RUN" --out "$MODEL" \
   --label "${DEMO_LABEL:-early}" "${default[@]}"
 "$PY" examples/train/demo_model.py golden --model "$MODEL"
+step "held-out evaluation"
 "$K4D" eval run --model "$MODEL" --data "$WORK/data/heldout" --out "$WORK/eval" --no-progress
 "$PY" examples/train/demo_model.py headline --model "$MODEL" --report "$WORK/eval/report.json"
 mkdir -p "$MODEL/eval"
 cp "$WORK/eval/summary.md" "$WORK/eval/summary.csv" "$WORK/eval/per_frame.png" \
    "$WORK/eval/strip.png" "$MODEL/eval/"
+step "done"
 echo "demo model in $MODEL (model card: $MODEL/README.md); evaluation: $WORK/eval/summary.md"

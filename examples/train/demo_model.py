@@ -155,7 +155,7 @@ def add_refiner(config_path: str, run: Path, model: Path, processes: int = 2) ->
     from k4d_trainer.clips import ClipSpec
     from k4d_trainer.config import load_config_file
     from k4d_trainer.data import select_episodes
-    from k4d_trainer.parallel import DistInfo
+    from k4d_trainer.parallel import DistInfo, stage_dtype
     from k4d_trainer.refiner_stage import refiner_stage
     from k4d_trainer.runs import RunDir
 
@@ -179,7 +179,8 @@ def add_refiner(config_path: str, run: Path, model: Path, processes: int = 2) ->
     components = Components()
     refiner_stage(components, dataset, select_episodes(dataset, config.data, clip), clip,
                   section, DistInfo(), RunDir(str(run.resolve())), config.seed,
-                  log=lambda line: print(line, flush=True))
+                  log=lambda line: print(line, flush=True),
+                  compute_dtype=stage_dtype(config.model.precision))
     save_refiner(components.refiner, model / WEIGHTS)
     manifest = json.loads((model / MANIFEST).read_text())
     fresh = build_manifest(model / WEIGHTS, manifest["name"], manifest["version"])

@@ -20,6 +20,7 @@ from k4d_model.fidelity import (
     compose_relative,
     fill_behind_robot,
     fill_points_behind_robot,
+    input_frames,
     shaded_robot_render,
     surface_normals,
     uncovered_by_robot,
@@ -148,6 +149,61 @@ def test_composite_options_are_checked():
     assert FidelityOptions.check({"decode": "composite", "change_near_robot_px": 4}).against_input
     with pytest.raises(InvalidArgument):
         FidelityOptions.check({"change_near_robot_px": -1})
+
+
+def test_input_frames_are_the_input_with_the_robot_condition_over_it():
+    image, robot = _robot(num_frames=3)
+    first = np.full((32, 48, 3), 2.0, np.float32)
+    rgb, points = input_frames(image, first, robot)
+    assert rgb.shape == robot.rgb.shape and rgb.dtype == np.uint8
+    assert np.array_equal(rgb[robot.mask], robot.rgb[robot.mask])
+    assert np.array_equal(rgb[~robot.mask], np.broadcast_to(image, rgb.shape)[~robot.mask])
+    assert np.array_equal(points[robot.mask], robot.pointmap[robot.mask])
+    assert np.all(points[~robot.mask] == 2.0)
+
+
+def test_input_decode_does_not_sample_when_frame_0_points_are_known(make_tiny):
+    image, robot = _robot()
+    initial = np.zeros((32, 48, 3), np.float32)
+    initial[..., 2] = 1.5
+    pipe = _pipe(make_tiny, {"first_frame": "given", "decode": "input"})
+    out = pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=2,
+               initial_pointmap=initial)
+    assert pipe.backend.calls == 0  # the transformer's frames are not shown: not sampled
+    assert out.metadata["num_steps"] == 0 and out.metadata["guidance"]["passes"] == 0
+    later = robot.mask.copy()
+    later[0] = False  # frame 0 is the observation, robot included
+    assert np.array_equal(out.rgb[0], image) and np.array_equal(out.pointmap[0], initial)
+    assert np.array_equal(out.rgb[later], robot.rgb[later])
+    assert np.array_equal(out.pointmap[later], robot.pointmap[later])
+    static = ~robot.mask
+    assert np.array_equal(out.rgb[static], np.broadcast_to(image, out.rgb.shape)[static])
+    assert np.all(out.pointmap[static][:, 2] == 1.5)
+
+
+def test_input_decode_samples_for_frame_0_points_it_does_not_know(make_tiny):
+    image, robot = _robot()
+    holes = np.zeros((32, 48, 3), np.float32)
+    holes[:16, :, 2] = 1.5  # the lower half unmeasured
+    for initial in (None, holes):
+        pipe = _pipe(make_tiny, {"decode": "input"})
+        out = pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=2, seed=3,
+                   initial_pointmap=initial)
+        assert pipe.backend.calls == 2 and out.metadata["num_steps"] == 2
+        # the colours are still the input's; only frame 0's unknown points are generated
+        static = ~robot.mask
+        assert np.array_equal(out.rgb[static], np.broadcast_to(image, out.rgb.shape)[static])
+        both = static[1] & static[2]
+        assert np.array_equal(out.pointmap[1][both], out.pointmap[2][both])
+    assert np.all(out.pointmap[:, :16][static[:, :16]][:, 2] == 1.5)
+
+
+def test_input_decode_is_a_checked_choice():
+    assert FidelityOptions.check({"decode": "input"}).input_only
+    assert not FidelityOptions.check({"decode": "composite"}).input_only
+    with pytest.raises(InvalidArgument) as exc:
+        FidelityOptions.check({"decode": "inputs"})
+    assert exc.value.violations[0].field == "extra.decode"
 
 
 def test_change_ramp_fades_the_generated_change_in_above_the_threshold():

@@ -132,3 +132,30 @@ def test_robo4d_layout_is_a_source(tmp_path):
                          clip)
     assert bool(official["normalised"])
     assert official["pointmap"].min() >= -1.0 and official["pointmap"].max() <= 1.0
+
+
+def test_bf16_encoding_has_its_own_fingerprint_and_fp32_latents(tmp_path, make_dataset):
+    from k4d.episodes import open_dataset
+    from k4d_model.checkpoints import build_components
+    from k4d_model.model.configs import get_model_config
+    from k4d_trainer.clips import read_clip
+    from k4d_trainer.latents import SampleEncoder
+
+    components, _ = build_components(get_model_config("tiny"), seed=0)
+    dataset = open_dataset(make_dataset(tmp_path / "ds", count=1, frames=5, height=32, width=48))
+    clip = read_clip(dataset.open(sorted(dataset.episode_ids)[0]),
+                     ClipSpec(num_frames=5, height=32, width=48))
+    fp32 = SampleEncoder(components)
+    bf16 = SampleEncoder(components, compute_dtype=torch.bfloat16)
+    assert bf16.fingerprint != fp32.fingerprint  # a cache of one is not read as the other's
+    full, low = fp32.encode(clip), bf16.encode(clip)
+    assert all(v.dtype == torch.float32 for v in low.values())
+    assert not torch.equal(low["latents"], full["latents"])
+    assert torch.allclose(low["latents"], full["latents"], atol=0.1)
+
+
+def test_only_bf16_by_name_puts_the_stages_before_the_transformer_in_bf16():
+    from k4d_trainer.parallel import stage_dtype
+
+    assert stage_dtype("bf16") is torch.bfloat16
+    assert stage_dtype("auto") is None and stage_dtype("fp32") is None

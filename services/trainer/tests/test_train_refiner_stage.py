@@ -396,3 +396,14 @@ def test_object_planes_label_the_objects_on_the_plane_of_their_own_height(tmp_pa
         _train(plain, section)
     with pytest.raises(InvalidArgument, match="refiner.object_planes"):
         RefinerSection(first_depth_weight=1.0, object_planes=True).validate()  # no planes
+
+
+def test_bf16_autocast_trains_an_fp32_network_on_an_fp32_loss(tmp_path, make_dataset):
+    dataset = open_dataset(make_dataset(tmp_path / "ds", count=2, frames=5, height=32, width=48))
+    ids = sorted(dataset.episode_ids)
+    fp32, fp32_losses = _train(dataset)
+    bf16, bf16_losses = train_refiner(dataset, ids, CLIP, SECTION, DistInfo(), seed=3, log=str,
+                                      compute_dtype=torch.bfloat16)
+    assert all(p.dtype == torch.float32 for p in bf16.parameters())
+    assert bf16_losses != fp32_losses  # the forward ran in bf16
+    assert np.allclose(bf16_losses, fp32_losses, rtol=0.05)

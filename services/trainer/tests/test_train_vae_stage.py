@@ -100,3 +100,32 @@ def test_vae_section_rejects_a_crop_off_the_latent_grid():
         VaeSection(crop_frames=4).validate()
     with pytest.raises(InvalidArgument, match="vae.long_frames"):
         VaeSection(long_frames=8).validate()
+
+
+def test_kl_is_diffusers_kl_in_fp32():
+    from diffusers.models.autoencoders.vae import DiagonalGaussianDistribution
+    from k4d_trainer.vae import _kl
+
+    params = torch.randn(2, 8, 3, 4, 5, generator=torch.Generator().manual_seed(0))
+    posterior = DiagonalGaussianDistribution(params)
+    assert torch.allclose(_kl(posterior), posterior.kl().mean())
+    low = DiagonalGaussianDistribution(params.bfloat16())
+    assert _kl(low).dtype == torch.float32
+
+
+def test_bf16_autocast_trains_fp32_weights_on_an_fp32_loss(tmp_path, make_dataset):
+    dataset = open_dataset(make_dataset(tmp_path / "ds", count=2, frames=5, height=32, width=48))
+    section = VaeSection(steps=3, lr=1e-3, batch_size=2, crop=16, crop_frames=1, warmup_steps=1)
+    ids = sorted(dataset.episode_ids)
+    runs = {}
+    for name, dtype in (("fp32", None), ("bf16", torch.bfloat16)):
+        torch.manual_seed(0)
+        vae = _vae()
+        losses = train_vae(vae, dataset, ids, CLIP, section, DistInfo(), seed=5, log=str,
+                           compute_dtype=dtype)
+        assert all(p.dtype == torch.float32 for p in vae.parameters())
+        runs[name] = losses
+    assert all(torch.isfinite(torch.tensor(v)).all() for v in runs.values())
+    # the same batches: close, but not equal (the forward ran in bf16)
+    assert runs["bf16"] != runs["fp32"]
+    assert torch.allclose(torch.tensor(runs["bf16"]), torch.tensor(runs["fp32"]), rtol=0.05)

@@ -70,6 +70,17 @@ def compose_over_input(first: np.ndarray, generated: np.ndarray, weight: np.ndar
     return _blend(np.broadcast_to(first[None], generated.shape), generated, weight)
 
 
+def input_frames(image: np.ndarray, first_points: np.ndarray, robot
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """`decode: input`'s starting frames: every frame is the input image (H, W, 3) uint8 and
+    frame 0's points (H, W, 3) metres, with the robot condition's render and points where
+    the robot is in that frame. Returns (T, H, W, 3) uint8 and (T, H, W, 3) float32."""
+    mask = robot.mask[..., None]
+    rgb = np.where(mask, robot.rgb, image[None]).astype(np.uint8)
+    points = np.where(mask, robot.pointmap, first_points[None]).astype(np.float32)
+    return rgb, points
+
+
 def compose_relative(first: np.ndarray, generated: np.ndarray, reference: np.ndarray,
                      weight: np.ndarray | None) -> np.ndarray:
     """x_t = x_0 + weight (generated_t - reference_t), weight (T, H, W) in [0, 1] (None: 1).

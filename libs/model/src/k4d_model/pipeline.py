@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-from k4d.camera import check_rigid
+from k4d.camera import check_rigid, fit_pinhole
 from k4d.errors import Cancelled, FailedPrecondition, InvalidArgument
 from k4d.generation import (
     FIRST_FRAME_GIVEN,
@@ -62,6 +62,7 @@ from k4d_model.fidelity import (
     estimated_first_points,
     fill_behind_robot,
     fill_points_behind_robot,
+    input_frames,
     move_refined_points,
     shaded_robot_render,
     show_refined_change,
@@ -294,8 +295,8 @@ class Kinema4DPipeline:
         rgb = torch.from_numpy(np.array(image)).float().div(127.5).sub(1.0)
         return self.encode_video(rgb.permute(2, 0, 1)[None, :, None].contiguous())
 
-    def finish_output(self, image: np.ndarray, robot: RobotCondition, rgb: np.ndarray,
-                      pointmap: np.ndarray, norm: PointmapNormalization,
+    def finish_output(self, image: np.ndarray, robot: RobotCondition, rgb: np.ndarray | None,
+                      pointmap: np.ndarray | None, norm: PointmapNormalization,
                       initial_pointmap: np.ndarray | None,
                       T_cam_from_base: np.ndarray | None = None, tool: ToolTrack | None = None
                       ) -> tuple[np.ndarray, np.ndarray, list[dict]]:
@@ -303,9 +304,11 @@ class Kinema4DPipeline:
         model's fidelity options (k4d_model.fidelity), and the objects the grasp and push
         options moved (GraspedObject.to_dict each). T_cam_from_base: the camera's pose,
         for a refiner whose geometry network reads it (scene planes) and for the grasp
-        option, which also needs the tool track (k4d_model.contact)."""
+        option, which also needs the tool track (k4d_model.contact). With `decode: input`
+        and frame 0's points known, rgb and pointmap are None: the transformer was not
+        sampled."""
         opts = FidelityOptions.from_extra(self.info.extra)
-        points = norm.denormalise(pointmap)
+        points = norm.denormalise(pointmap) if pointmap is not None else None
         change = None
         if opts.refiner or opts.refiner_pointmap or opts.refiner_first_depth:
             self._check_refiner(opts)
@@ -314,7 +317,11 @@ class Kinema4DPipeline:
         if initial_pointmap is None and opts.refiner_first_depth == REFINER_FIRST_DEPTH_ESTIMATED:
             # as if the caller had given the refiner's estimate as the initial pointmap
             initial_pointmap = estimated_first_points(change.first_depth_m, robot)
-        if opts.against_input:
+        if opts.input_only:
+            first = (initial_pointmap if points is None
+                     else _first_points(points[0], initial_pointmap))
+            rgb_out, points = input_frames(image, first, robot)
+        elif opts.against_input:
             generated = (rgb + 1.0) * 127.5
             reference = (self.static_reconstruction(image) + 1.0) * 127.5
             first_points = _first_points(points[0], initial_pointmap)
@@ -425,6 +432,52 @@ class Kinema4DPipeline:
         opts = FidelityOptions.from_extra(self.info.extra)
         norm = pointmap_normalization or PointmapNormalization.from_points(robot_pointmap,
                                                                            robot_mask)
+        if opts.input_only and self._first_points_known(opts, robot, initial_pointmap):
+            # `decode: input` with frame 0's points known: nothing reads the transformer's
+            # frames, so it is not sampled (k4d.generation)
+            rgb, pointmap, contacts = self.finish_output(image, robot, None, None, norm,
+                                                         initial_pointmap, T_cam_from_base,
+                                                         tool)
+            sampling = {"num_steps": 0, "scheduler": None, "shift": None,
+                        "guidance": {"passes": 0, "reason": "decode: input (the transformer's "
+                                                            "frames are not shown)"}}
+            timings = {"conditioning": 0.0, "denoising": 0.0,
+                       "decoding": time.perf_counter() - started}
+        else:
+            rgb, pointmap, contacts, sampling, timings = self._sample_and_finish(
+                image, robot, norm, num_steps, seed, guidance, guidance_mode, negative,
+                scheduler, shift, callback, should_cancel, initial_pointmap, T_cam_from_base,
+                tool, opts, started)
+        metadata = {
+            "generator": "kinema4d", "model": self.info.to_dict(), "model_id": self.model_id,
+            "backend": self.backend.describe(), "seed": int(seed), **sampling,
+            "pointmap_units": "metres", "pointmap_normalization": norm.to_dict(),
+            "fidelity": opts.to_dict(), "initial_pointmap": initial_pointmap is not None,
+            "camera_pose": T_cam_from_base is not None,
+            "tool": tool is not None,
+            # what the grasp and push priors moved: a caller that continues the clip (a
+            # policy's next chunk) passes ToolTrack.holding when a grasp is still held
+            "contacts": contacts,
+            "fps": self.info.fps,
+            "timings_s": timings,
+        }
+        return GenerationResult(rgb, pointmap, metadata)
+
+    def _first_points_known(self, opts: FidelityOptions, robot: RobotCondition,
+                            initial_pointmap: np.ndarray | None) -> bool:
+        """Whether frame 0's points are had without the transformer: a whole initial
+        pointmap, or the refiner's estimate along a camera fitted on the robot's points."""
+        if initial_pointmap is not None:
+            return bool((initial_pointmap[..., 2] > 0).all())
+        return (opts.refiner_first_depth == REFINER_FIRST_DEPTH_ESTIMATED
+                and fit_pinhole(robot.pointmap, robot.mask) is not None)
+
+    def _sample_and_finish(self, image, robot, norm, num_steps, seed, guidance, guidance_mode,
+                           negative, scheduler, shift, callback, should_cancel,
+                           initial_pointmap, T_cam_from_base, tool, opts, started):
+        """Steps 2-7: condition, sample and decode the transformer's rollout, then the
+        output options. Returns rgb, pointmap, contacts, the sampling's metadata and the
+        timings."""
         # 2.-4. conditioning
         image_embeds = self.encode_image(image)
         condition = self.prepare_condition(image)
@@ -460,25 +513,13 @@ class Kinema4DPipeline:
         rgb, pointmap, contacts = self.finish_output(image, robot, *self.decode_float(latents),
                                                      norm, initial_pointmap, T_cam_from_base,
                                                      tool)
-        metadata = {
-            "generator": "kinema4d", "model": self.info.to_dict(), "model_id": self.model_id,
-            "backend": self.backend.describe(), "seed": int(seed), "num_steps": num_steps,
-            "scheduler": type(sampler).__name__, "shift": float(sampler.config.get(
-                "flow_shift", sampler.config.get("shift", 0.0))),
-            "guidance": {k: v for k, v in plan.items() if not isinstance(v, torch.Tensor)},
-            "pointmap_units": "metres", "pointmap_normalization": norm.to_dict(),
-            "fidelity": opts.to_dict(), "initial_pointmap": initial_pointmap is not None,
-            "camera_pose": T_cam_from_base is not None,
-            "tool": tool is not None,
-            # what the grasp and push priors moved: a caller that continues the clip (a
-            # policy's next chunk) passes ToolTrack.holding when a grasp is still held
-            "contacts": contacts,
-            "fps": self.info.fps,
-            "timings_s": {"conditioning": conditioned - started,
-                          "denoising": denoised - conditioned,
-                          "decoding": time.perf_counter() - denoised},
-        }
-        return GenerationResult(rgb, pointmap, metadata)
+        sampling = {
+            "num_steps": num_steps, "scheduler": type(sampler).__name__,
+            "shift": float(sampler.config.get("flow_shift", sampler.config.get("shift", 0.0))),
+            "guidance": {k: v for k, v in plan.items() if not isinstance(v, torch.Tensor)}}
+        timings = {"conditioning": conditioned - started, "denoising": denoised - conditioned,
+                   "decoding": time.perf_counter() - denoised}
+        return rgb, pointmap, contacts, sampling, timings
 
     def _check_memory(self, batch: int) -> None:
         dtype = getattr(self.backend, "dtype", torch.float32)

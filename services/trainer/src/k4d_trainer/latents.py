@@ -44,6 +44,7 @@ from safetensors.torch import save as save_safetensors
 
 from k4d_trainer import uris
 from k4d_trainer.clips import ClipSpec
+from k4d_trainer.parallel import autocast
 
 SAMPLE_KEYS = ("latents", "condition", "image_embeds", "arm_cond", "change")
 INDEX_FILE = "index.json"
@@ -103,7 +104,8 @@ def change_map(clip: dict[str, np.ndarray], latent_height: int, latent_width: in
 class SampleEncoder:
     """Episode clip arrays -> one training sample, with the generator pipeline's code."""
 
-    def __init__(self, components: ModelComponents, device: str | torch.device = "cpu"):
+    def __init__(self, components: ModelComponents, device: str | torch.device = "cpu",
+                 compute_dtype: torch.dtype | None = None):
         self.pipe = Kinema4DPipeline(components, backend=None, device=str(device),
                                      model_id="trainer-encoder")
         self.variant = components.transformer.config.variant
@@ -111,10 +113,17 @@ class SampleEncoder:
         payload = {"vae": _digest(components.vae), "clip": _digest(components.image_encoder),
                    "variant": self.variant, "size": [info.num_frames, info.height, info.width],
                    "format": 2}  # 2: with the change map
+        if compute_dtype is not None:  # encoded under autocast: not the fp32 cache's latents
+            payload["precision"] = str(compute_dtype).removeprefix("torch.")
+        self.compute_dtype = compute_dtype
         self.fingerprint = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
     @torch.no_grad()
     def encode(self, clip: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        with autocast(self.compute_dtype, self.pipe.device):
+            return self._encode(clip)
+
+    def _encode(self, clip: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         pipe = self.pipe
         image = clip["rgb"][0]
         robot = RobotCondition(clip["robot_rgb"], clip["robot_pointmap"].astype(np.float32),

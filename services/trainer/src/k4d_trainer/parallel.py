@@ -102,6 +102,19 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     return None
 
 
+def stage_dtype(precision: str) -> torch.dtype | None:
+    """The autocast dtype of the from-scratch stages before the transformer (the VAE and
+    refiner stages, the latent cache's encoding): bf16 only when `model.precision` asks for
+    it by name. On a CPU with AVX512-BF16 their convolutions run ~2x faster in it and the
+    encoding ~6x (benchmarks/trainer/bench_stage_precision.py); `auto` keeps them fp32."""
+    return torch.bfloat16 if precision == "bf16" else None
+
+
+def autocast(dtype: torch.dtype | None, device: torch.device):
+    """torch.autocast to `dtype` on the device's type; a no-op context when dtype is None."""
+    return torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None)
+
+
 def parallelize(model: torch.nn.Module, info: DistInfo, compute_dtype: torch.dtype | None,
                 activation_checkpointing: bool, fsdp: bool | None = None) -> torch.nn.Module:
     """Activation checkpointing, then DDP or FSDP2 per the degrees (`fsdp=True` shards even

@@ -55,7 +55,7 @@ from k4d_model.results import RobotCondition
 from k4d_trainer.clips import OBJECT_IDS, ClipSpec, read_clip
 from k4d_trainer.config import RefinerSection
 from k4d_trainer.latents import changed_pixels, scene_depth
-from k4d_trainer.parallel import DistInfo, barrier
+from k4d_trainer.parallel import DistInfo, autocast, barrier
 from k4d_trainer.runs import RunDir
 from k4d_trainer.schedule import lr_lambda
 from k4d_trainer.stage_state import load_stage_state, save_stage_state, side_step
@@ -229,12 +229,14 @@ def refiner_config(section: RefinerSection) -> RefinerConfig:
 
 def train_refiner(dataset, episode_ids: list[str], clip: ClipSpec, section: RefinerSection,
                   info: DistInfo, seed: int, run: RunDir | None = None, log=print,
-                  stage_folder: str = STAGE_FOLDER, name: str = "refiner"
+                  stage_folder: str = STAGE_FOLDER, name: str = "refiner",
+                  compute_dtype: torch.dtype | None = None
                   ) -> tuple[ChangeRefiner, list[float]]:
     """A refiner trained on the episodes (data-parallel over ranks), and its loss per step.
     With a run and `section.checkpoint_every`, the stage saves its state in RUN/stage_folder
     every so many steps and at the end, and continues from the newest one when started
-    again (a network that finished is not trained again when the next one is interrupted)."""
+    again (a network that finished is not trained again when the next one is interrupted).
+    compute_dtype: the autocast dtype of the forward pass (None: fp32; the loss is fp32)."""
     planes = section.plane_weight > 0
     extra = (OBJECT_IDS,) if section.object_weight > 0 or section.object_planes else ()
     clips = []
@@ -276,7 +278,9 @@ def train_refiner(dataset, episode_ids: list[str], clip: ClipSpec, section: Refi
             examples.append(clips[i].example(t, camera))
         batch = RefinerExample(*(torch.stack(part).to(info.device)
                                  for part in zip(*examples, strict=True)))
-        loss, parts = refiner_loss(model(batch.x), batch, section)
+        with autocast(compute_dtype, info.device):
+            output = model(batch.x)
+        loss, parts = refiner_loss(output.float(), batch, section)
         losses.append(side_step(loss, model, optimizer, scheduler, info))
         recent.append(parts)
         done = step + 1
@@ -327,7 +331,8 @@ def refiner_episodes(uri: str, episode_ids: list[str]) -> tuple[object, list[str
 
 
 def refiner_stage(components, dataset, episode_ids, clip: ClipSpec, section: RefinerSection,
-                  info: DistInfo, run: RunDir, seed: int, log=print) -> list[float]:
+                  info: DistInfo, run: RunDir, seed: int, log=print,
+                  compute_dtype: torch.dtype | None = None) -> list[float]:
     """Load the committed refiner of this run or train one (and its geometry network, with
     `section.geometry`); sets components.refiner."""
     saved = load_run_refiner(run)
@@ -339,11 +344,11 @@ def refiner_stage(components, dataset, episode_ids, clip: ClipSpec, section: Ref
     # whether the refiner was trained now or loaded from an earlier attempt.
     with torch.random.fork_rng(devices=[]):
         refiner, losses = _train_network(dataset, episode_ids, clip, section, info, seed, run,
-                                         log, STAGE_FOLDER, "refiner")
+                                         log, STAGE_FOLDER, "refiner", compute_dtype)
         if section.geometry is not None and section.geometry.steps:
             geometry, more = _train_network(dataset, episode_ids, clip, section.geometry, info,
                                             seed + 1, run, log, GEOMETRY_STAGE_FOLDER,
-                                            "geometry refiner")
+                                            "geometry refiner", compute_dtype)
             refiner, losses = with_geometry(refiner, geometry), losses + more
     if info.is_main:
         save_run_refiner(refiner, run)
@@ -355,10 +360,10 @@ def refiner_stage(components, dataset, episode_ids, clip: ClipSpec, section: Ref
 
 
 def _train_network(dataset, episode_ids, clip, section, info, seed, run, log, stage_folder,
-                   name):
+                   name, compute_dtype):
     if section.data_uri:
         dataset, episode_ids = refiner_episodes(section.data_uri, episode_ids)
         log(f"{name}: {len(episode_ids)} of the run's episodes from {section.data_uri}")
     return train_refiner(dataset, episode_ids, clip, section, info, seed, run, log,
-                         stage_folder=stage_folder, name=name)
+                         stage_folder=stage_folder, name=name, compute_dtype=compute_dtype)
 

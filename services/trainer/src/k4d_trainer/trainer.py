@@ -41,6 +41,7 @@ from k4d_trainer.parallel import (
     close_distributed,
     init_distributed,
     parallelize,
+    stage_dtype,
 )
 from k4d_trainer.runs import RunDir, RunStatus
 from k4d_trainer.schedule import lr_lambda
@@ -122,18 +123,19 @@ class Trainer:
         clip = model_lib.clip_of(components)
         episode_ids = select_episodes(dataset, config.data, clip)
 
+        stages = stage_dtype(config.model.precision)  # the stages before the transformer
         if config.recipe == "from-scratch" and not config.model.init:
             from k4d_trainer.vae import vae_stage
 
             vae_stage(components, dataset, episode_ids, clip, config.vae, dist, run, config.seed,
-                      log=log.info)
+                      log=log.info, compute_dtype=stages)
         if config.refiner.steps:
             from k4d_trainer.refiner_stage import refiner_stage
 
             refiner_stage(components, dataset, episode_ids, clip, config.refiner, dist, run,
-                          config.seed, log=log.info)
+                          config.seed, log=log.info, compute_dtype=stages)
 
-        encoder = SampleEncoder(components, dist.device)
+        encoder = SampleEncoder(components, dist.device, stages)
         cache = LatentCache(config.data.latents_uri or run.child("latents"), encoder.fingerprint,
                             env_config)
         encode_missing(dataset, episode_ids, encoder, cache, clip, dist.rank, dist.world_size)

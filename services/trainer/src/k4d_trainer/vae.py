@@ -20,7 +20,7 @@ import torch
 from k4d_trainer.clips import ClipSpec, read_clip
 from k4d_trainer.config import VaeSection
 from k4d_trainer.latents import clip_normalisation, normalised_scene
-from k4d_trainer.parallel import DistInfo, barrier
+from k4d_trainer.parallel import DistInfo, autocast, barrier
 from k4d_trainer.runs import RunDir
 from k4d_trainer.schedule import lr_lambda
 from k4d_trainer.stage_state import load_stage_state, save_stage_state, side_step
@@ -39,7 +39,9 @@ def clip_videos(clip: dict[str, np.ndarray]) -> list[torch.Tensor]:
 
 
 def _kl(posterior) -> torch.Tensor:
-    return posterior.kl().mean()
+    # diffusers' DiagonalGaussianDistribution.kl, in fp32 also under bf16 autocast
+    mean, logvar = posterior.mean.float(), posterior.logvar.float()
+    return (0.5 * torch.sum(mean.pow(2) + logvar.exp() - 1.0 - logvar, dim=[1, 2, 3])).mean()
 
 
 def random_crops(videos: list[torch.Tensor], picks: torch.Tensor, crop: int,
@@ -92,10 +94,12 @@ def vae_phases(section: VaeSection) -> list[VaePhase]:
 
 
 def train_vae(vae, dataset, episode_ids: list[str], clip: ClipSpec, section: VaeSection,
-              info: DistInfo, seed: int, run: RunDir | None = None, log=print) -> list[float]:
+              info: DistInfo, seed: int, run: RunDir | None = None, log=print,
+              compute_dtype: torch.dtype | None = None) -> list[float]:
     """Train `vae` in place (data-parallel over ranks); returns the loss per step. With a
     run and `section.checkpoint_every`, the stage saves its state every so many steps and
-    continues from the newest one when started again."""
+    continues from the newest one when started again. compute_dtype: the autocast dtype of
+    the forward pass (None: fp32; the loss is fp32 either way)."""
     videos = [v for eid in episode_ids[info.rank::info.world_size]
               for v in clip_videos(read_clip(dataset.open(eid), clip))]
     model = vae.to(info.device).train()
@@ -124,9 +128,10 @@ def train_vae(vae, dataset, episode_ids: list[str], clip: ClipSpec, section: Vae
             picks = torch.randint(0, len(videos), (phase.batch_size,), generator=generator)
             batch = random_crops(videos, picks, phase.crop, generator,
                                  phase.frames).to(info.device)
-            posterior = model.encode(batch).latent_dist
-            recon = model.decode(posterior.sample(generator=generator)).sample
-            mse = torch.nn.functional.mse_loss(recon, batch)
+            with autocast(compute_dtype, info.device):
+                posterior = model.encode(batch).latent_dist
+                recon = model.decode(posterior.sample(generator=generator)).sample
+            mse = torch.nn.functional.mse_loss(recon.float(), batch)
             loss = mse + section.kl_weight * _kl(posterior)
             losses.append(side_step(loss, model, optimizer, scheduler, info))
             recent.append(float(mse.detach()))
@@ -192,7 +197,8 @@ def load_saved_vae(run: RunDir):
 
 
 def vae_stage(components, dataset, episode_ids, clip, section: VaeSection, info: DistInfo,
-              run: RunDir, seed: int, log=print) -> list[float]:
+              run: RunDir, seed: int, log=print, compute_dtype: torch.dtype | None = None
+              ) -> list[float]:
     """Load the committed VAE of this run or train one; replaces components.vae."""
     saved = load_saved_vae(run)
     if saved is not None:
@@ -201,7 +207,7 @@ def vae_stage(components, dataset, episode_ids, clip, section: VaeSection, info:
         return []
     torch.manual_seed(seed)
     losses = train_vae(components.vae, dataset, episode_ids, clip, section, info, seed, run,
-                       log)
+                       log, compute_dtype)
     if info.is_main:
         save_vae(components.vae, run)
         run.remove(STAGE_FOLDER)  # the committed VAE supersedes the partial state
