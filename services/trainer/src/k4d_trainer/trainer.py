@@ -36,6 +36,7 @@ from k4d_trainer.parallel import (
     DistInfo,
     all_reduce_max,
     all_reduce_mean,
+    autocast,
     autocast_dtype,
     barrier,
     close_distributed,
@@ -226,8 +227,7 @@ class Trainer:
                              self.schedule, self.config.training.soft_mask_ratio,
                              self.mask_channels)
         device = self.dist.device
-        with torch.autocast(device.type, dtype=self.compute_dtype or torch.float32,
-                            enabled=self.compute_dtype is not None):
+        with autocast(self.compute_dtype, device):
             prediction = self.model(noised.model_input.to(device), noised.timestep.to(device),
                                     batch["image_embeds"].to(device), noised.arm_cond.to(device),
                                     return_dict=False)[0]
