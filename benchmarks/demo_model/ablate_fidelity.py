@@ -196,8 +196,9 @@ def main() -> None:
                               num_steps=args.steps or None)
                 pipe.decode_float = original_decode
                 rgb, points = result.rgb, result.pointmap
-                cache.parent.mkdir(parents=True, exist_ok=True)
-                np.savez(cache, rgb=decoded[key][0], pointmap=decoded[key][1])
+                if key in decoded:  # `decode: input` with frame 0's points known samples nothing
+                    cache.parent.mkdir(parents=True, exist_ok=True)
+                    np.savez(cache, rgb=decoded[key][0], pointmap=decoded[key][1])
             seconds[name] += time.perf_counter() - started
             where = args.out / name / "predictions" / episode_id
             where.mkdir(parents=True, exist_ok=True)

@@ -267,3 +267,49 @@ def test_a_push_is_no_grasp():
     rgb0, points0, box, robot, _ = _scene()
     (pushed,) = pushed_objects(points0, robot[0], _sweep(0.02), T_CAM_FROM_BASE, [])
     assert pushed.kind == "push" and pushed.to_dict()["kind"] == "push"
+
+
+def _flat(points0, box):
+    """The box laid flat on the table, as a depth estimate from the image puts it."""
+    return np.where(box[..., None], CAMERA.ray_directions() * 1.0, points0).astype(np.float32)
+
+
+def test_an_object_laid_flat_is_pushed_by_its_colour():
+    """`push_colour`: an estimate puts the box on the table; height finds nothing there,
+    colour does, and the box is taken as tall as it is wide."""
+    from k4d_model.contact import pushed_objects
+
+    rgb0, points0, box, robot, _ = _scene()
+    flat = _flat(points0, box)
+    assert pushed_objects(flat, robot[0], _sweep(0.02), T_CAM_FROM_BASE, []) == []
+    (pushed,) = pushed_objects(flat, robot[0], _sweep(0.02), T_CAM_FROM_BASE, [],
+                               first_rgb=rgb0)
+    assert np.array_equal(pushed.mask, box)
+    motion = T_BASE_FROM_CAM @ pushed.T_cam_motion[4] @ T_CAM_FROM_BASE
+    assert -0.11 < motion[0, 3] < -0.07 and abs(motion[1, 3]) < 1e-9
+    # 4 cm wide, so ~4 cm tall: a tool 8 cm up passes over it
+    assert pushed_objects(flat, robot[0], _sweep(0.08), T_CAM_FROM_BASE, [],
+                          first_rgb=rgb0) == []
+
+
+@pytest.mark.parametrize("patch", [(90, 90, 90), (165, 165, 165)])
+def test_a_shadow_or_a_highlight_is_not_pushed(patch):
+    from k4d_model.contact import pushed_objects
+
+    rgb0, points0, box, robot, _ = _scene()
+    rgb0[box] = patch  # the table's grey at 0.6x and 1.1x
+    assert pushed_objects(_flat(points0, box), robot[0], _sweep(0.02), T_CAM_FROM_BASE, [],
+                          first_rgb=rgb0) == []
+
+
+def test_nothing_is_pushed_while_the_gripper_carries_an_object():
+    """A stack's tool comes down beside its base with the cube in hand: no push then."""
+    from k4d_model.contact import GraspedObject, pushed_objects
+
+    rgb0, points0, box, robot, _ = _scene()
+    elsewhere = np.zeros((H, W), bool)
+    elsewhere[40:44, 50:54] = True
+    carried = GraspedObject(elsewhere, np.repeat(np.eye(4)[None], FRAMES, axis=0), 1, FRAMES)
+    assert pushed_objects(points0, robot[0], _sweep(0.02), T_CAM_FROM_BASE, [carried]) == []
+    released = GraspedObject(elsewhere, carried.T_cam_motion, 1, 2)  # let go before the sweep
+    assert len(pushed_objects(points0, robot[0], _sweep(0.02), T_CAM_FROM_BASE, [released])) == 1

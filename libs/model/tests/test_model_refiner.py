@@ -404,17 +404,21 @@ def test_an_rgb_rollout_with_a_camera_pose_reads_its_depth_off_the_planes(make_t
         assert exc.value.violations[0].field == "T_cam_from_base"
 
 
-@pytest.mark.parametrize("push_estimated", [False, True])
-def test_push_runs_on_estimated_points_only_when_asked(make_tiny, monkeypatch, push_estimated):
+@pytest.mark.parametrize("push_estimated, push_colour", [(False, False), (True, False),
+                                                        (True, True)])
+def test_push_runs_on_estimated_points_only_when_asked(make_tiny, monkeypatch, push_estimated,
+                                                       push_colour):
     """`push` reads measured frame-0 points; with `push_estimated` also the refiner's
-    estimate of an RGB image's (a geometry network that stands objects up)."""
+    estimate of an RGB image's; with `push_colour` it is given the image to find objects
+    by their colour."""
     import k4d_model.pipeline as pipeline
     from k4d.tool import ToolTrack
 
-    seen = []
+    seen, colours = [], []
 
-    def record(first_points, robot_first, tool, T_cam_from_base, held):
+    def record(first_points, robot_first, tool, T_cam_from_base, held, first_rgb=None):
         seen.append(np.array(first_points))
+        colours.append(first_rgb)
         return []
 
     monkeypatch.setattr(pipeline, "pushed_objects", record)
@@ -422,7 +426,7 @@ def test_push_runs_on_estimated_points_only_when_asked(make_tiny, monkeypatch, p
     extra = {"first_frame": "given", "decode": "composite", "change_threshold": 1000,
              "change_depth_m": 0, "change_dilate": 0, "robot_pointmap": "kinematics",
              "refiner_first_depth": "estimated", "push": "quasi-static",
-             "push_estimated": push_estimated}
+             "push_estimated": push_estimated, "push_colour": push_colour}
     refiner = with_geometry(_constant_refiner(0.0, -6.0),
                             _plane_refiner(np.log(1.2), (0.0, 0.0, 0.2), plane=3))
     pipe = _pipe(make_tiny, refiner, extra)
@@ -433,13 +437,17 @@ def test_push_runs_on_estimated_points_only_when_asked(make_tiny, monkeypatch, p
     assert len(seen) == int(push_estimated)
     if push_estimated:  # the estimate: frame 0's output points
         assert np.array_equal(seen[0], out.pointmap[0])
+        assert (colours[0] is None) is not push_colour
+        if push_colour:  # the given image, frame 0 of the output
+            assert np.array_equal(colours[0], image)
     measured = np.zeros(image.shape, np.float32)
     measured[..., 2] = 3.0
     pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1, initial_pointmap=measured,
          T_cam_from_base=CAMERA_POSE, tool=tool)
     assert len(seen) == int(push_estimated) + 1  # measured points: always
-    with pytest.raises(InvalidArgument, match="push_estimated"):
-        FidelityOptions.check({"push_estimated": "yes"})
+    for key in ("push_estimated", "push_colour"):
+        with pytest.raises(InvalidArgument, match=key):
+            FidelityOptions.check({key: "yes"})
 
 
 def test_refiner_pointmap_drawn_moves_the_points_where_the_colour_changes(make_tiny):

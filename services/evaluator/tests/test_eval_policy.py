@@ -137,3 +137,23 @@ def test_judge_abstentions_are_counted_with_their_reason_in_summary_md():
     text = summary_markdown(report)
     assert ("- judge abstained on 1 of 2 episode(s) (predictions), not counted above: "
             f"{REASON} (1)") in text
+
+
+def test_episode_labels_check_the_goal_datagen_stores():
+    """With `source.goal_xy` (k4d datagen writes it) a pick must also end within 4 cm of the
+    marker, as the data engine's judge requires; without it only lift and rest are read."""
+    # lifted and set down 10 cm to the left (world y): x = 1 m is the cube's depth
+    gt = _clip([0.0, 0.04, 0.09, 0.09, 0.04, 0.0], [0, 0, 0, 0.05, 0.1, 0.1])
+    pred = _clip([0.0, 0.04, 0.09, 0.09, 0.04, 0.0], [0, 0, 0, 0.05, 0.1, 0.1])
+    gt.meta = {"task": "pick up the red cube", "task_kind": "pick", "success": True,
+               "source": {}}
+    assert policy.episode_labels(pred, gt)["simulated_success"] is True
+    start = np.median(pred.pointmap[0][pred.object_ids[0] == 1], axis=0)
+    world = np.linalg.inv(T_CAM_FROM_WORLD)[:3, :3] @ start
+    for goal, ok in (([world[0], world[1] + 0.1], True), ([world[0], world[1] - 0.1], False)):
+        gt.meta["source"] = {"goal_xy": goal}
+        labels = policy.episode_labels(pred, gt)
+        assert labels["simulated_success"] is ok and labels["judge_on_gt_success"] is ok
+        assert "goal" in labels["judge"]["rule"]
+    gt.meta["source"] = {"goal_xy": [float("nan"), 0.0]}  # unreadable: not checked
+    assert "goal" not in policy.episode_labels(pred, gt)["judge"]["rule"]

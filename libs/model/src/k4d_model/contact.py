@@ -31,6 +31,7 @@ from k4d.camera import fit_pinhole
 from k4d.tool import ToolTrack
 
 from k4d_model.fidelity import fill_behind_robot
+from k4d_model.surface import flat_footprint, surface_palette, unlike_surface
 
 OPENING_EPS = 1e-3  # joint units: a change of the opening smaller than this is noise
 GRASP_RADIUS_M = 0.06  # an object's points within this of the tool frame can be held
@@ -42,6 +43,7 @@ MIN_OBJECT_PIXELS = 3
 PUSH_REACH_M = 0.1  # objects this far from the low tool can be pushed
 PUSH_FINGER_M = 0.01  # the fingers' half thickness: contact at the object's radius + this
 PUSH_MIN_M = 0.002  # a smaller push is noise
+FLAT_HEIGHT_PER_RADIUS = 2.0  # an object laid flat by an estimate: as tall as it is wide
 
 
 @dataclass
@@ -156,8 +158,8 @@ def _object_next_to(tool_at: np.ndarray, base: np.ndarray, colour: np.ndarray,
 
 
 def pushed_objects(first_points: np.ndarray, robot_first: np.ndarray, tool: ToolTrack,
-                   T_cam_from_base: np.ndarray, held: list[GraspedObject]
-                   ) -> list[GraspedObject]:
+                   T_cam_from_base: np.ndarray, held: list[GraspedObject],
+                   first_rgb: np.ndarray | None = None) -> list[GraspedObject]:
     """The objects the tool pushes over the rollout (the `push: quasi-static` option), from
     frame 0's *measured* points (H, W, 3) camera frame, the robot's frame-0 pixels, the tool
     track, the camera's pose and the objects already held (they are not pushed).
@@ -167,7 +169,14 @@ def pushed_objects(first_points: np.ndarray, robot_first: np.ndarray, tool: Tool
     top). Quasi-static: between two frames the tool moves from a to b; an object whose centre
     lies within its radius + PUSH_FINGER_M of that path (sideways, and not behind a) is
     moved along the motion until it is that far ahead of b, sideways offset kept. No
-    rotation, no sliding after contact ends."""
+    rotation, no sliding after contact ends. While the gripper carries a held object, its
+    fingers push nothing (a stack's tool comes down beside the base it places on).
+
+    first_rgb: frame 0's image (H, W, 3) uint8, for estimated points (the `push_colour`
+    option; k4d_model.surface): an object is then a piece unlike the surface's colours,
+    lying at the surface's height or above it; a piece touching a held object is that
+    object's shadow or rest, and is not pushed; its footprint is read from its width and
+    near edge, and it is taken to be as tall as it is wide."""
     from scipy import ndimage
 
     T_cam_from_base = np.asarray(T_cam_from_base, np.float64)
@@ -178,6 +187,7 @@ def pushed_objects(first_points: np.ndarray, robot_first: np.ndarray, tool: Tool
     for obj in held:
         free &= ~obj.mask
     at = tool.T_base_from_tool[:, :3, 3]
+    colour = None if first_rgb is None else np.asarray(first_rgb, np.float64)
     standing = np.zeros(free.shape, bool)
     for t in range(tool.frames):
         near = free & (np.linalg.norm(base[..., :2] - at[t, :2], axis=-1) < PUSH_REACH_M)
@@ -185,15 +195,25 @@ def pushed_objects(first_points: np.ndarray, robot_first: np.ndarray, tool: Tool
         if under.sum() < 10:  # the tool is not low over a surface
             continue
         surface = float(np.percentile(base[..., 2][under], 25))
-        standing |= (near & (base[..., 2] > surface + CLEARANCE_M)
-                     & (base[..., 2] < surface + SUPPORT_DEPTH_M))
+        lowest = surface + CLEARANCE_M
+        if colour is not None:  # laid flat: at the surface's height, told apart by colour
+            lowest = surface - CLEARANCE_M
+            near &= unlike_surface(colour, surface_palette(colour, under))
+        standing |= near & (base[..., 2] > lowest) & (base[..., 2] < surface + SUPPORT_DEPTH_M)
+    carrying = np.zeros(tool.frames, bool)
+    holding = np.zeros(free.shape, bool)
+    for obj in held:
+        carrying[obj.grasp_frame:obj.release_frame] = True
+        holding |= obj.mask
+    holding = ndimage.binary_dilation(holding) if colour is not None else np.zeros_like(holding)
+    viewer_xy = T_base_from_cam[:2, 3] if colour is not None else None
     labels, count = ndimage.label(standing, structure=np.ones((3, 3)))
     objects = []
     for k in range(1, count + 1):
         mask = labels == k
-        if mask.sum() < MIN_OBJECT_PIXELS:
+        if mask.sum() < MIN_OBJECT_PIXELS or (mask & holding).any():
             continue
-        shift = _quasi_static_push(base[mask], at)
+        shift = _quasi_static_push(base[mask], at, carrying, viewer_xy)
         if np.linalg.norm(shift[-1]) < PUSH_MIN_M:
             continue
         motion = np.repeat(np.eye(4)[None], tool.frames, axis=0)
@@ -206,17 +226,24 @@ def pushed_objects(first_points: np.ndarray, robot_first: np.ndarray, tool: Tool
     return objects
 
 
-def _quasi_static_push(object_base: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """(T, 2) the object's horizontal shift per frame under the tool path `at` (T, 3)."""
-    centre = np.median(object_base[:, :2], axis=0)
-    radius = float(np.percentile(np.linalg.norm(object_base[:, :2] - centre, axis=-1), 90))
-    reach = radius + PUSH_FINGER_M
+def _quasi_static_push(object_base: np.ndarray, at: np.ndarray, carrying: np.ndarray,
+                       viewer_xy: np.ndarray | None = None) -> np.ndarray:
+    """(T, 2) the object's horizontal shift per frame under the tool path `at` (T, 3); no
+    contact at frames where `carrying` (T,) bool. viewer_xy: the camera's horizontal
+    position, for an object an estimate laid flat (k4d_model.surface.flat_footprint)."""
     top = float(object_base[:, 2].max())
+    if viewer_xy is None:
+        centre = np.median(object_base[:, :2], axis=0)
+        radius = float(np.percentile(np.linalg.norm(object_base[:, :2] - centre, axis=-1), 90))
+    else:
+        centre, radius = flat_footprint(object_base[:, :2], viewer_xy)
+        top = max(top, float(np.median(object_base[:, 2])) + FLAT_HEIGHT_PER_RADIUS * radius)
+    reach = radius + PUSH_FINGER_M
     shift = np.zeros((len(at), 2))
     for t in range(1, len(at)):
         shift[t] = shift[t - 1]
         a, b = at[t - 1], at[t]
-        if b[2] > top + CLEARANCE_M:  # above the object: no contact
+        if b[2] > top + CLEARANCE_M or carrying[t]:  # above the object, or holding one
             continue
         step = b[:2] - a[:2]
         length = float(np.linalg.norm(step))

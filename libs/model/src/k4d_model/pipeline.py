@@ -379,7 +379,8 @@ class Kinema4DPipeline:
             held = (grasped_objects(rgb_out[0], points[0], robot.mask[0], tool, T_cam_from_base)
                     if opts.grasp == GRASP_RIGID else [])
             if opts.push == PUSH_QUASI_STATIC and (observed or opts.push_estimated):
-                held += pushed_objects(points[0], robot.mask[0], tool, T_cam_from_base, held)
+                held += pushed_objects(points[0], robot.mask[0], tool, T_cam_from_base, held,
+                                       rgb_out[0] if opts.push_colour else None)
             rgb_out, points = carry_grasped(rgb_out, points, robot.mask, robot.pointmap, held)
         return rgb_out, points, [obj.to_dict() for obj in held]
 

@@ -127,6 +127,13 @@ is the input, not a VAE reconstruction of it:
                      (the trainer's `refiner.geometry.object_weight` and `object_planes`;
                      with the demo model's networks it did not pay, model card round 9);
                      false (default): measured frame-0 points only.
+  push_colour        true: `push` tells objects apart by colour rather than height, for an
+                     estimate of frame 0's points (`push_estimated`), which lays small objects
+                     flat on the surface behind them: an object is a piece unlike every colour
+                     of the surface under the tool (those colours shaded or lit, and blends of
+                     two), its footprint is read from its width and near edge, and it is taken
+                     to be as tall as it is wide (k4d_model.surface). False (default): pieces
+                     standing above the surface.
 """
 
 from __future__ import annotations
@@ -141,7 +148,7 @@ FIDELITY_KEYS = ("first_frame", "latent_anchor", "decode", "change_threshold",
                  "robot_pointmap", "robot_rgb", "uncovered", "refiner", "refiner_threshold",
                  "refiner_power", "refiner_pointmap", "refiner_pointmap_threshold",
                  "refiner_first_depth", "uncovered_pointmap", "grasp", "push",
-                 "push_estimated")
+                 "push_estimated", "push_colour")
 FIRST_FRAME_GIVEN = "given"
 DECODE_RELATIVE = "relative"
 DECODE_COMPOSITE = "composite"
@@ -182,6 +189,7 @@ class FidelityOptions:
     grasp: str = ""
     push: str = ""
     push_estimated: bool = False
+    push_colour: bool = False
 
     @classmethod
     def from_extra(cls, extra: dict[str, Any] | None) -> FidelityOptions:
@@ -207,7 +215,8 @@ class FidelityOptions:
                    uncovered_pointmap=str(extra.get("uncovered_pointmap", "")),
                    grasp=str(extra.get("grasp", "")),
                    push=str(extra.get("push", "")),
-                   push_estimated=bool(extra.get("push_estimated", False)))
+                   push_estimated=bool(extra.get("push_estimated", False)),
+                   push_colour=bool(extra.get("push_colour", False)))
 
     @classmethod
     def check(cls, extra: dict[str, Any], prefix: str = "extra") -> FidelityOptions:
@@ -241,7 +250,7 @@ class FidelityOptions:
         power = extra.get("refiner_power", 1.0)
         if isinstance(power, bool) or not isinstance(power, (int, float)) or not 0 < power <= 8:
             raise InvalidArgument.for_field(f"{prefix}.refiner_power", "must be in (0, 8]")
-        for key in ("latent_anchor", "push_estimated"):
+        for key in ("latent_anchor", "push_estimated", "push_colour"):
             if not isinstance(extra.get(key, False), bool):
                 raise InvalidArgument.for_field(f"{prefix}.{key}", "must be true or false")
         return cls.from_extra(extra)

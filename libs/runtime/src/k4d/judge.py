@@ -203,7 +203,7 @@ def judge(clip, object_ids0: np.ndarray, task_kind: str,
     """-> {"success": bool | None, "rule": str, measured values}; success None when the
     task kind has no rule or an object cannot be found. goal_xy: the task's goal in the
     world frame (x, y), when the caller knows it (the policy evaluator's scenes; a data
-    engine episode does not store it): a pick or a push must also end near it, as the
+    engine episode's `source.goal_xy`): a pick or a push must also end near it, as the
     data engine's own judge requires. start_xyz: {k: (3,) world position of object k's
     centre in frame 0}, when the caller knows the initial scene: tracks become
     displacements from it (module docstring)."""

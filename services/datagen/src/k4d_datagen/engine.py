@@ -190,5 +190,8 @@ def generate_episode(config: EpisodeConfig, *, verify: bool = False) -> tuple[Ep
         object_names=[o.label for o in rollout.scene.objects],
         source={"kind": "synthetic", "seed": config.seed, "index": config.index, "generator": GENERATOR,
                 "failure": rollout.kind, "physics_dt": PHYSICS_DT, "duration_s": DURATION_S,
-                "simulator": f"mujoco {sim.mujoco.__version__}"})
+                "simulator": f"mujoco {sim.mujoco.__version__}",
+                # the task's goal (world x, y): a judge of a rollout checks it as the data
+                # engine's own judge does (k4d.judge's goal_xy; k4d_eval.policy)
+                "goal_xy": [float(v) for v in rollout.plan.goal["xy"]]})
     return meta, {**arrays, **extra}

@@ -8,11 +8,12 @@
   of the camera JSON) and applies the data engine's rules (k4d.tabletop.tasks.judge) as far
   as pointmaps show them:
     pick   lifted > LIFT_M at some frame and resting again at the end (final height within
-           REST_M of the start); the place marker's position is not in the episode
-           metadata, so "within 4 cm of the marker" is not checked here (k4d policy-eval,
-           which knows it, checks it: k4d.judge's goal_xy)
+           REST_M of the start); where the episode's metadata gives the task's goal
+           (`source.goal_xy`, which k4d datagen writes), also ending within 4 cm of the
+           marker, as the data engine's judge requires (k4d.judge's goal_xy)
     push   moved >= PUSH_M along the direction named in the task text (left, right,
-           forward, back), else horizontally
+           forward, back), else horizontally; with `source.goal_xy`, also ending within
+           5 cm of the goal
     stack  object 1 ends within STACK_XY_M of object 2 horizontally and >= STACK_Z_M above
            it, object 2 moved <= BASE_MOVED_M
   The same judge runs on the prediction and, as a check of the judge, on the ground truth.
@@ -47,13 +48,26 @@ def episode_labels(pred: Clip, gt: Clip) -> dict:
     text = meta.get("task", "")
     # the episode's initial scene: the judge reads each object's displacement from it
     starts = None if gt.object_poses is None else start_positions(gt.object_poses[0])
-    on_pred = judge(pred, gt.object_ids[0], kind, gt.T_cam_from_world[0], text, start_xyz=starts)
-    on_gt = judge(gt, gt.object_ids[0], kind, gt.T_cam_from_world[0], text, start_xyz=starts)
+    goal = _goal_xy(source)
+    on_pred = judge(pred, gt.object_ids[0], kind, gt.T_cam_from_world[0], text, goal_xy=goal,
+                    start_xyz=starts)
+    on_gt = judge(gt, gt.object_ids[0], kind, gt.T_cam_from_world[0], text, goal_xy=goal,
+                  start_xyz=starts)
     labels.update(simulated_success=on_pred["success"], judge=on_pred, judge_on_gt=on_gt,
                   judge_on_gt_success=on_gt["success"])
     if labels["true_success"] is None:
         labels["true_success"] = on_gt["success"]
     return labels
+
+
+def _goal_xy(source: Mapping) -> np.ndarray | None:
+    """The task's goal (world x, y) from an episode's `source` metadata; None when it has
+    none (episodes written before k4d datagen stored it, imports)."""
+    goal = source.get("goal_xy")
+    if goal is None:
+        return None
+    goal = np.asarray(goal, np.float64).reshape(-1)
+    return goal if goal.shape == (2,) and np.isfinite(goal).all() else None
 
 
 def agreement(true: Sequence[bool], simulated: Sequence[bool]) -> dict:

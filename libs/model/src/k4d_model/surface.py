@@ -1,0 +1,75 @@
+"""What frame 0's image says about objects on a surface when its points are an estimate
+(the `push_colour` output option, k4d.generation; used by k4d_model.contact).
+
+A depth estimate from an RGB image lays small objects flat on the surface behind them
+(model card, round 9: every object pixel of the held-out split on the table's plane), so
+height cannot find them. Their colour can:
+
+1. The surface's palette: the colours covering at least PALETTE_SHARE of the surface
+   pixels under the tool (k-means, PALETTE_SIZE clusters): one for a plain table, two for
+   a checkerboard.
+2. An object's pixel is like none of them: not one of them shaded or lit (scaled by
+   SHADE_MIN..SHADE_MAX: the robot's shadow, a highlight), and not a blend of two (the
+   edge between two checks), by more than COLOUR_DIFFERENCE.
+3. Its footprint: laid flat, an object's sides and top land on the surface behind it, so
+   the piece stretches away from the camera. Its width across the view is its size, and
+   its near edge is where it stands.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+COLOUR_DIFFERENCE = 30.0  # RGB distance from every surface colour that marks an object
+PALETTE_SIZE = 4
+PALETTE_SHARE = 0.15
+SHADE_MIN, SHADE_MAX = 0.4, 1.15  # a surface colour in shadow or light, scaled by this
+FOOTPRINT_PAD_M = 0.005  # a piece's width misses its anti-aliased edge pixels
+KMEANS_ITERATIONS = 10
+
+
+def surface_palette(colour: np.ndarray, region: np.ndarray) -> np.ndarray:
+    """(n, 3) float: the colours covering >= PALETTE_SHARE of `region` (H, W) bool in the
+    image `colour` (H, W, 3) float. Deterministic: the k-means starts from the region's
+    colours at evenly spaced brightness ranks."""
+    pixels = colour[region].reshape(-1, 3).astype(np.float64)
+    order = np.argsort(pixels.sum(axis=1), kind="stable")
+    centres = pixels[order[np.linspace(0, len(order) - 1, PALETTE_SIZE).astype(int)]].copy()
+    for _ in range(KMEANS_ITERATIONS):
+        label = ((pixels[:, None] - centres[None]) ** 2).sum(axis=-1).argmin(axis=1)
+        for k in range(PALETTE_SIZE):
+            if (label == k).any():
+                centres[k] = pixels[label == k].mean(axis=0)
+    share = np.bincount(label, minlength=PALETTE_SIZE) / len(label)
+    return centres[share >= PALETTE_SHARE]
+
+
+def unlike_surface(colour: np.ndarray, palette: np.ndarray) -> np.ndarray:
+    """(H, W) bool: pixels of `colour` (H, W, 3) farther than COLOUR_DIFFERENCE from every
+    palette colour (n, 3) scaled by SHADE_MIN..SHADE_MAX and from every blend of two."""
+    colour = np.asarray(colour, np.float64)
+    scale = np.clip(colour @ palette.T / np.maximum((palette ** 2).sum(axis=1), 1e-6),
+                    SHADE_MIN, SHADE_MAX)
+    nearest = np.linalg.norm(colour[..., None, :] - scale[..., None] * palette,
+                             axis=-1).min(axis=-1)
+    for i in range(len(palette)):
+        for j in range(i + 1, len(palette)):
+            a, ab = palette[i], palette[j] - palette[i]
+            t = np.clip((colour - a) @ ab / max(float(ab @ ab), 1e-6), 0.0, 1.0)
+            nearest = np.minimum(nearest, np.linalg.norm(colour - (a + t[..., None] * ab),
+                                                         axis=-1))
+    return nearest > COLOUR_DIFFERENCE
+
+
+def flat_footprint(xy: np.ndarray, viewer_xy: np.ndarray) -> tuple[np.ndarray, float]:
+    """(centre (2,), radius) of an object whose points `xy` (N, 2) an estimate laid flat on
+    the surface, seen from `viewer_xy` (2,) (the camera, horizontally): its width across
+    the view (10th to 90th percentile, + FOOTPRINT_PAD_M) and its near edge."""
+    centre = np.median(xy, axis=0)
+    view = centre - np.asarray(viewer_xy, np.float64)
+    view = view / max(float(np.linalg.norm(view)), 1e-9)
+    across_dir = np.array([-view[1], view[0]])
+    along, across = (xy - centre) @ view, (xy - centre) @ across_dir
+    near_edge, (left, right) = np.percentile(along, 10), np.percentile(across, [10, 90])
+    radius = float(right - left) / 2 + FOOTPRINT_PAD_M
+    return centre + view * (near_edge + radius) + across_dir * (left + right) / 2, radius
