@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from k4d_model.surface import (FOOTPRINT_PAD_M, flat_footprint, surface_palette,
-                               unlike_surface)
+from k4d_model.surface import FOOTPRINT_PAD_M, flat_footprint, surface_palette, unlike_surface
 
 PINK, GREEN = np.array([200.0, 170.0, 190.0]), np.array([70.0, 100.0, 90.0])
 
