@@ -444,7 +444,8 @@ def test_push_runs_on_estimated_points_only_when_asked(make_tiny, monkeypatch, p
     measured[..., 2] = 3.0
     pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1, initial_pointmap=measured,
          T_cam_from_base=CAMERA_POSE, tool=tool)
-    assert len(seen) == int(push_estimated) + 1  # measured points: always
+    assert len(seen) == int(push_estimated) + 1  # measured points: always,
+    assert colours[-1] is None  # and by height: they stand the objects up
     for key in ("push_estimated", "push_colour"):
         with pytest.raises(InvalidArgument, match=key):
             FidelityOptions.check({key: "yes"})

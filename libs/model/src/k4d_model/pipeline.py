@@ -379,8 +379,10 @@ class Kinema4DPipeline:
             held = (grasped_objects(rgb_out[0], points[0], robot.mask[0], tool, T_cam_from_base)
                     if opts.grasp == GRASP_RIGID else [])
             if opts.push == PUSH_QUASI_STATIC and (observed or opts.push_estimated):
+                # measured points stand objects up; an estimate lays them flat (push_colour)
+                by_colour = opts.push_colour and not observed
                 held += pushed_objects(points[0], robot.mask[0], tool, T_cam_from_base, held,
-                                       rgb_out[0] if opts.push_colour else None)
+                                       rgb_out[0] if by_colour else None)
             rgb_out, points = carry_grasped(rgb_out, points, robot.mask, robot.pointmap, held)
         return rgb_out, points, [obj.to_dict() for obj in held]
 

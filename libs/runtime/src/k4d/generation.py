@@ -132,8 +132,9 @@ is the input, not a VAE reconstruction of it:
                      flat on the surface behind them: an object is a piece unlike every colour
                      of the surface under the tool (those colours shaded or lit, and blends of
                      two), its footprint is read from its width and near edge, and it is taken
-                     to be as tall as it is wide (k4d_model.surface). False (default): pieces
-                     standing above the surface.
+                     to be as tall as it is wide (k4d_model.surface). Measured frame-0 points
+                     are still read by height. False (default): pieces standing above the
+                     surface.
 """
 
 from __future__ import annotations
