@@ -5,7 +5,8 @@ The networks draw a grasped object a few pixels wide faintly or not at all, and 
 stay on the table (measured: 4 of 5 held-out picks drawn without the lift). Kinematics knows
 where the tool is and when the gripper closes, as it knows where the robot is: a held object
 is part of the kinematic chain while it is held. This is a prior, not learned. It covers
-what a rigid grasp does; slips, drops and pushes stay with the networks.
+what a rigid grasp does; slips and drops stay with the networks. Pushes have their own
+prior below (`pushed_objects`, the `push` option).
 
 1. Grasps: each run of frames over which the gripper's opening falls and does not rise
    again (closing at g, opening again at r: held over g..r-1, left where frame r-1 put it);
@@ -161,8 +162,9 @@ def pushed_objects(first_points: np.ndarray, robot_first: np.ndarray, tool: Tool
                    T_cam_from_base: np.ndarray, held: list[GraspedObject],
                    first_rgb: np.ndarray | None = None) -> list[GraspedObject]:
     """The objects the tool pushes over the rollout (the `push: quasi-static` option), from
-    frame 0's *measured* points (H, W, 3) camera frame, the robot's frame-0 pixels, the tool
-    track, the camera's pose and the objects already held (they are not pushed).
+    frame 0's points (H, W, 3) camera frame (measured; estimated with first_rgb, below), the
+    robot's frame-0 pixels, the tool track, the camera's pose and the objects already held
+    (they are not pushed).
 
     An object is a piece of frame 0's scene standing more than CLEARANCE_M above the surface
     under the tool, within PUSH_REACH_M of where the tool is low (no higher than the piece's
