@@ -200,20 +200,22 @@ def pushed_objects(first_points: np.ndarray, robot_first: np.ndarray, tool: Tool
         lowest = surface + CLEARANCE_M
         if colour is not None:  # laid flat: at the surface's height, told apart by colour
             lowest = surface - CLEARANCE_M
-            near &= unlike_surface(colour, surface_palette(colour, under))
+            near[near] = unlike_surface(colour[near], surface_palette(colour, under))
         standing |= near & (base[..., 2] > lowest) & (base[..., 2] < surface + SUPPORT_DEPTH_M)
     carrying = np.zeros(tool.frames, bool)
-    holding = np.zeros(free.shape, bool)
     for obj in held:
         carrying[obj.grasp_frame:obj.release_frame] = True
-        holding |= obj.mask
-    holding = ndimage.binary_dilation(holding) if colour is not None else np.zeros_like(holding)
-    viewer_xy = T_base_from_cam[:2, 3] if colour is not None else None
+    shadow = np.zeros(free.shape, bool)  # by colour, a held object's shadow is a piece too
+    viewer_xy = None
+    if colour is not None:
+        for obj in held:
+            shadow |= obj.mask
+        shadow, viewer_xy = ndimage.binary_dilation(shadow), T_base_from_cam[:2, 3]
     labels, count = ndimage.label(standing, structure=np.ones((3, 3)))
     objects = []
     for k in range(1, count + 1):
         mask = labels == k
-        if mask.sum() < MIN_OBJECT_PIXELS or (mask & holding).any():
+        if mask.sum() < MIN_OBJECT_PIXELS or (mask & shadow).any():
             continue
         shift = _quasi_static_push(base[mask], at, carrying, viewer_xy)
         if np.linalg.norm(shift[-1]) < PUSH_MIN_M:

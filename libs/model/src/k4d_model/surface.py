@@ -45,7 +45,7 @@ def surface_palette(colour: np.ndarray, region: np.ndarray) -> np.ndarray:
 
 
 def unlike_surface(colour: np.ndarray, palette: np.ndarray) -> np.ndarray:
-    """(H, W) bool: pixels of `colour` (H, W, 3) farther than COLOUR_DIFFERENCE from every
+    """(...) bool: pixels of `colour` (..., 3) farther than COLOUR_DIFFERENCE from every
     palette colour (n, 3) scaled by SHADE_MIN..SHADE_MAX and from every blend of two."""
     colour = np.asarray(colour, np.float64)
     scale = np.clip(colour @ palette.T / np.maximum((palette ** 2).sum(axis=1), 1e-6),
