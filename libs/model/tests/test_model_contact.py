@@ -313,3 +313,23 @@ def test_nothing_is_pushed_while_the_gripper_carries_an_object():
     assert pushed_objects(points0, robot[0], _sweep(0.02), T_CAM_FROM_BASE, [carried]) == []
     released = GraspedObject(elsewhere, carried.T_cam_motion, 1, 2)  # let go before the sweep
     assert len(pushed_objects(points0, robot[0], _sweep(0.02), T_CAM_FROM_BASE, [released])) == 1
+
+
+def test_grasp_centre_holds_only_what_lies_between_the_fingers():
+    """`grasp_centre_m`: the fingers pressed onto the table still close around an object whose
+    centre lies between them; 4 cm beside it they close on air, though the object is within
+    reach of the tool."""
+    rgb0, points0, box, robot, _ = _scene()
+    closing = [OPEN, OPEN, CLOSED, CLOSED, CLOSED]
+    pressed = _tool(0.0, BOX_AT[0], closing)  # at the table, over the object's centre
+    assert grasped_objects(rgb0, points0, robot[0], pressed, T_CAM_FROM_BASE) == []
+    (held,) = grasped_objects(rgb0, points0, robot[0], pressed, T_CAM_FROM_BASE, centre_m=0.03)
+    assert np.array_equal(held.mask, box)
+    beside = _tool(0.02, BOX_AT[0] + 0.04, closing)
+    assert len(grasped_objects(rgb0, points0, robot[0], beside, T_CAM_FROM_BASE)) == 1
+    assert grasped_objects(rgb0, points0, robot[0], beside, T_CAM_FROM_BASE,
+                           centre_m=0.03) == []
+    assert FidelityOptions.check({"grasp_centre_m": 0.03}).grasp_centre_m == 0.03
+    for bad in (-0.01, "3 cm", True):
+        with pytest.raises(InvalidArgument, match="grasp_centre_m"):
+            FidelityOptions.check({"grasp_centre_m": bad})

@@ -470,3 +470,40 @@ def test_refiner_pointmap_drawn_moves_the_points_where_the_colour_changes(make_t
     assert np.array_equal(run({"refiner_pointmap": "change"}).pointmap, run({}).pointmap)
     with pytest.raises(FailedPrecondition, match="no depth head"):
         _pipe(make_tiny, _constant_refiner(0.0, 1.0), {"refiner_pointmap": "drawn"})
+
+
+def test_estimated_objects_stand_up_and_the_refiner_leaves_them_alone(make_tiny):
+    """`estimated_objects: standing` stands frame 0's objects up in the estimate (nearer the
+    camera, on their own rays); `refiner_objects: kept` shows no refined change on them."""
+    _, robot = _ray_cast_robot()
+    image = np.full((32, 48, 3), 150, np.uint8)  # a grey table
+    image[robot.mask[0]] = 255
+    thing = np.zeros((32, 48), bool)
+    thing[22:26, 36:40] = True  # a yellow object on it, off the robot
+    image[thing] = (230, 200, 40)
+    extra = {"first_frame": "given", "decode": "input", "robot_pointmap": "kinematics",
+             "refiner_first_depth": "estimated", "refiner": "change", "refiner_threshold": 0.05}
+    refiner = with_geometry(_constant_refiner(40.0, 4.0),
+                            _plane_refiner(np.log(1.2), (0.0, 0.0, 0.2), plane=3))
+
+    def run(options):
+        pipe = _pipe(make_tiny, refiner, {**extra, **options})
+        return pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1,
+                    T_cam_from_base=CAMERA_POSE)
+
+    plain = run({})
+    both = run({"estimated_objects": "standing", "refiner_objects": "kept"})
+    assert np.allclose(plain.pointmap[0][thing][:, 2], 0.8, atol=1e-5)  # laid flat
+    standing = both.pointmap[0][thing][:, 2]
+    assert (standing <= 0.8 + 1e-6).all() and standing.mean() < 0.78  # its near edge stays
+    rays = both.pointmap[0][thing] / both.pointmap[0][thing][:, 2:]
+    assert np.allclose(rays, plain.pointmap[0][thing] / plain.pointmap[0][thing][:, 2:])
+    table = ~robot.mask[0] & ~thing
+    assert np.array_equal(both.pointmap[0][table], plain.pointmap[0][table])
+    still = thing & ~robot.mask.any(axis=0)
+    assert (both.rgb[1:][:, still] == image[still]).all()  # kept as the image shows it
+    assert not (plain.rgb[1:][:, still] == image[still]).all()  # the refiner's change
+    assert (both.rgb[1:][:, table & ~robot.mask.any(axis=0)] != 150).any()  # shown elsewhere
+    for key, value in (("estimated_objects", "upright"), ("refiner_objects", "frozen")):
+        with pytest.raises(InvalidArgument, match=key):
+            FidelityOptions.check({key: value})

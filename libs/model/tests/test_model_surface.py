@@ -1,11 +1,19 @@
-"""k4d_model.surface: the surface's colours, what is unlike them, and the footprint of an
-object an estimate laid flat."""
+"""k4d_model.surface: the surface's colours, what is unlike them, the footprint of an
+object an estimate laid flat, and the object stood up again."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from k4d_model.surface import FOOTPRINT_PAD_M, flat_footprint, surface_palette, unlike_surface
+from k4d.camera import Camera
+from k4d_model.surface import (
+    FOOTPRINT_PAD_M,
+    flat_footprint,
+    object_pieces,
+    standing_objects,
+    surface_palette,
+    unlike_surface,
+)
 
 PINK, GREEN = np.array([200.0, 170.0, 190.0]), np.array([70.0, 100.0, 90.0])
 
@@ -45,3 +53,71 @@ def test_an_object_laid_flat_stands_at_its_near_edge():
     centre, radius = flat_footprint(np.stack([x, y], axis=1), np.zeros(2))
     assert radius == pytest.approx(0.016 + FOOTPRINT_PAD_M, abs=2e-3)  # 10th-90th pct
     assert centre[0] == pytest.approx(0.489 + radius, abs=2e-3) and abs(centre[1]) < 2e-3
+
+
+CAMERA = Camera(width=96, height=72, fx=90.0, fy=90.0, cx=47.5, cy=35.5)
+BOX_AT, BOX_HALF = np.array([0.5, 0.0]), 0.02  # a 4 cm cube on the table (base z = 0)
+
+
+def _oblique_camera() -> np.ndarray:
+    """T_cam_from_base of a camera 0.4 m above the base's origin looking along +x, 45 deg
+    down (OpenCV axes: x right, y down, z forward)."""
+    forward = np.array([1.0, 0.0, -1.0]) / np.sqrt(2)
+    right = np.array([0.0, -1.0, 0.0])
+    down = np.cross(forward, right)
+    R = np.stack([right, down, forward])
+    T = np.eye(4)
+    T[:3, :3], T[:3, 3] = R, -R @ np.array([0.0, 0.0, 0.4])
+    return T
+
+
+def _cube_scene():
+    """The image (H, W, 3) of the cube (yellow) on a checkerboard, the estimate that lays it
+    flat (every ray's point on the table), the true depth, the cube's pixels and the pose."""
+    T = _oblique_camera()
+    R_base, eye = T[:3, :3].T, -T[:3, :3].T @ T[:3, 3]
+    rays = CAMERA.ray_directions()
+    d = rays @ R_base.T  # base-frame direction of each ray, 1 per metre of depth
+    flat_depth = -eye[2] / d[..., 2]
+    # the true hit: the cube's box (slabs) where the ray meets it, else the table
+    lo = np.array([*(BOX_AT - BOX_HALF), 0.0])
+    hi = np.array([*(BOX_AT + BOX_HALF), 2 * BOX_HALF])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t0, t1 = (lo - eye) / d, (hi - eye) / d
+    near = np.minimum(t0, t1).max(axis=-1)
+    far = np.maximum(t0, t1).min(axis=-1)
+    cube = (near <= far) & (near > 0)
+    depth = np.where(cube, near, flat_depth)
+    table = eye + flat_depth[..., None] * d
+    check = ((np.floor(table[..., 0] / 0.05) + np.floor(table[..., 1] / 0.05)) % 2 == 0)
+    image = np.where(check[..., None], PINK, GREEN)
+    image[cube] = (230, 200, 40)
+    flat = (rays * flat_depth[..., None]).astype(np.float32)
+    return image.astype(np.uint8), flat, depth, cube, T
+
+
+def test_an_object_laid_flat_stands_up_again():
+    image, flat, depth, cube, T = _cube_scene()
+    pieces = object_pieces(image, np.ones(cube.shape, bool), np.zeros(cube.shape, bool))
+    assert pieces.max() == 1 and np.array_equal(pieces > 0, cube)
+    out = standing_objects(flat, pieces, T)
+    flat_error = np.abs(flat[..., 2] - depth)[cube].mean()
+    error = np.abs(out[..., 2] - depth)[cube].mean()
+    assert flat_error > 0.03 and error < 0.25 * flat_error
+    assert np.array_equal(out[~cube], flat[~cube])  # the table stays where it was
+    assert (out[..., 2] <= flat[..., 2] + 1e-6).all()  # nearer, never farther
+    # the points stay on their pixels' rays
+    ratio = out[cube] / out[cube][:, 2:]
+    assert np.allclose(ratio, flat[cube] / flat[cube][:, 2:], atol=1e-5)
+
+
+def test_objects_are_small_pieces_off_the_robot_and_on_a_floor():
+    image, flat, _, cube, T = _cube_scene()
+    everywhere, none = np.ones(cube.shape, bool), np.zeros(cube.shape, bool)
+    assert not object_pieces(image, everywhere, cube).any()  # the robot's pixels
+    assert not object_pieces(image, ~cube, none).any()  # on no floor
+    big = image.copy()
+    big[40:60, 5:40] = (40, 60, 230)  # a tenth of the view (a mat): more than an object
+    pieces = object_pieces(big, everywhere, none)
+    assert not pieces[40:60, 5:40].any() and np.array_equal(pieces > 0, cube)
+    assert np.array_equal(standing_objects(flat, np.zeros(cube.shape, int), T), flat)

@@ -16,6 +16,11 @@ prior below (`pushed_objects`, the `push` option).
    frame at g that stand more than CLEARANCE_M above the surface under the tool or differ
    from that surface's colour by more than COLOUR_DIFFERENCE; the piece nearest the tool.
    The tool at or below that surface holds nothing (its fingers would meet the surface).
+   With `grasp_centre_m` instead: the object's centre (its footprint's: width across the
+   view and near edge, k4d_model.surface.flat_footprint) must lie within that distance of
+   the tool horizontally, between the fingers; the tool's height is not checked (measured:
+   the data engine's grasps that lifted their object closed 0-2.8 cm from its centre, some
+   with the fingers pressed 6 mm into the table; those that failed, 3.5 cm or more).
    An object already held at frame 0 may be lifted clear of any surface: with none under
    the tool, the piece nearest the tool is the object.
 3. Drawn: for t > g the object's frame-0 pixels and points, moved by the tool's motion since
@@ -32,19 +37,24 @@ from k4d.camera import fit_pinhole
 from k4d.tool import ToolTrack
 
 from k4d_model.fidelity import fill_behind_robot
-from k4d_model.surface import flat_footprint, surface_palette, unlike_surface
+from k4d_model.surface import (
+    FLAT_HEIGHT_PER_RADIUS,
+    flat_footprint,
+    surface_palette,
+    unlike_surface,
+)
 
 OPENING_EPS = 1e-3  # joint units: a change of the opening smaller than this is noise
 GRASP_RADIUS_M = 0.06  # an object's points within this of the tool frame can be held
 SUPPORT_RADIUS_M = 0.12  # the surface under the tool: points within this horizontally,
 SUPPORT_DEPTH_M = 0.15  # and at most this far below the tool
 CLEARANCE_M = 0.005  # an object's points stand this far above its surface
+FINGER_PRESS_M = 0.01  # with grasp_centre_m, the tool may be this far below the surface
 COLOUR_DIFFERENCE = 30.0  # RGB distance from the surface's colour that marks an object
 MIN_OBJECT_PIXELS = 3
 PUSH_REACH_M = 0.1  # objects this far from the low tool can be pushed
 PUSH_FINGER_M = 0.01  # the fingers' half thickness: contact at the object's radius + this
 PUSH_MIN_M = 0.002  # a smaller push is noise
-FLAT_HEIGHT_PER_RADIUS = 2.0  # an object laid flat by an estimate: as tall as it is wide
 
 
 @dataclass
@@ -97,10 +107,12 @@ def _first_rise(opening: np.ndarray, start: int) -> int:
 
 
 def grasped_objects(first_rgb: np.ndarray, first_points: np.ndarray, robot_first: np.ndarray,
-                    tool: ToolTrack, T_cam_from_base: np.ndarray) -> list[GraspedObject]:
+                    tool: ToolTrack, T_cam_from_base: np.ndarray, centre_m: float = 0.0
+                    ) -> list[GraspedObject]:
     """The objects the gripper holds over the rollout, from frame 0's image (H, W, 3) uint8,
     its points (H, W, 3) camera frame, the robot's frame-0 pixels (H, W) bool, the tool
-    track and the camera's pose."""
+    track and the camera's pose. centre_m > 0 (the `grasp_centre_m` option): only an object
+    whose centre lies within centre_m of the tool horizontally is held (module docstring)."""
     T_cam_from_base = np.asarray(T_cam_from_base, np.float64)
     T_base_from_cam = np.linalg.inv(T_cam_from_base)
     points = np.asarray(first_points, np.float64)
@@ -112,7 +124,8 @@ def grasped_objects(first_rgb: np.ndarray, first_points: np.ndarray, robot_first
     for grasp, release in grasp_intervals(tool.opening, tool.holding):
         at = tool.T_base_from_tool[grasp]
         in_hand = tool.holding and grasp == 0
-        mask = _object_next_to(at[:3, 3], base, colour, scene & ~taken, in_hand)
+        mask = _object_next_to(at[:3, 3], base, colour, scene & ~taken, in_hand, centre_m,
+                               T_base_from_cam[:2, 3])
         if mask is None:
             continue
         taken |= mask
@@ -126,19 +139,23 @@ def grasped_objects(first_rgb: np.ndarray, first_points: np.ndarray, robot_first
 
 
 def _object_next_to(tool_at: np.ndarray, base: np.ndarray, colour: np.ndarray,
-                    scene: np.ndarray, in_hand: bool = False) -> np.ndarray | None:
-    """in_hand: the object is already held, so it may hang clear of any surface."""
+                    scene: np.ndarray, in_hand: bool = False, centre_m: float = 0.0,
+                    viewer_xy: np.ndarray | None = None) -> np.ndarray | None:
+    """in_hand: the object is already held, so it may hang clear of any surface. centre_m >
+    0: the object's centre (flat_footprint, seen from viewer_xy) must lie within centre_m of
+    the tool horizontally, and the tool's height against the surface is not checked."""
     from scipy import ndimage
 
     horizontal = np.linalg.norm(base[..., :2] - tool_at[:2], axis=-1)
     height = base[..., 2]
-    under = (scene & (horizontal < SUPPORT_RADIUS_M) & (height < tool_at[2])
+    pressed = FINGER_PRESS_M if centre_m > 0 else 0.0  # fingers pressed into the surface
+    under = (scene & (horizontal < SUPPORT_RADIUS_M) & (height < tool_at[2] + pressed)
              & (height > tool_at[2] - SUPPORT_DEPTH_M))
     reach = scene & (np.linalg.norm(base - tool_at, axis=-1) < GRASP_RADIUS_M)
     if under.sum() >= 10:
         surface = float(np.median(height[under]))
-        if tool_at[2] < surface + CLEARANCE_M:  # its fingers would meet the surface first
-            return None
+        if centre_m <= 0 and tool_at[2] < surface + CLEARANCE_M:
+            return None  # its fingers would meet the surface first
         surface_colour = np.median(colour[under & (height < surface + CLEARANCE_M)], axis=0)
         differs = np.linalg.norm(colour - surface_colour, axis=-1) > COLOUR_DIFFERENCE
         candidates = reach & (differs | (height > surface + CLEARANCE_M))
@@ -155,6 +172,10 @@ def _object_next_to(tool_at: np.ndarray, base: np.ndarray, colour: np.ndarray,
         distance = float(np.linalg.norm(np.median(base[piece], axis=0) - tool_at))
         if distance < best_distance:
             best, best_distance = piece, distance
+    if best is not None and centre_m > 0:
+        centre, _ = flat_footprint(base[best][:, :2], viewer_xy)
+        if np.linalg.norm(centre - tool_at[:2]) > centre_m:
+            return None  # the fingers close beside it
     return best
 
 

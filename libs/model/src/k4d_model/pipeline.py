@@ -29,12 +29,14 @@ import torch
 from k4d.camera import check_rigid, fit_pinhole
 from k4d.errors import Cancelled, FailedPrecondition, InvalidArgument
 from k4d.generation import (
+    ESTIMATED_OBJECTS_STANDING,
     FIRST_FRAME_GIVEN,
     GRASP_RIGID,
     PUSH_QUASI_STATIC,
     REFINER_CHANGE,
     REFINER_DRAWN,
     REFINER_FIRST_DEPTH_ESTIMATED,
+    REFINER_OBJECTS_KEPT,
     ROBOT_POINTMAP_KINEMATICS,
     ROBOT_RGB_CALIBRATED,
     ROBOT_RGB_SHADED,
@@ -69,8 +71,9 @@ from k4d_model.fidelity import (
     uncovered_by_robot,
 )
 from k4d_model.memory import ensure_fits, estimate
-from k4d_model.refiner import predict_change
+from k4d_model.refiner import PLANE_HORIZONTAL, keep_objects, predict_change
 from k4d_model.results import GenerationResult, RobotCondition, check_robot
+from k4d_model.surface import object_pieces, standing_objects
 
 ProgressCallback = Callable[[int, int], None]  # (steps done, total steps)
 CancelCheck = Callable[[], bool]
@@ -313,10 +316,19 @@ class Kinema4DPipeline:
         if opts.refiner or opts.refiner_pointmap or opts.refiner_first_depth:
             self._check_refiner(opts)
             change = predict_change(self.refiner, image, robot, T_cam_from_base=T_cam_from_base)
+        pieces = None  # frame 0's objects on the refiner's floors (k4d_model.surface)
+        if (opts.estimated_objects or opts.refiner_objects) and change is not None and (
+                change.first_plane is not None):
+            pieces = object_pieces(image, change.first_plane == PLANE_HORIZONTAL, robot.mask[0])
+        if opts.refiner_objects == REFINER_OBJECTS_KEPT and pieces is not None:
+            change = keep_objects(change, pieces > 0)
         observed = initial_pointmap is not None  # frame 0's points measured, not estimated
         if initial_pointmap is None and opts.refiner_first_depth == REFINER_FIRST_DEPTH_ESTIMATED:
             # as if the caller had given the refiner's estimate as the initial pointmap
             initial_pointmap = estimated_first_points(change.first_depth_m, robot)
+            if (opts.estimated_objects == ESTIMATED_OBJECTS_STANDING and pieces is not None
+                    and initial_pointmap is not None and T_cam_from_base is not None):
+                initial_pointmap = standing_objects(initial_pointmap, pieces, T_cam_from_base)
         if opts.input_only:
             first = (initial_pointmap if points is None
                      else _first_points(points[0], initial_pointmap))
@@ -376,7 +388,10 @@ class Kinema4DPipeline:
                               points).astype(np.float32)
         held = []
         if tool is not None and T_cam_from_base is not None:
-            held = (grasped_objects(rgb_out[0], points[0], robot.mask[0], tool, T_cam_from_base)
+            # an estimate's object centres lie 2-3 cm off (k4d.generation: grasp_centre_m)
+            centre_m = opts.grasp_centre_m if observed else 0.0
+            held = (grasped_objects(rgb_out[0], points[0], robot.mask[0], tool, T_cam_from_base,
+                                    centre_m)
                     if opts.grasp == GRASP_RIGID else [])
             if opts.push == PUSH_QUASI_STATIC and (observed or opts.push_estimated):
                 # measured points stand objects up; an estimate lays them flat (push_colour)

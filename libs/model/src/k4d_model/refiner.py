@@ -50,6 +50,7 @@ INPUT_CHANNELS = 13  # see refiner_inputs
 CAMERA_CHANNELS = 7  # see BaseRays.channels
 OUTPUT_CHANNELS = 4  # colour change (3) + change logit (1), + 1 with a depth head
 PLANE_CHANNELS = 7  # world coordinate per axis (3) + plane logits: none, x, y, z (4)
+PLANE_HORIZONTAL = 3  # RefinedChange.first_plane of a pixel put on a plane z = const
 # A plane's depth further than this factor from the direct estimate is taken for a
 # misclassified pixel (a ray nearly parallel to the plane) and the direct estimate is kept
 PLANE_DEPTH_RATIO = 2.0
@@ -342,6 +343,24 @@ def predict_change(refiner: ChangeRefiner, image: np.ndarray, robot: RobotCondit
             change.first_depth_m, change.first_plane = depth_on_planes(
                 change.first_depth_m, planes[:3], planes[3:], rays)
     return change
+
+
+def keep_objects(change: RefinedChange, objects: np.ndarray) -> RefinedChange:
+    """The change with no change shown on `objects` (H, W) bool, frame 0's objects (the
+    `refiner_objects: kept` option): they keep the input's pixels and points there, and only
+    the grasp and push priors move them. Dilated by a pixel for their anti-aliased edges."""
+    from scipy import ndimage
+
+    keep = ndimage.binary_dilation(objects)
+    probability = change.probability.copy()
+    probability[:, keep] = 0.0
+    point_probability = change.point_probability
+    if point_probability is change.probability:
+        point_probability = probability
+    elif point_probability is not None:
+        point_probability = point_probability.copy()
+        point_probability[:, keep] = 0.0
+    return replace(change, probability=probability, point_probability=point_probability)
 
 
 def save_refiner(refiner: ChangeRefiner, model_dir: str | Path) -> Path:
