@@ -79,10 +79,10 @@ def main() -> None:
     canvas = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(canvas)
     y = 0
-    for rows, labels in zip(blocks, names):
+    for rows, labels in zip(blocks, names, strict=True):
         draw.text((4, y + 2), labels[-1], fill="black")
         y += 16
-        for row, label in zip(rows, labels):
+        for row, label in zip(rows, labels[:-1], strict=True):
             canvas.paste(Image.fromarray(row), (label_width, y))
             draw.text((4, y + row_height // 2 - 6), label, fill="black")
             y += row_height + 2
