@@ -39,6 +39,7 @@ from k4d.tool import ToolTrack
 from k4d_model.fidelity import fill_behind_robot
 from k4d_model.surface import (
     FLAT_HEIGHT_PER_RADIUS,
+    MIN_OBJECT_PIXELS,
     flat_footprint,
     surface_palette,
     unlike_surface,
@@ -51,7 +52,6 @@ SUPPORT_DEPTH_M = 0.15  # and at most this far below the tool
 CLEARANCE_M = 0.005  # an object's points stand this far above its surface
 FINGER_PRESS_M = 0.01  # with grasp_centre_m, the tool may be this far below the surface
 COLOUR_DIFFERENCE = 30.0  # RGB distance from the surface's colour that marks an object
-MIN_OBJECT_PIXELS = 3
 PUSH_REACH_M = 0.1  # objects this far from the low tool can be pushed
 PUSH_FINGER_M = 0.01  # the fingers' half thickness: contact at the object's radius + this
 PUSH_MIN_M = 0.002  # a smaller push is noise

@@ -124,7 +124,7 @@ is the input, not a VAE reconstruction of it:
                      horizontally (between the fingers; its centre read from its footprint,
                      k4d_model.surface.flat_footprint), and no longer checks the tool's height
                      against the surface. An estimate's centres lie 2-3 cm too far from the
-                     camera (measured on the validation split), too far off for the rule, so
+                     camera (measured on the validation and held-out splits), too far off for the rule, so
                      there the grasp is as with 0 (default): the nearest piece within 6 cm,
                      the tool above the surface.
   push               "quasi-static": an object the tool sweeps moves with it (a kinematic
