@@ -234,11 +234,14 @@ def headline(model: Path, report_path: Path) -> dict:
 
 
 def compare_strip(data: str, episodes: list[str], rows: list[str], out: Path,
-                  frames: int = 5, scale: int = 2) -> dict:
+                  frames: int = 5, scale: int = 2, at: list[int] | None = None,
+                  crop: int = 0) -> dict:
     """One picture a person can judge at a glance: per episode, a row each for the ground
     truth and every NAME=DIR of `k4d simulate` outputs (DIR/<episode>/pointmap.npz), at
-    `frames` evenly spaced frames; the first column is frame 0, the image every method
-    was given. Labels on the left."""
+    `frames` evenly spaced frames (or the frames `at`); the first column is frame 0, the
+    image every method was given. Labels on the left. crop > 0: a square of 2 x crop pixels
+    around the task's objects (1 and 2 of frame 0's object ids), so a small object's motion
+    can be seen."""
     import numpy as np
     from k4d.episodes import open_dataset
     from PIL import Image, ImageDraw
@@ -247,14 +250,17 @@ def compare_strip(data: str, episodes: list[str], rows: list[str], out: Path,
     named = [r.partition("=")[::2] for r in rows]
     tiles = []
     for episode_id in episodes:
-        truth = dataset.open(episode_id).read("rgb")
-        pick = np.linspace(0, truth.shape[0] - 1, frames).round().astype(int)
+        episode = dataset.open(episode_id)
+        truth = episode.read("rgb")
+        pick = (np.asarray(at, int) if at else
+                np.linspace(0, truth.shape[0] - 1, frames).round().astype(int))
+        box = _object_box(episode.read("object_ids")[0], crop) if crop else np.s_[:, :]
         clips = [("ground truth", truth)]
         for name, folder in named:
             with np.load(Path(folder) / episode_id / "pointmap.npz") as npz:
                 clips.append((name, npz["rgb"]))
         for name, clip in clips:
-            row = np.concatenate([clip[t] for t in pick], axis=1)
+            row = np.concatenate([clip[t][box] for t in pick], axis=1)
             tiles.append((f"{episode_id} {name}", row))
     label_w = 150
     h, w = tiles[0][1].shape[:2]
@@ -267,6 +273,21 @@ def compare_strip(data: str, episodes: list[str], rows: list[str], out: Path,
     out.parent.mkdir(parents=True, exist_ok=True)
     canvas.save(out)
     return {"picture": str(out), "rows": len(tiles), "frames": [int(t) for t in pick]}
+
+
+def _object_box(object_ids, half: int) -> tuple[slice, slice]:
+    """(rows, columns) of a square of 2 x half pixels around objects 1 and 2 of one frame's
+    object ids (H, W), inside the image (its centre when neither is seen)."""
+    import numpy as np
+
+    H, W = object_ids.shape
+    vv, uu = np.nonzero((object_ids == 1) | (object_ids == 2))
+    if len(vv) == 0:
+        vv, uu = np.array([H // 2]), np.array([W // 2])
+    side = min(2 * half, H, W)
+    v0 = int(np.clip(round((vv.min() + vv.max()) / 2) - side // 2, 0, H - side))
+    u0 = int(np.clip(round((uu.min() + uu.max()) / 2) - side // 2, 0, W - side))
+    return np.s_[v0:v0 + side, u0:u0 + side]
 
 
 ARCHIVE = "checkpoint.tar.xz"
@@ -380,6 +401,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--episodes", nargs="+", required=True)
     p.add_argument("--row", action="append", required=True, help="NAME=DIR (k4d simulate outputs)")
     p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--at", nargs="+", type=int, help="these frames (default: 5 evenly spaced)")
+    p.add_argument("--crop", type=int, default=0,
+                   help="half-size in pixels of a square around the task's objects (0: all)")
+    p.add_argument("--scale", type=int, default=2)
     p = sub.add_parser("golden")
     p.add_argument("--model", required=True, type=Path)
     p.add_argument("--example", type=Path, default=Path("examples/demo_heldout"))
@@ -392,7 +417,8 @@ def main(argv: list[str] | None = None) -> int:
                           "files": len(manifest["files"]),
                           "bytes": sum(f["size_bytes"] for f in manifest["files"])}))
     elif args.command == "compare":
-        print(json.dumps(compare_strip(args.data, args.episodes, args.row, args.out)))
+        print(json.dumps(compare_strip(args.data, args.episodes, args.row, args.out,
+                                       scale=args.scale, at=args.at, crop=args.crop)))
     elif args.command == "headline":
         print(json.dumps(headline(args.model, args.report)))
     elif args.command == "refiner":
