@@ -329,6 +329,13 @@ def test_grasp_centre_holds_only_what_lies_between_the_fingers():
     assert len(grasped_objects(rgb0, points0, robot[0], beside, T_CAM_FROM_BASE)) == 1
     assert grasped_objects(rgb0, points0, robot[0], beside, T_CAM_FROM_BASE,
                            centre_m=0.03) == []
+    # on an estimate, the rule holds for objects whose centre it knows (centred)
+    assert grasped_objects(rgb0, points0, robot[0], beside, T_CAM_FROM_BASE, centre_m=0.03,
+                           centred=box) == []
+    nowhere = np.zeros_like(box)  # an object the estimate did not stand up: the plain rule
+    (plain,) = grasped_objects(rgb0, points0, robot[0], beside, T_CAM_FROM_BASE,
+                               centre_m=0.03, centred=nowhere)
+    assert np.array_equal(plain.mask, box)
     assert FidelityOptions.check({"grasp_centre_m": 0.03}).grasp_centre_m == 0.03
     for bad in (-0.01, "3 cm", True):
         with pytest.raises(InvalidArgument, match="grasp_centre_m"):

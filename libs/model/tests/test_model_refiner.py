@@ -500,6 +500,10 @@ def test_estimated_objects_stand_up_and_the_refiner_leaves_them_alone(make_tiny)
     assert np.allclose(rays, plain.pointmap[0][thing] / plain.pointmap[0][thing][:, 2:])
     table = ~robot.mask[0] & ~thing
     assert np.array_equal(both.pointmap[0][table], plain.pointmap[0][table])
+    fitted = run({"estimated_objects": "fitted", "refiner_objects": "kept"}).pointmap[0]
+    assert (fitted[thing][:, 2] <= 0.8 + 1e-6).all() and fitted[thing][:, 2].mean() < 0.78
+    assert np.allclose(fitted[thing] / fitted[thing][:, 2:], rays)
+    assert np.array_equal(fitted[table], plain.pointmap[0][table])
     still = thing & ~robot.mask.any(axis=0)
     assert (both.rgb[1:][:, still] == image[still]).all()  # kept as the image shows it
     assert not (plain.rgb[1:][:, still] == image[still]).all()  # the refiner's change

@@ -10,6 +10,7 @@ from k4d_model.surface import (
     FOOTPRINT_PAD_M,
     flat_footprint,
     object_pieces,
+    silhouette_footprint,
     standing_objects,
     surface_palette,
     unlike_surface,
@@ -109,6 +110,24 @@ def test_an_object_laid_flat_stands_up_again():
     # the points stay on their pixels' rays
     ratio = out[cube] / out[cube][:, 2:]
     assert np.allclose(ratio, flat[cube] / flat[cube][:, 2:], atol=1e-5)
+
+
+def test_a_fitted_footprint_lies_under_the_object():
+    """Laid flat, the cube's nearest pixel sees its front face above the table, so its flat
+    footprint lies behind it; the box whose silhouette matches its pixels lies under it, and
+    the cube stood up on it has its true depth."""
+    image, flat, depth, cube, T = _cube_scene()
+    T_base = np.linalg.inv(T)
+    base = flat.astype(np.float64) @ T_base[:3, :3].T + T_base[:3, 3]
+    flat_centre, _ = flat_footprint(base[cube][:, :2], T_base[:2, 3])
+    centre, radius = silhouette_footprint(base, cube, ~cube, T_base[:3, 3])
+    assert flat_centre[0] - BOX_AT[0] > 0.005
+    assert abs(centre[0] - BOX_AT[0]) < 0.003 and abs(centre[1]) < 2e-3
+    fitted = standing_objects(flat, cube.astype(np.int32), T, fitted=True)
+    laid_flat_error = np.abs(flat[..., 2] - depth)[cube].mean()
+    assert np.abs(fitted[..., 2] - depth)[cube].mean() < 0.25 * laid_flat_error
+    assert np.array_equal(fitted[~cube], flat[~cube])
+    assert (fitted[..., 2] <= flat[..., 2] + 1e-6).all()
 
 
 def test_objects_are_small_pieces_off_the_robot_and_on_a_floor():

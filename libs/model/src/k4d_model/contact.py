@@ -21,6 +21,8 @@ prior below (`pushed_objects`, the `push` option).
    the tool horizontally, between the fingers; the tool's height is not checked (measured:
    the data engine's grasps that lifted their object closed 0-2.8 cm from its centre, some
    with the fingers pressed 6 mm into the table; those that failed, 3.5 cm or more).
+   On an estimate the rule holds for the objects whose centre the estimate knows (stood
+   up on a fitted footprint); any other piece is held by the rule without it.
    An object already held at frame 0 may be lifted clear of any surface: with none under
    the tool, the piece nearest the tool is the object.
 3. Drawn: for t > g the object's frame-0 pixels and points, moved by the tool's motion since
@@ -107,12 +109,15 @@ def _first_rise(opening: np.ndarray, start: int) -> int:
 
 
 def grasped_objects(first_rgb: np.ndarray, first_points: np.ndarray, robot_first: np.ndarray,
-                    tool: ToolTrack, T_cam_from_base: np.ndarray, centre_m: float = 0.0
-                    ) -> list[GraspedObject]:
+                    tool: ToolTrack, T_cam_from_base: np.ndarray, centre_m: float = 0.0,
+                    centred: np.ndarray | None = None) -> list[GraspedObject]:
     """The objects the gripper holds over the rollout, from frame 0's image (H, W, 3) uint8,
     its points (H, W, 3) camera frame, the robot's frame-0 pixels (H, W) bool, the tool
     track and the camera's pose. centre_m > 0 (the `grasp_centre_m` option): only an object
-    whose centre lies within centre_m of the tool horizontally is held (module docstring)."""
+    whose centre lies within centre_m of the tool horizontally is held (module docstring).
+    centred (H, W) bool: on an estimate, the pixels of the objects whose centre it knows
+    (stood up by k4d_model.surface.standing_objects, fitted); an object off them is held
+    by the rule without centre_m (None: measured points, every centre known)."""
     T_cam_from_base = np.asarray(T_cam_from_base, np.float64)
     T_base_from_cam = np.linalg.inv(T_cam_from_base)
     points = np.asarray(first_points, np.float64)
@@ -126,6 +131,9 @@ def grasped_objects(first_rgb: np.ndarray, first_points: np.ndarray, robot_first
         in_hand = tool.holding and grasp == 0
         mask = _object_next_to(at[:3, 3], base, colour, scene & ~taken, in_hand, centre_m,
                                T_base_from_cam[:2, 3])
+        if mask is None and centre_m > 0 and centred is not None:
+            plain = _object_next_to(at[:3, 3], base, colour, scene & ~taken, in_hand)
+            mask = plain if plain is not None and not (plain & centred).any() else None
         if mask is None:
             continue
         taken |= mask

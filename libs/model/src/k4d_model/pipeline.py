@@ -29,6 +29,7 @@ import torch
 from k4d.camera import check_rigid, fit_pinhole
 from k4d.errors import Cancelled, FailedPrecondition, InvalidArgument
 from k4d.generation import (
+    ESTIMATED_OBJECTS_FITTED,
     ESTIMATED_OBJECTS_STANDING,
     FIRST_FRAME_GIVEN,
     GRASP_RIGID,
@@ -323,12 +324,17 @@ class Kinema4DPipeline:
         if opts.refiner_objects == REFINER_OBJECTS_KEPT and pieces is not None:
             change = keep_objects(change, pieces > 0)
         observed = initial_pointmap is not None  # frame 0's points measured, not estimated
+        centred = None  # on an estimate, the objects whose centres it knows (fitted)
         if initial_pointmap is None and opts.refiner_first_depth == REFINER_FIRST_DEPTH_ESTIMATED:
             # as if the caller had given the refiner's estimate as the initial pointmap
             initial_pointmap = estimated_first_points(change.first_depth_m, robot)
-            if (opts.estimated_objects == ESTIMATED_OBJECTS_STANDING and pieces is not None
-                    and initial_pointmap is not None and T_cam_from_base is not None):
-                initial_pointmap = standing_objects(initial_pointmap, pieces, T_cam_from_base)
+            fitted = opts.estimated_objects == ESTIMATED_OBJECTS_FITTED
+            if (opts.estimated_objects in (ESTIMATED_OBJECTS_STANDING, ESTIMATED_OBJECTS_FITTED)
+                    and pieces is not None and initial_pointmap is not None
+                    and T_cam_from_base is not None):
+                initial_pointmap = standing_objects(initial_pointmap, pieces, T_cam_from_base,
+                                                    fitted)
+                centred = pieces > 0 if fitted else None
         if opts.input_only:
             first = (initial_pointmap if points is None
                      else _first_points(points[0], initial_pointmap))
@@ -388,10 +394,10 @@ class Kinema4DPipeline:
                               points).astype(np.float32)
         held = []
         if tool is not None and T_cam_from_base is not None:
-            # an estimate's object centres lie 2-3 cm off (k4d.generation: grasp_centre_m)
-            centre_m = opts.grasp_centre_m if observed else 0.0
+            # a flat estimate's object centres lie 2-3 cm off (k4d.generation: grasp_centre_m)
+            centre_m = opts.grasp_centre_m if observed or centred is not None else 0.0
             held = (grasped_objects(rgb_out[0], points[0], robot.mask[0], tool, T_cam_from_base,
-                                    centre_m)
+                                    centre_m, centred)
                     if opts.grasp == GRASP_RIGID else [])
             if opts.push == PUSH_QUASI_STATIC and (observed or opts.push_estimated):
                 # measured points stand objects up; an estimate lays them flat (push_colour)

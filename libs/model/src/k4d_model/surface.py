@@ -18,6 +18,12 @@ height cannot find them. Their colour can:
    `estimated_objects: standing` option): each object's pixels are put back on a box
    standing at its near edge, as tall as it is wide: its front face across the view, its
    top above.
+5. Fitted (`estimated_objects: fitted`): the near edge of a piece laid flat lies behind the
+   object's front (its nearest pixel sees the front face above the table; measured, 2.1 cm
+   on average on the validation split's 72 objects, so a grasp's centre test could not run
+   on an estimate). Instead the box is slid along the view to where its silhouette, the
+   pixels whose rays meet it, best matches the piece (intersection over union);
+   measured: -0.03 cm on average, 1.7 cm spread.
 """
 
 from __future__ import annotations
@@ -33,6 +39,9 @@ KMEANS_ITERATIONS = 10
 FLAT_HEIGHT_PER_RADIUS = 2.0  # an object laid flat by an estimate: as tall as it is wide
 MIN_OBJECT_PIXELS = 3
 MAX_OBJECT_SHARE = 0.02  # a bigger piece unlike the surface is not an object on it
+FIT_STEP_M = 0.002  # the silhouette fit's step along the view
+FIT_BEHIND, FIT_AHEAD = 1.0, 4.0  # its range: radii behind and ahead of the flat footprint
+FIT_WINDOW_PX = 3  # pixels around a piece its silhouette is compared on
 
 
 def surface_palette(colour: np.ndarray, region: np.ndarray) -> np.ndarray:
@@ -106,14 +115,61 @@ def object_pieces(image: np.ndarray, on_floor: np.ndarray, robot_first: np.ndarr
     return numbers[labels].astype(np.int32)
 
 
-def standing_objects(points: np.ndarray, pieces: np.ndarray, T_cam_from_base: np.ndarray
-                     ) -> np.ndarray:
+def silhouette_footprint(base: np.ndarray, piece: np.ndarray, around: np.ndarray,
+                         eye: np.ndarray) -> tuple[np.ndarray, float]:
+    """(centre (2,), radius) of the box standing on the surface, as tall as it is wide, whose
+    silhouette best matches an object laid flat (module docstring, 5).
+
+    base (H, W, 3): frame 0's estimated points, base frame; piece (H, W) bool: the object's
+    pixels; around (H, W) bool: pixels it may be compared with (the piece's and the
+    surface's, with points); eye (3,): the camera, base frame. The radius is the flat
+    footprint's (its width across the view); the box slides along the view in FIT_STEP_M
+    steps and stays in the middle of the best positions."""
+    from scipy import ndimage
+
+    flat_centre, radius = flat_footprint(base[piece][:, :2], eye[:2])
+    view = flat_centre - eye[:2]
+    view = view / max(float(np.linalg.norm(view)), 1e-9)
+    across = np.array([-view[1], view[0]])
+    window = ndimage.binary_dilation(piece, iterations=FIT_WINDOW_PX) & (around | piece)
+    rays, inside = base[window] - eye, piece[window]
+    bottom = float(np.median(base[piece][:, 2]))
+    shifts = np.arange(-FIT_AHEAD * radius, FIT_BEHIND * radius + 1e-9, FIT_STEP_M)
+    centres = flat_centre[None] + shifts[:, None] * view[None]
+    hits = _box_hits(eye, rays, view, across, centres, radius,
+                     (bottom, bottom + FLAT_HEIGHT_PER_RADIUS * radius))
+    iou = (hits & inside).sum(axis=1) / np.maximum((hits | inside).sum(axis=1), 1)
+    best = np.flatnonzero(iou >= iou.max() - 1e-9)
+    return centres[best[len(best) // 2]], radius
+
+
+def _box_hits(eye: np.ndarray, rays: np.ndarray, view: np.ndarray, across: np.ndarray,
+              centres: np.ndarray, radius: float, heights: tuple[float, float]) -> np.ndarray:
+    """(K, N) bool: whether ray n, eye + s * rays[n] for 0 < s <= 1 (it ends on the surface),
+    meets the box around centre k (K, 2), its sides along `view` and `across`, 2 * radius
+    wide and between heights (bottom, top): the slab test."""
+    origin = np.stack([(eye[:2] - centres) @ view, (eye[:2] - centres) @ across,
+                       np.full(len(centres), eye[2])], axis=-1)
+    direction = np.stack([rays[:, :2] @ view, rays[:, :2] @ across, rays[:, 2]], axis=-1)
+    direction = np.where(np.abs(direction) < 1e-12, 1e-12, direction)
+    low = np.array([-radius, -radius, heights[0]])
+    high = np.array([radius, radius, heights[1]])
+    t_low = (low[None, None] - origin[:, None]) / direction[None]
+    t_high = (high[None, None] - origin[:, None]) / direction[None]
+    enter = np.minimum(t_low, t_high).max(axis=-1)
+    leave = np.maximum(t_low, t_high).min(axis=-1)
+    return (leave >= enter) & (leave > 0) & (enter <= 1.0 + 1e-6)
+
+
+def standing_objects(points: np.ndarray, pieces: np.ndarray, T_cam_from_base: np.ndarray,
+                     fitted: bool = False) -> np.ndarray:
     """(H, W, 3) float32: frame 0's estimated points (H, W, 3), camera frame, with the objects
     an estimate laid flat stood up again.
 
     pieces (H, W) int: the objects (object_pieces). Each becomes a box on its flat footprint
-    (flat_footprint), as tall as it is wide: each pixel's point moves along its own ray to
-    the box's front face, or to its top where the ray passes over the front face. A point
+    (flat_footprint), or with `fitted` where its silhouette matches the piece
+    (silhouette_footprint), as tall as it is wide: each pixel's point moves along its own ray
+    to the box's front face, or to its top where the ray passes over the front face. A point
     never moves away from the camera, so the image and its pixels stay as they are; only
     depth changes."""
     points = np.asarray(points, np.float32)
@@ -122,12 +178,14 @@ def standing_objects(points: np.ndarray, pieces: np.ndarray, T_cam_from_base: np
     base = points.astype(np.float64) @ T_base_from_cam[:3, :3].T + T_base_from_cam[:3, 3]
     eye = T_base_from_cam[:3, 3]
     out = points.copy()
+    surface = (points[..., 2] > 0) & (pieces == 0)
     for k in range(1, int(pieces.max(initial=0)) + 1):
         piece = (pieces == k) & (points[..., 2] > 0)
         if not piece.any():
             continue
         flat = base[piece]
-        centre, radius = flat_footprint(flat[:, :2], eye[:2])
+        centre, radius = (silhouette_footprint(base, piece, surface, eye) if fitted
+                          else flat_footprint(flat[:, :2], eye[:2]))
         view = (centre - eye[:2]) / max(float(np.linalg.norm(centre - eye[:2])), 1e-9)
         front, top = centre - view * radius, float(np.median(flat[:, 2])) + (
             FLAT_HEIGHT_PER_RADIUS * radius)
