@@ -233,15 +233,32 @@ def headline(model: Path, report_path: Path) -> dict:
     return figures
 
 
+HEIGHT_SHOWN_M = 0.08  # compare --show height: white at this height above the base
+
+
+def _height_image(points, T_base_from_cam):
+    """(T, H, W, 3) uint8 grey: the height of each point (T, H, W, 3), first camera, in the
+    base frame, 0 to HEIGHT_SHOWN_M; black where there is no point."""
+    import numpy as np
+
+    points = np.asarray(points, np.float64)
+    height = points @ T_base_from_cam[2, :3] + T_base_from_cam[2, 3]
+    level = np.clip(height / HEIGHT_SHOWN_M, 0.0, 1.0) * 255.0
+    level = np.where(points[..., 2] > 0, level, 0.0)
+    return np.repeat(np.round(level).astype(np.uint8)[..., None], 3, axis=-1)
+
+
 def compare_strip(data: str, episodes: list[str], rows: list[str], out: Path,
                   frames: int = 5, scale: int = 2, at: list[int] | None = None,
-                  crop: int = 0) -> dict:
+                  crop: int = 0, show: str = "rgb") -> dict:
     """One picture a person can judge at a glance: per episode, a row each for the ground
     truth and every NAME=DIR of `k4d simulate` outputs (DIR/<episode>/pointmap.npz), at
     `frames` evenly spaced frames (or the frames `at`); the first column is frame 0, the
     image every method was given. Labels on the left. crop > 0: a square of 2 x crop pixels
     around the task's objects (1 and 2 of frame 0's object ids), so a small object's motion
-    can be seen."""
+    can be seen. show "height": each pixel's point's height above the robot's base,
+    0 (black) to HEIGHT_SHOWN_M (white), instead of its colour (no point: black), so what
+    stands up and what lies flat can be told apart."""
     import numpy as np
     from k4d.episodes import open_dataset
     from PIL import Image, ImageDraw
@@ -251,14 +268,18 @@ def compare_strip(data: str, episodes: list[str], rows: list[str], out: Path,
     tiles = []
     for episode_id in episodes:
         episode = dataset.open(episode_id)
-        truth = episode.read("rgb")
+        key = "pointmap" if show == "height" else "rgb"
+        truth = episode.read(key)
         pick = (np.asarray(at, int) if at else
                 np.linspace(0, truth.shape[0] - 1, frames).round().astype(int))
         box = _object_box(episode.read("object_ids")[0], crop) if crop else np.s_[:, :]
         clips = [("ground truth", truth)]
         for name, folder in named:
             with np.load(Path(folder) / episode_id / "pointmap.npz") as npz:
-                clips.append((name, npz["rgb"]))
+                clips.append((name, npz[key]))
+        if show == "height":
+            T_base_from_cam = np.linalg.inv(episode.meta.camera_at(0).T_cam_from_base)
+            clips = [(name, _height_image(clip, T_base_from_cam)) for name, clip in clips]
         for name, clip in clips:
             row = np.concatenate([clip[t][box] for t in pick], axis=1)
             tiles.append((f"{episode_id} {name}", row))
@@ -405,6 +426,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--crop", type=int, default=0,
                    help="half-size in pixels of a square around the task's objects (0: all)")
     p.add_argument("--scale", type=int, default=2)
+    p.add_argument("--show", choices=("rgb", "height"), default="rgb",
+                   help="what a tile shows: colour, or height above the base (0-8 cm)")
     p = sub.add_parser("golden")
     p.add_argument("--model", required=True, type=Path)
     p.add_argument("--example", type=Path, default=Path("examples/demo_heldout"))
@@ -418,7 +441,8 @@ def main(argv: list[str] | None = None) -> int:
                           "bytes": sum(f["size_bytes"] for f in manifest["files"])}))
     elif args.command == "compare":
         print(json.dumps(compare_strip(args.data, args.episodes, args.row, args.out,
-                                       scale=args.scale, at=args.at, crop=args.crop)))
+                                       scale=args.scale, at=args.at, crop=args.crop,
+                                       show=args.show)))
     elif args.command == "headline":
         print(json.dumps(headline(args.model, args.report)))
     elif args.command == "refiner":

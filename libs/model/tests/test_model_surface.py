@@ -115,7 +115,7 @@ def test_an_object_laid_flat_stands_up_again():
 def test_a_fitted_footprint_lies_under_the_object():
     """Laid flat, the cube's nearest pixel sees its front face above the table, so its flat
     footprint lies behind it; the box whose silhouette matches its pixels lies under it, and
-    the cube stood up on it has its true depth."""
+    the cube stood up on it is near its true depth, nearer the camera, the table untouched."""
     image, flat, depth, cube, T = _cube_scene()
     T_base = np.linalg.inv(T)
     base = flat.astype(np.float64) @ T_base[:3, :3].T + T_base[:3, 3]
