@@ -190,8 +190,8 @@ def standing_objects(points: np.ndarray, pieces: np.ndarray, T_cam_from_base: np
         front, top = centre - view * radius, float(np.median(flat[:, 2])) + (
             FLAT_HEIGHT_PER_RADIUS * radius)
         ray = flat - eye  # the flat point is at 1 along its ray
-        across = ray[:, :2] @ view
-        s = np.where(across > 1e-9, ((front - eye[:2]) @ view) / np.maximum(across, 1e-9), 1.0)
+        along = ray[:, :2] @ view
+        s = np.where(along > 1e-9, ((front - eye[:2]) @ view) / np.maximum(along, 1e-9), 1.0)
         over = eye[2] + s * ray[:, 2] > top  # passes over the front face: meets the top
         s = np.where(over & (ray[:, 2] < -1e-9), (top - eye[2]) / np.minimum(ray[:, 2], -1e-9), s)
         s = np.clip(s, 0.0, 1.0)[:, None]
