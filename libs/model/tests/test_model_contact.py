@@ -340,3 +340,33 @@ def test_grasp_centre_holds_only_what_lies_between_the_fingers():
     for bad in (-0.01, "3 cm", True):
         with pytest.raises(InvalidArgument, match="grasp_centre_m"):
             FidelityOptions.check({"grasp_centre_m": bad})
+
+
+def test_a_size_range_moves_the_centre_the_grasp_and_the_push_read():
+    """`object_radius_m`: the centre lies the clipped radius behind the near edge, so the
+    centre test and the push's contact move with it. The camera is above the base's origin,
+    so +x runs mostly along the view to the box: its centre read with radii of 3.5-5 cm lies
+    past the true one, within 3 cm of a tool 4 cm beyond it; a wider object is met sooner by
+    the tool sweeping -x and pushed farther."""
+    from k4d_model.contact import pushed_objects
+
+    rgb0, points0, box, robot, _ = _scene()
+    beyond = _tool(0.02, BOX_AT[0] + 0.04, [OPEN, OPEN, CLOSED, CLOSED, CLOSED])
+    assert grasped_objects(rgb0, points0, robot[0], beyond, T_CAM_FROM_BASE,
+                           centre_m=0.03) == []
+    (held,) = grasped_objects(rgb0, points0, robot[0], beyond, T_CAM_FROM_BASE, centre_m=0.03,
+                              radius_m=(0.035, 0.05))
+    assert np.array_equal(held.mask, box)
+
+    def pushed_x(radius_m):
+        (pushed,) = pushed_objects(_flat(points0, box), robot[0], _sweep(0.02), T_CAM_FROM_BASE,
+                                   [], first_rgb=rgb0, radius_m=radius_m)
+        return (T_BASE_FROM_CAM @ pushed.T_cam_motion[4] @ T_CAM_FROM_BASE)[0, 3]
+
+    assert pushed_x((0.035, 0.05)) < pushed_x(None) - 0.03
+    radius = [0.018, 0.028]
+    assert FidelityOptions.check({"object_radius_m": radius}).object_radius_m == (0.018, 0.028)
+    assert FidelityOptions.from_extra({}).object_radius_m is None
+    for bad in ([0.03, 0.02], [0.0, 0.02], [0.02], "2 cm", [True, 0.02]):
+        with pytest.raises(InvalidArgument, match="object_radius_m"):
+            FidelityOptions.check({"object_radius_m": bad})

@@ -504,6 +504,11 @@ def test_estimated_objects_stand_up_and_the_refiner_leaves_them_alone(make_tiny)
     assert (fitted[thing][:, 2] <= 0.8 + 1e-6).all() and fitted[thing][:, 2].mean() < 0.78
     assert np.allclose(fitted[thing] / fitted[thing][:, 2:], rays)
     assert np.array_equal(fitted[table], plain.pointmap[0][table])
+    sized = run({"estimated_objects": "fitted", "refiner_objects": "kept",
+                 "object_radius_m": [0.1, 0.2]}).pointmap[0]  # read as a far wider object
+    assert not np.allclose(sized[thing], fitted[thing])
+    assert np.allclose(sized[thing] / sized[thing][:, 2:], rays)
+    assert np.array_equal(sized[table], plain.pointmap[0][table])
     still = thing & ~robot.mask.any(axis=0)
     assert (both.rgb[1:][:, still] == image[still]).all()  # kept as the image shows it
     assert not (plain.rgb[1:][:, still] == image[still]).all()  # the refiner's change

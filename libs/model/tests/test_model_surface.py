@@ -130,6 +130,37 @@ def test_a_fitted_footprint_lies_under_the_object():
     assert (fitted[..., 2] <= flat[..., 2] + 1e-6).all()
 
 
+def test_a_size_range_clips_the_radius_and_keeps_the_near_edge():
+    rng = np.random.default_rng(0)
+    x, y = rng.uniform(0.48, 0.57, 2000), rng.uniform(-0.02, 0.02, 2000)
+    xy = np.stack([x, y], axis=1)
+    centre, radius = flat_footprint(xy, np.zeros(2))
+    inside, same = flat_footprint(xy, np.zeros(2), (0.01, 0.05))
+    assert np.array_equal(inside, centre) and same == radius
+    clipped, small = flat_footprint(xy, np.zeros(2), (0.01, 0.012))
+    assert small == 0.012
+    view = (np.median(xy, axis=0)) / np.linalg.norm(np.median(xy, axis=0))  # from the origin
+    assert np.allclose(clipped, centre - view * (radius - small), atol=1e-9)
+
+
+def test_a_piece_read_too_wide_is_fitted_too_far_back_unless_sized():
+    """A piece one pixel wider on each side (an anti-aliased edge taken for the object) reads
+    a 3 cm radius for the 2 cm cube, and its box is fitted more than 1 cm behind it; with the
+    radius clipped to the objects' sizes it lies within 5 mm."""
+    from scipy import ndimage
+
+    _, flat, _, cube, T = _cube_scene()
+    T_base = np.linalg.inv(T)
+    base = flat.astype(np.float64) @ T_base[:3, :3].T + T_base[:3, 3]
+    wide = ndimage.binary_dilation(cube, structure=np.array([[0, 0, 0], [1, 1, 1], [0, 0, 0]]))
+    centre, radius = silhouette_footprint(base, wide, ~wide, T_base[:3, 3])
+    assert radius > 0.028 and centre[0] - BOX_AT[0] > 0.01
+    sized, radius = silhouette_footprint(base, wide, ~wide, T_base[:3, 3], (0.018, 0.022))
+    assert radius == 0.022 and abs(sized[0] - BOX_AT[0]) < 0.005 and abs(sized[1]) < 2e-3
+    stood = standing_objects(flat, wide.astype(np.int32), T, fitted=True, radius_m=(0.018, 0.022))
+    assert not np.array_equal(stood, standing_objects(flat, wide.astype(np.int32), T, fitted=True))
+
+
 def test_objects_are_small_pieces_off_the_robot_and_on_a_floor():
     image, flat, _, cube, T = _cube_scene()
     everywhere, none = np.ones(cube.shape, bool), np.zeros(cube.shape, bool)

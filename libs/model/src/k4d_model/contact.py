@@ -110,14 +110,16 @@ def _first_rise(opening: np.ndarray, start: int) -> int:
 
 def grasped_objects(first_rgb: np.ndarray, first_points: np.ndarray, robot_first: np.ndarray,
                     tool: ToolTrack, T_cam_from_base: np.ndarray, centre_m: float = 0.0,
-                    centred: np.ndarray | None = None) -> list[GraspedObject]:
+                    centred: np.ndarray | None = None,
+                    radius_m: tuple[float, float] | None = None) -> list[GraspedObject]:
     """The objects the gripper holds over the rollout, from frame 0's image (H, W, 3) uint8,
     its points (H, W, 3) camera frame, the robot's frame-0 pixels (H, W) bool, the tool
     track and the camera's pose. centre_m > 0 (the `grasp_centre_m` option): only an object
     whose centre lies within centre_m of the tool horizontally is held (module docstring).
     centred (H, W) bool: on an estimate, the pixels of the objects whose centre it knows
     (stood up by k4d_model.surface.standing_objects, fitted); an object off them is held
-    by the rule without centre_m (None: measured points, every centre known)."""
+    by the rule without centre_m (None: measured points, every centre known). radius_m
+    (min, max): the range of object sizes its centre is read with (flat_footprint)."""
     T_cam_from_base = np.asarray(T_cam_from_base, np.float64)
     T_base_from_cam = np.linalg.inv(T_cam_from_base)
     points = np.asarray(first_points, np.float64)
@@ -130,7 +132,7 @@ def grasped_objects(first_rgb: np.ndarray, first_points: np.ndarray, robot_first
         at = tool.T_base_from_tool[grasp]
         in_hand = tool.holding and grasp == 0
         mask = _object_next_to(at[:3, 3], base, colour, scene & ~taken, in_hand, centre_m,
-                               T_base_from_cam[:2, 3])
+                               T_base_from_cam[:2, 3], radius_m)
         if mask is None and centre_m > 0 and centred is not None:
             plain = _object_next_to(at[:3, 3], base, colour, scene & ~taken, in_hand)
             mask = plain if plain is not None and not (plain & centred).any() else None
@@ -148,7 +150,8 @@ def grasped_objects(first_rgb: np.ndarray, first_points: np.ndarray, robot_first
 
 def _object_next_to(tool_at: np.ndarray, base: np.ndarray, colour: np.ndarray,
                     scene: np.ndarray, in_hand: bool = False, centre_m: float = 0.0,
-                    viewer_xy: np.ndarray | None = None) -> np.ndarray | None:
+                    viewer_xy: np.ndarray | None = None,
+                    radius_m: tuple[float, float] | None = None) -> np.ndarray | None:
     """in_hand: the object is already held, so it may hang clear of any surface. centre_m >
     0: the object's centre (flat_footprint, seen from viewer_xy) must lie within centre_m of
     the tool horizontally, and the tool's height against the surface is not checked."""
@@ -181,7 +184,7 @@ def _object_next_to(tool_at: np.ndarray, base: np.ndarray, colour: np.ndarray,
         if distance < best_distance:
             best, best_distance = piece, distance
     if best is not None and centre_m > 0:
-        centre, _ = flat_footprint(base[best][:, :2], viewer_xy)
+        centre, _ = flat_footprint(base[best][:, :2], viewer_xy, radius_m)
         if np.linalg.norm(centre - tool_at[:2]) > centre_m:
             return None  # the fingers close beside it
     return best
@@ -189,7 +192,8 @@ def _object_next_to(tool_at: np.ndarray, base: np.ndarray, colour: np.ndarray,
 
 def pushed_objects(first_points: np.ndarray, robot_first: np.ndarray, tool: ToolTrack,
                    T_cam_from_base: np.ndarray, held: list[GraspedObject],
-                   first_rgb: np.ndarray | None = None) -> list[GraspedObject]:
+                   first_rgb: np.ndarray | None = None,
+                   radius_m: tuple[float, float] | None = None) -> list[GraspedObject]:
     """The objects the tool pushes over the rollout (the `push: quasi-static` option), from
     frame 0's points (H, W, 3) camera frame (measured; estimated with first_rgb, below), the
     robot's frame-0 pixels, the tool track, the camera's pose and the objects already held
@@ -207,7 +211,8 @@ def pushed_objects(first_points: np.ndarray, robot_first: np.ndarray, tool: Tool
     option; k4d_model.surface): an object is then a piece unlike the surface's colours,
     lying at the surface's height or above it; a piece touching a held object is that
     object's shadow or rest, and is not pushed; its footprint is read from its width and
-    near edge, and it is taken to be as tall as it is wide."""
+    near edge (its radius clipped to radius_m, min and max), and it is taken to be as tall
+    as it is wide."""
     from scipy import ndimage
 
     T_cam_from_base = np.asarray(T_cam_from_base, np.float64)
@@ -246,7 +251,7 @@ def pushed_objects(first_points: np.ndarray, robot_first: np.ndarray, tool: Tool
         mask = labels == k
         if mask.sum() < MIN_OBJECT_PIXELS or (mask & shadow).any():
             continue
-        shift = _quasi_static_push(base[mask], at, carrying, viewer_xy)
+        shift = _quasi_static_push(base[mask], at, carrying, viewer_xy, radius_m)
         if np.linalg.norm(shift[-1]) < PUSH_MIN_M:
             continue
         motion = np.repeat(np.eye(4)[None], tool.frames, axis=0)
@@ -260,16 +265,18 @@ def pushed_objects(first_points: np.ndarray, robot_first: np.ndarray, tool: Tool
 
 
 def _quasi_static_push(object_base: np.ndarray, at: np.ndarray, carrying: np.ndarray,
-                       viewer_xy: np.ndarray | None = None) -> np.ndarray:
+                       viewer_xy: np.ndarray | None = None,
+                       radius_m: tuple[float, float] | None = None) -> np.ndarray:
     """(T, 2) the object's horizontal shift per frame under the tool path `at` (T, 3); no
     contact at frames where `carrying` (T,) bool. viewer_xy: the camera's horizontal
-    position, for an object an estimate laid flat (k4d_model.surface.flat_footprint)."""
+    position, for an object an estimate laid flat (k4d_model.surface.flat_footprint, with
+    radius_m)."""
     top = float(object_base[:, 2].max())
     if viewer_xy is None:
         centre = np.median(object_base[:, :2], axis=0)
         radius = float(np.percentile(np.linalg.norm(object_base[:, :2] - centre, axis=-1), 90))
     else:
-        centre, radius = flat_footprint(object_base[:, :2], viewer_xy)
+        centre, radius = flat_footprint(object_base[:, :2], viewer_xy, radius_m)
         top = max(top, float(np.median(object_base[:, 2])) + FLAT_HEIGHT_PER_RADIUS * radius)
     reach = radius + PUSH_FINGER_M
     shift = np.zeros((len(at), 2))

@@ -333,7 +333,7 @@ class Kinema4DPipeline:
                     and pieces is not None and initial_pointmap is not None
                     and T_cam_from_base is not None):
                 initial_pointmap = standing_objects(initial_pointmap, pieces, T_cam_from_base,
-                                                    fitted)
+                                                    fitted, opts.object_radius_m)
                 centred = pieces > 0 if fitted else None
         if opts.input_only:
             first = (initial_pointmap if points is None
@@ -397,13 +397,13 @@ class Kinema4DPipeline:
             # a flat estimate's object centres lie 2-3 cm off (k4d.generation: grasp_centre_m)
             centre_m = opts.grasp_centre_m if observed or centred is not None else 0.0
             held = (grasped_objects(rgb_out[0], points[0], robot.mask[0], tool, T_cam_from_base,
-                                    centre_m, centred)
+                                    centre_m, centred, opts.object_radius_m)
                     if opts.grasp == GRASP_RIGID else [])
             if opts.push == PUSH_QUASI_STATIC and (observed or opts.push_estimated):
                 # measured points stand objects up; an estimate lays them flat (push_colour)
                 by_colour = opts.push_colour and not observed
                 held += pushed_objects(points[0], robot.mask[0], tool, T_cam_from_base, held,
-                                       rgb_out[0] if by_colour else None)
+                                       rgb_out[0] if by_colour else None, opts.object_radius_m)
             rgb_out, points = carry_grasped(rgb_out, points, robot.mask, robot.pointmap, held)
         return rgb_out, points, [obj.to_dict() for obj in held]
 

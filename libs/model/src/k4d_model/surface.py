@@ -24,6 +24,11 @@ height cannot find them. Their colour can:
    on an estimate). Instead the box is slid along the view to where its silhouette, the
    pixels whose rays meet it, best matches the piece (intersection over union);
    measured: -0.03 cm on average, 1.7 cm spread.
+6. Sized by a prior (the `object_radius_m` option): an object 3-6 pixels wide reads its
+   width to +-42 % (validation split, 72 objects: 1.02x the true radius on average, 0.42x
+   spread), and a box too wide is fitted too far back. The radius is clipped to the range
+   of object sizes the model expects; measured on the same objects, the fitted centre's
+   mean distance from the truth falls from 1.31 to 1.10 cm.
 """
 
 from __future__ import annotations
@@ -77,10 +82,15 @@ def unlike_surface(colour: np.ndarray, palette: np.ndarray) -> np.ndarray:
     return nearest > COLOUR_DIFFERENCE
 
 
-def flat_footprint(xy: np.ndarray, viewer_xy: np.ndarray) -> tuple[np.ndarray, float]:
+def flat_footprint(xy: np.ndarray, viewer_xy: np.ndarray,
+                   radius_m: tuple[float, float] | None = None) -> tuple[np.ndarray, float]:
     """(centre (2,), radius) of an object whose points `xy` (N, 2) an estimate laid flat on
     the surface, seen from `viewer_xy` (2,) (the camera, horizontally): its width across
-    the view (10th to 90th percentile, + FOOTPRINT_PAD_M) and its near edge."""
+    the view (10th to 90th percentile, + FOOTPRINT_PAD_M) and its near edge.
+
+    radius_m (min, max): the radius is clipped to this range of object sizes (the
+    `object_radius_m` option; module docstring, 6); the centre stays that far behind the
+    near edge."""
     centre = np.median(xy, axis=0)
     view = centre - np.asarray(viewer_xy, np.float64)
     view = view / max(float(np.linalg.norm(view)), 1e-9)
@@ -88,6 +98,8 @@ def flat_footprint(xy: np.ndarray, viewer_xy: np.ndarray) -> tuple[np.ndarray, f
     along, across = (xy - centre) @ view, (xy - centre) @ across_dir
     near_edge, (left, right) = np.percentile(along, 10), np.percentile(across, [10, 90])
     radius = float(right - left) / 2 + FOOTPRINT_PAD_M
+    if radius_m is not None:
+        radius = float(np.clip(radius, *radius_m))
     return centre + view * (near_edge + radius) + across_dir * (left + right) / 2, radius
 
 
@@ -116,18 +128,19 @@ def object_pieces(image: np.ndarray, on_floor: np.ndarray, robot_first: np.ndarr
 
 
 def silhouette_footprint(base: np.ndarray, piece: np.ndarray, around: np.ndarray,
-                         eye: np.ndarray) -> tuple[np.ndarray, float]:
+                         eye: np.ndarray, radius_m: tuple[float, float] | None = None
+                         ) -> tuple[np.ndarray, float]:
     """(centre (2,), radius) of the box standing on the surface, as tall as it is wide, whose
     silhouette best matches an object laid flat (module docstring, 5).
 
     base (H, W, 3): frame 0's estimated points, base frame; piece (H, W) bool: the object's
     pixels; around (H, W) bool: pixels it may be compared with (the piece's and the
     surface's, with points); eye (3,): the camera, base frame. The radius is the flat
-    footprint's (its width across the view); the box slides along the view in FIT_STEP_M
+    footprint's (its width across the view, clipped to radius_m); the box slides along the view in FIT_STEP_M
     steps and stays in the middle of the best positions."""
     from scipy import ndimage
 
-    flat_centre, radius = flat_footprint(base[piece][:, :2], eye[:2])
+    flat_centre, radius = flat_footprint(base[piece][:, :2], eye[:2], radius_m)
     view = flat_centre - eye[:2]
     view = view / max(float(np.linalg.norm(view)), 1e-9)
     across = np.array([-view[1], view[0]])
@@ -162,13 +175,14 @@ def _box_hits(eye: np.ndarray, rays: np.ndarray, view: np.ndarray, across: np.nd
 
 
 def standing_objects(points: np.ndarray, pieces: np.ndarray, T_cam_from_base: np.ndarray,
-                     fitted: bool = False) -> np.ndarray:
+                     fitted: bool = False, radius_m: tuple[float, float] | None = None
+                     ) -> np.ndarray:
     """(H, W, 3) float32: frame 0's estimated points (H, W, 3), camera frame, with the objects
     an estimate laid flat stood up again.
 
     pieces (H, W) int: the objects (object_pieces). Each becomes a box on its flat footprint
     (flat_footprint), or with `fitted` where its silhouette matches the piece
-    (silhouette_footprint), as tall as it is wide: each pixel's point moves along its own ray
+    (silhouette_footprint), as tall as it is wide (its radius clipped to radius_m): each pixel's point moves along its own ray
     to the box's front face, or to its top where the ray passes over the front face. A point
     never moves away from the camera, so the image and its pixels stay as they are; only
     depth changes."""
@@ -184,8 +198,8 @@ def standing_objects(points: np.ndarray, pieces: np.ndarray, T_cam_from_base: np
         if not piece.any():
             continue
         flat = base[piece]
-        centre, radius = (silhouette_footprint(base, piece, surface, eye) if fitted
-                          else flat_footprint(flat[:, :2], eye[:2]))
+        centre, radius = (silhouette_footprint(base, piece, surface, eye, radius_m) if fitted
+                          else flat_footprint(flat[:, :2], eye[:2], radius_m))
         view = (centre - eye[:2]) / max(float(np.linalg.norm(centre - eye[:2])), 1e-9)
         front, top = centre - view * radius, float(np.median(flat[:, 2])) + (
             FLAT_HEIGHT_PER_RADIUS * radius)

@@ -163,6 +163,13 @@ is the input, not a VAE reconstruction of it:
                      pixels: a flat footprint's near edge lies behind the object's front
                      (its centre 2.1 cm too far on average; fitted: 0.0 cm, spread 1.7 cm;
                      k4d_model.surface.silhouette_footprint).
+  object_radius_m    [min, max] metres: on an estimate of frame 0's points, an object's radius
+                     read from its width across the view (a piece 3-6 pixels wide: +-42 %)
+                     is clipped to this range of the object sizes the model expects (for the
+                     demo model, its training data's: boxes and cylinders 1.8-2.8 cm), where
+                     `estimated_objects` stands it up, `grasp_centre_m` reads its centre and
+                     `push_colour` its footprint (k4d_model.surface.flat_footprint). Absent
+                     (default): the width alone.
 """
 
 from __future__ import annotations
@@ -178,7 +185,7 @@ FIDELITY_KEYS = ("first_frame", "latent_anchor", "decode", "change_threshold",
                  "refiner_power", "refiner_pointmap", "refiner_pointmap_threshold",
                  "refiner_first_depth", "uncovered_pointmap", "grasp", "push",
                  "push_estimated", "push_colour", "estimated_objects", "grasp_centre_m",
-                 "refiner_objects")
+                 "refiner_objects", "object_radius_m")
 FIRST_FRAME_GIVEN = "given"
 DECODE_RELATIVE = "relative"
 DECODE_COMPOSITE = "composite"
@@ -226,6 +233,7 @@ class FidelityOptions:
     estimated_objects: str = ""
     grasp_centre_m: float = 0.0
     refiner_objects: str = ""
+    object_radius_m: tuple[float, float] | None = None
 
     @classmethod
     def from_extra(cls, extra: dict[str, Any] | None) -> FidelityOptions:
@@ -255,7 +263,9 @@ class FidelityOptions:
                    push_colour=bool(extra.get("push_colour", False)),
                    estimated_objects=str(extra.get("estimated_objects", "")),
                    grasp_centre_m=float(extra.get("grasp_centre_m", 0.0)),
-                   refiner_objects=str(extra.get("refiner_objects", "")))
+                   refiner_objects=str(extra.get("refiner_objects", "")),
+                   object_radius_m=(tuple(float(v) for v in extra["object_radius_m"])
+                                    if extra.get("object_radius_m") is not None else None))
 
     @classmethod
     def check(cls, extra: dict[str, Any], prefix: str = "extra") -> FidelityOptions:
@@ -292,6 +302,13 @@ class FidelityOptions:
         power = extra.get("refiner_power", 1.0)
         if isinstance(power, bool) or not isinstance(power, (int, float)) or not 0 < power <= 8:
             raise InvalidArgument.for_field(f"{prefix}.refiner_power", "must be in (0, 8]")
+        radius = extra.get("object_radius_m")
+        if radius is not None and not (
+                isinstance(radius, (list, tuple)) and len(radius) == 2
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in radius)
+                and 0 < radius[0] <= radius[1]):
+            raise InvalidArgument.for_field(f"{prefix}.object_radius_m",
+                                            "must be [min, max] metres with 0 < min <= max")
         for key in ("latent_anchor", "push_estimated", "push_colour"):
             if not isinstance(extra.get(key, False), bool):
                 raise InvalidArgument.for_field(f"{prefix}.{key}", "must be true or false")
