@@ -416,7 +416,8 @@ def test_push_runs_on_estimated_points_only_when_asked(make_tiny, monkeypatch, p
 
     seen, colours = [], []
 
-    def record(first_points, robot_first, tool, T_cam_from_base, held, first_rgb=None):
+    def record(first_points, robot_first, tool, T_cam_from_base, held, first_rgb=None,
+               radius_m=None):
         seen.append(np.array(first_points))
         colours.append(first_rgb)
         return []

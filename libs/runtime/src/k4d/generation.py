@@ -163,13 +163,14 @@ is the input, not a VAE reconstruction of it:
                      pixels: a flat footprint's near edge lies behind the object's front
                      (its centre 2.1 cm too far on average; fitted: 0.0 cm, spread 1.7 cm;
                      k4d_model.surface.silhouette_footprint).
-  object_radius_m    [min, max] metres: on an estimate of frame 0's points, an object's radius
-                     read from its width across the view (a piece 3-6 pixels wide: +-42 %)
-                     is clipped to this range of the object sizes the model expects (for the
-                     demo model, its training data's: boxes and cylinders 1.8-2.8 cm), where
-                     `estimated_objects` stands it up, `grasp_centre_m` reads its centre and
-                     `push_colour` its footprint (k4d_model.surface.flat_footprint). Absent
-                     (default): the width alone.
+  object_radius_m    [min, max] metres: an object's radius, read from its width across the
+                     view, is clipped to this range of the object sizes the model expects
+                     (for the demo model, its training data's: boxes and cylinders 1.8-2.8
+                     cm) wherever its footprint is read (k4d_model.surface.flat_footprint):
+                     where `estimated_objects` stands it up, `grasp_centre_m` tests its centre
+                     and a `push_colour` push meets it. On an estimate a piece is 3-6 pixels
+                     wide and reads its width to +-42 %; measured points read it truly.
+                     Absent (default): the width alone.
 """
 
 from __future__ import annotations
