@@ -342,7 +342,7 @@ def test_grasp_centre_holds_only_what_lies_between_the_fingers():
             FidelityOptions.check({"grasp_centre_m": bad})
 
 
-def test_a_size_range_moves_the_centre_the_grasp_and_the_push_read():
+def test_a_size_range_moves_the_centre_that_the_grasp_and_the_push_read():
     """`object_radius_m`: the centre lies the clipped radius behind the near edge, so the
     centre test and the push's contact move with it. The camera is above the base's origin,
     so +x runs mostly along the view to the box: its centre read with radii of 3.5-5 cm lies

@@ -89,8 +89,8 @@ def flat_footprint(xy: np.ndarray, viewer_xy: np.ndarray,
     the view (10th to 90th percentile, + FOOTPRINT_PAD_M) and its near edge.
 
     radius_m (min, max): the radius is clipped to this range of object sizes (the
-    `object_radius_m` option; module docstring, 6); the centre stays that far behind the
-    near edge."""
+    `object_radius_m` option; module docstring, 6), and the centre lies the clipped radius
+    behind the near edge."""
     centre = np.median(xy, axis=0)
     view = centre - np.asarray(viewer_xy, np.float64)
     view = view / max(float(np.linalg.norm(view)), 1e-9)
@@ -136,8 +136,8 @@ def silhouette_footprint(base: np.ndarray, piece: np.ndarray, around: np.ndarray
     base (H, W, 3): frame 0's estimated points, base frame; piece (H, W) bool: the object's
     pixels; around (H, W) bool: pixels it may be compared with (the piece's and the
     surface's, with points); eye (3,): the camera, base frame. The radius is the flat
-    footprint's (its width across the view, clipped to radius_m); the box slides along the view in FIT_STEP_M
-    steps and stays in the middle of the best positions."""
+    footprint's (its width across the view, clipped to radius_m); the box slides along the
+    view in FIT_STEP_M steps and stays in the middle of the best positions."""
     from scipy import ndimage
 
     flat_centre, radius = flat_footprint(base[piece][:, :2], eye[:2], radius_m)
@@ -182,10 +182,10 @@ def standing_objects(points: np.ndarray, pieces: np.ndarray, T_cam_from_base: np
 
     pieces (H, W) int: the objects (object_pieces). Each becomes a box on its flat footprint
     (flat_footprint), or with `fitted` where its silhouette matches the piece
-    (silhouette_footprint), as tall as it is wide (its radius clipped to radius_m): each pixel's point moves along its own ray
-    to the box's front face, or to its top where the ray passes over the front face. A point
-    never moves away from the camera, so the image and its pixels stay as they are; only
-    depth changes."""
+    (silhouette_footprint), as tall as it is wide (its radius clipped to radius_m): each
+    pixel's point moves along its own ray to the box's front face, or to its top where the
+    ray passes over the front face. A point never moves away from the camera, so the image
+    and its pixels stay as they are; only depth changes."""
     points = np.asarray(points, np.float32)
     T_cam_from_base = np.asarray(T_cam_from_base, np.float64)
     T_base_from_cam = np.linalg.inv(T_cam_from_base)
