@@ -25,9 +25,11 @@ from k4d_model.refiner import (
     depth_on_planes,
     depth_scale,
     load_refiner,
+    plane_modes,
     predict_change,
     refiner_inputs,
     save_refiner,
+    snap_planes,
     with_geometry,
 )
 from k4d_model.results import RobotCondition
@@ -383,6 +385,71 @@ def test_scene_planes_give_frame_zeros_depth_with_a_camera_pose():
     blind = predict_change(combined, image, robot, batch=3)  # no pose: the direct estimate
     assert np.allclose(blind.first_depth_m, 1.2 * 0.8, atol=1e-5)
     assert blind.first_plane is None
+
+
+def test_plane_modes_are_the_surfaces_most_pixels_predict():
+    rng = np.random.default_rng(0)
+    table, floor = rng.normal(0.0, 0.004, 600), rng.normal(-0.75, 0.004, 400)
+    unsure = rng.uniform(-0.7, -0.05, 200)  # between the two: the regression's blends
+    values = np.concatenate([table, floor, unsure])
+    assert np.allclose(plane_modes(values, 0.1), [-0.75, 0.0], atol=0.005)
+    assert np.allclose(plane_modes(values, 0.4), [0.0], atol=0.005)  # the floor holds 1/3
+    assert plane_modes(values, 0.9).size == 0 and plane_modes(np.zeros(0), 0.1).size == 0
+    twin = np.concatenate([table, table + 0.01])  # one surface read 1 cm apart: one mode
+    assert len(plane_modes(twin, 0.1)) == 1
+
+
+def test_snap_planes_moves_each_axis_to_its_nearest_mode():
+    coordinate = np.zeros((3, 10, 10))
+    coordinate[2, :, :6], coordinate[2, :, 6:] = 0.0, -0.75
+    coordinate[2, :, 5], coordinate[2, :, 6] = -0.3, -0.5  # unsure columns
+    coordinate[0] = np.linspace(0.2, 0.8, 100).reshape(10, 10)  # no x mode holds 20 %
+    logits = np.zeros((4, 10, 10))
+    logits[3, :, 1:], logits[1, :, 0] = 1.0, 2.0  # a z plane but column 0, on x = c
+    snapped = snap_planes(coordinate, logits, 0.2)  # each unsure column: 11 % of the z pixels
+    assert np.allclose(snapped[2, :, 1:6], 0.0) and np.allclose(snapped[2, :, 6:], -0.75)
+    assert np.allclose(snapped[0], coordinate[0])       # its pixels keep their own
+    assert np.allclose(snapped[2, :, 0], coordinate[2, :, 0])  # column 0 is on x = c
+    assert np.allclose(coordinate[2, :, 5], -0.3)       # the input is left as it was
+
+
+class _TableAndFloorRefiner(ChangeRefiner):
+    """_plane_refiner's network with a table z = 0 on the left half of the image, a floor
+    z = -0.75 on the right half, and one column between them read at z = -0.3."""
+
+    def forward(self, x):
+        y = super().forward(x).clone()
+        z = self.config.planes_index + 2
+        half = y.shape[-1] // 2
+        y[:, z, :, :half], y[:, z, :, half:], y[:, z, :, half - 1] = 0.0, -0.75, -0.3
+        return y
+
+
+def test_plane_mode_share_snaps_the_planes_depth_is_read_off(make_tiny):
+    image, robot = _ray_cast_robot()
+    plain = _plane_refiner(np.log(1.6), (0.0, 0.0, 0.0), plane=3)
+    combined = with_geometry(_constant_refiner(0.0, -6.0), plain)
+    combined.geometry = _TableAndFloorRefiner(plain.config).eval()  # its weights, new forward
+    combined.geometry.load_state_dict(plain.state_dict())
+    # the camera 1 m above z = 0, looking down: the table at 1 m, the floor at 1.75 m
+    own = predict_change(combined, image, robot, batch=3, T_cam_from_base=CAMERA_POSE)
+    snapped = predict_change(combined, image, robot, batch=3, T_cam_from_base=CAMERA_POSE,
+                             plane_mode_share=0.1)
+    assert np.allclose(own.first_depth_m[:, 23], 1.3, atol=1e-4)
+    assert np.allclose(snapped.first_depth_m[:, 23], 1.0, atol=1e-4)  # the table's
+    assert np.allclose(snapped.first_depth_m[:, :23], own.first_depth_m[:, :23])
+    assert np.allclose(snapped.first_depth_m[:, 24:], 1.75, atol=1e-4)
+    extra = {"first_frame": "given", "decode": "composite", "change_threshold": 1000,
+             "change_depth_m": 0, "change_dilate": 0, "robot_pointmap": "kinematics",
+             "refiner_first_depth": "estimated", "plane_mode_share": 0.1}
+    out = _pipe(make_tiny, combined, extra)(image, robot.rgb, robot.pointmap, robot.mask,
+                                             num_steps=1, T_cam_from_base=CAMERA_POSE)
+    off = ~robot.mask[0][:, 23]
+    assert np.allclose(out.pointmap[0][:, 23][off][:, 2], 1.0, atol=1e-4)
+    for bad in (1.0, -0.1, "0.1", True):
+        with pytest.raises(InvalidArgument, match="plane_mode_share"):
+            FidelityOptions.check({"plane_mode_share": bad})
+    assert FidelityOptions.from_extra({}).plane_mode_share == 0.0
 
 
 def test_an_rgb_rollout_with_a_camera_pose_reads_its_depth_off_the_planes(make_tiny):

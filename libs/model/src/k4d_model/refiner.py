@@ -55,6 +55,8 @@ PLANE_HORIZONTAL = 3  # RefinedChange.first_plane of a pixel put on a plane z = 
 # misclassified pixel (a ray nearly parallel to the plane) and the direct estimate is kept
 PLANE_DEPTH_RATIO = 2.0
 DEPTH_GAIN = 10.0  # a lifted object moves ~5 % of the camera distance: keep the target near 1
+PLANE_MODE_BIN_M = 0.01  # plane_modes: the histogram's bin
+PLANE_MODE_WINDOW = 2  # and the bins either side of a peak that count towards it (+-2.5 cm)
 
 
 @dataclass(frozen=True)
@@ -267,6 +269,46 @@ def depth_on_planes(free_depth: np.ndarray, coordinate: np.ndarray, logits: np.n
             np.where(use, plane, 0).astype(np.int8))
 
 
+def plane_modes(values: np.ndarray, share: float) -> np.ndarray:
+    """(K,) metres, ascending: the modes of plane coordinates `values` (N,) metres, each a
+    peak of their histogram (PLANE_MODE_BIN_M bins, summed over PLANE_MODE_WINDOW bins either
+    side) holding at least `share` of them, at the median of the values around it; a peak
+    within two windows of a higher one is part of it. Empty when no peak holds that share."""
+    values = np.asarray(values, np.float64)
+    if values.size == 0:
+        return np.zeros(0)
+    edges = np.arange(values.min(), values.max() + 2 * PLANE_MODE_BIN_M, PLANE_MODE_BIN_M)
+    counts = np.histogram(values, edges)[0]
+    mass = np.convolve(counts, np.ones(2 * PLANE_MODE_WINDOW + 1), "same")
+    modes, taken = [], []
+    for peak in np.argsort(-mass, kind="stable"):
+        if mass[peak] < share * values.size:
+            break
+        if any(abs(int(peak) - t) <= 2 * PLANE_MODE_WINDOW for t in taken):
+            continue
+        low = edges[max(peak - PLANE_MODE_WINDOW, 0)]
+        high = edges[min(peak + PLANE_MODE_WINDOW + 1, len(edges) - 1)]
+        taken.append(int(peak))
+        modes.append(float(np.median(values[(values >= low) & (values <= high)])))
+    return np.sort(np.asarray(modes))
+
+
+def snap_planes(coordinate: np.ndarray, logits: np.ndarray, share: float) -> np.ndarray:
+    """(3, H, W) metres: `coordinate` (3, H, W) with each pixel's coordinate on its most
+    likely plane (logits (4, H, W): none, x, y, z) moved to the nearest of that axis's
+    plane_modes (the `plane_mode_share` option, k4d.generation); unchanged where an axis has
+    no mode."""
+    plane = np.argmax(logits, axis=0)
+    snapped = np.array(coordinate, np.float64, copy=True)
+    for axis in range(3):
+        on = plane == axis + 1
+        modes = plane_modes(snapped[axis][on], share) if on.any() else np.zeros(0)
+        if modes.size:
+            values = snapped[axis][on]
+            snapped[axis][on] = modes[np.abs(values[:, None] - modes[None]).argmin(axis=1)]
+    return snapped
+
+
 def depth_scale(robot: RobotCondition) -> float:
     """The robot's mean depth in frame 0 (metres; 1 without robot pixels there): the depth
     unit of the refiner's inputs and of its depth head."""
@@ -302,10 +344,12 @@ class RefinedChange:
 
 @torch.no_grad()
 def predict_change(refiner: ChangeRefiner, image: np.ndarray, robot: RobotCondition,
-                   batch: int = 4, T_cam_from_base: np.ndarray | None = None) -> RefinedChange:
+                   batch: int = 4, T_cam_from_base: np.ndarray | None = None,
+                   plane_mode_share: float = 0.0) -> RefinedChange:
     """The refiner's change for frames 1..T-1 of the clip (RefinedChange). T_cam_from_base
     (4, 4): the camera's pose the robot condition was rendered with, for a geometry network
-    with scene planes (without it, that network's direct depth estimate is used)."""
+    with scene planes (without it, that network's direct depth estimate is used).
+    plane_mode_share > 0: the planes' coordinates snap to their modes (snap_planes)."""
     T, H, W = robot.mask.shape
     geometry = refiner.geometry_source
     rays = BaseRays.from_robot(robot, T_cam_from_base) if geometry.config.scene_planes else None
@@ -340,8 +384,10 @@ def predict_change(refiner: ChangeRefiner, image: np.ndarray, robot: RobotCondit
         change.first_depth_m = (scale * np.exp(log_first / (T - 1))).astype(np.float32)
         if rays is not None:  # every frame predicts frame 0's planes: their mean
             planes /= T - 1
+            coordinate = (snap_planes(planes[:3], planes[3:], plane_mode_share)
+                          if plane_mode_share > 0 else planes[:3])
             change.first_depth_m, change.first_plane = depth_on_planes(
-                change.first_depth_m, planes[:3], planes[3:], rays)
+                change.first_depth_m, coordinate, planes[3:], rays)
     return change
 
 

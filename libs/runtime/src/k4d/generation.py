@@ -171,6 +171,14 @@ is the input, not a VAE reconstruction of it:
                      and a `push_colour` push meets it. On an estimate a piece is 3-6 pixels
                      wide and reads its width to +-42 %; measured points read it truly.
                      Absent (default): the width alone.
+  plane_mode_share   in [0, 1): with a refiner whose geometry network predicts scene planes,
+                     each plane's coordinate (the height of a table top, a floor) snaps to
+                     the nearest mode of the coordinates its axis's pixels predict, a mode
+                     being a peak that holds at least this share of them (k4d_model.refiner.
+                     plane_modes). The network regresses one coordinate per pixel and, unsure
+                     between a table and the floor 75 cm below, answers in between; a scene
+                     has few surfaces. Measured on test 8837: frame 0's depth AbsRel fell in
+                     31 of 32 episodes. 0 (default): each pixel's own coordinate.
 """
 
 from __future__ import annotations
@@ -186,7 +194,7 @@ FIDELITY_KEYS = ("first_frame", "latent_anchor", "decode", "change_threshold",
                  "refiner_power", "refiner_pointmap", "refiner_pointmap_threshold",
                  "refiner_first_depth", "uncovered_pointmap", "grasp", "push",
                  "push_estimated", "push_colour", "estimated_objects", "grasp_centre_m",
-                 "refiner_objects", "object_radius_m")
+                 "refiner_objects", "object_radius_m", "plane_mode_share")
 FIRST_FRAME_GIVEN = "given"
 DECODE_RELATIVE = "relative"
 DECODE_COMPOSITE = "composite"
@@ -235,6 +243,7 @@ class FidelityOptions:
     grasp_centre_m: float = 0.0
     refiner_objects: str = ""
     object_radius_m: tuple[float, float] | None = None
+    plane_mode_share: float = 0.0
 
     @classmethod
     def from_extra(cls, extra: dict[str, Any] | None) -> FidelityOptions:
@@ -266,7 +275,8 @@ class FidelityOptions:
                    grasp_centre_m=float(extra.get("grasp_centre_m", 0.0)),
                    refiner_objects=str(extra.get("refiner_objects", "")),
                    object_radius_m=(tuple(float(v) for v in extra["object_radius_m"])
-                                    if extra.get("object_radius_m") is not None else None))
+                                    if extra.get("object_radius_m") is not None else None),
+                   plane_mode_share=float(extra.get("plane_mode_share", 0.0)))
 
     @classmethod
     def check(cls, extra: dict[str, Any], prefix: str = "extra") -> FidelityOptions:
@@ -295,7 +305,7 @@ class FidelityOptions:
             value = extra.get(key, 0)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise InvalidArgument.for_field(f"{prefix}.{key}", "must be a number >= 0")
-        for key in ("refiner_threshold", "refiner_pointmap_threshold"):
+        for key in ("refiner_threshold", "refiner_pointmap_threshold", "plane_mode_share"):
             threshold = extra.get(key, 0.5)
             if (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
                     or not 0 <= threshold < 1):
