@@ -24,6 +24,7 @@ from k4d_model.refiner import (
     RefinerConfig,
     depth_on_planes,
     depth_scale,
+    fill_convex_top,
     load_refiner,
     plane_modes,
     predict_change,
@@ -413,6 +414,39 @@ def test_snap_planes_moves_each_axis_to_its_nearest_mode():
     assert np.allclose(coordinate[2, :, 5], -0.3)       # the input is left as it was
 
 
+def test_the_highest_surface_fills_its_convex_hull():
+    height = np.full((20, 30), -0.75)
+    height[4:16, 5:25] = 0.0                 # a table top, seen from above
+    height[10:16, 8:14] = -0.75              # a patch of it and its near edge read as floor
+    horizontal = np.ones((20, 30), bool)
+    horizontal[0, :] = False                 # a wall's pixels stay as they are
+    before = height.copy()
+    fill_convex_top(height, horizontal, 0.0)
+    assert (height[4:16, 5:25] == 0.0).all()  # the hull of the table's pixels
+    outside = np.ones((20, 30), bool)
+    outside[4:16, 5:25] = False
+    assert (height[outside] == before[outside]).all()
+    line = np.full((5, 5), -0.75)
+    line[2, :] = 0.0                          # collinear: no area, nothing filled
+    fill_convex_top(line, np.ones((5, 5), bool), 0.0)
+    assert (line[[0, 1, 3, 4]] == -0.75).all()
+    coordinate = np.zeros((3, 20, 30))
+    coordinate[2] = np.where(before == 0.0, 0.004, -0.745)
+    coordinate[2, 10:16, 8:14] = -0.5        # unsure there: snapped to the floor, then filled
+    logits = np.zeros((4, 20, 30))
+    logits[3] = 1.0
+    snapped = snap_planes(coordinate, logits, 0.1)
+    assert np.allclose(snapped[2, 10:16, 8:14], -0.745)
+    filled = snap_planes(coordinate, logits, 0.1, convex_top=True)
+    assert np.allclose(filled[2, 4:16, 5:25], 0.004) and np.allclose(filled[2, 16:], -0.745)
+    with pytest.raises(InvalidArgument, match="plane_top_convex"):
+        FidelityOptions.check({"plane_top_convex": True})  # needs the snapped planes
+    with pytest.raises(InvalidArgument, match="plane_top_convex"):
+        FidelityOptions.check({"plane_mode_share": 0.1, "plane_top_convex": "yes"})
+    assert FidelityOptions.check({"plane_mode_share": 0.1,
+                                  "plane_top_convex": True}).plane_top_convex
+
+
 class _TableAndFloorRefiner(ChangeRefiner):
     """_plane_refiner's network with a table z = 0 on the left half of the image, a floor
     z = -0.75 on the right half, and one column between them read at z = -0.3."""
@@ -450,6 +484,39 @@ def test_plane_mode_share_snaps_the_planes_depth_is_read_off(make_tiny):
         with pytest.raises(InvalidArgument, match="plane_mode_share"):
             FidelityOptions.check({"plane_mode_share": bad})
     assert FidelityOptions.from_extra({}).plane_mode_share == 0.0
+
+
+class _PatchedTableRefiner(_TableAndFloorRefiner):
+    """_TableAndFloorRefiner with a patch of the table read as the floor."""
+
+    def forward(self, x):
+        y = super().forward(x)
+        y[:, self.config.planes_index + 2, 10:14, 5:10] = -0.75
+        return y
+
+
+def test_plane_top_convex_puts_a_patch_read_as_floor_back_on_the_table(make_tiny):
+    image, robot = _ray_cast_robot()
+    plain = _plane_refiner(np.log(1.6), (0.0, 0.0, 0.0), plane=3)
+    combined = with_geometry(_constant_refiner(0.0, -6.0), plain)
+    combined.geometry = _PatchedTableRefiner(plain.config).eval()
+    combined.geometry.load_state_dict(plain.state_dict())
+    snapped = predict_change(combined, image, robot, batch=3, T_cam_from_base=CAMERA_POSE,
+                             plane_mode_share=0.1)
+    filled = predict_change(combined, image, robot, batch=3, T_cam_from_base=CAMERA_POSE,
+                            plane_mode_share=0.1, plane_top_convex=True)
+    assert np.allclose(snapped.first_depth_m[10:14, 5:10], 1.75, atol=1e-4)
+    assert np.allclose(filled.first_depth_m[10:14, 5:10], 1.0, atol=1e-4)
+    assert np.allclose(filled.first_depth_m[:, 24:], 1.75, atol=1e-4)  # the floor stays
+    extra = {"first_frame": "given", "decode": "composite", "change_threshold": 1000,
+             "change_depth_m": 0, "change_dilate": 0, "robot_pointmap": "kinematics",
+             "refiner_first_depth": "estimated", "plane_mode_share": 0.1,
+             "plane_top_convex": True}
+    out = _pipe(make_tiny, combined, extra)(image, robot.rgb, robot.pointmap, robot.mask,
+                                             num_steps=1, T_cam_from_base=CAMERA_POSE)
+    patch = np.zeros(robot.mask[0].shape, bool)
+    patch[10:14, 5:10] = True
+    assert np.allclose(out.pointmap[0][patch & ~robot.mask[0]][:, 2], 1.0, atol=1e-4)
 
 
 def test_an_rgb_rollout_with_a_camera_pose_reads_its_depth_off_the_planes(make_tiny):

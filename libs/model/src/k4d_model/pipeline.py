@@ -317,7 +317,8 @@ class Kinema4DPipeline:
         if opts.refiner or opts.refiner_pointmap or opts.refiner_first_depth:
             self._check_refiner(opts)
             change = predict_change(self.refiner, image, robot, T_cam_from_base=T_cam_from_base,
-                                    plane_mode_share=opts.plane_mode_share)
+                                    plane_mode_share=opts.plane_mode_share,
+                                    plane_top_convex=opts.plane_top_convex)
         pieces = None  # frame 0's objects on the refiner's floors (k4d_model.surface)
         if (opts.estimated_objects or opts.refiner_objects) and change is not None and (
                 change.first_plane is not None):

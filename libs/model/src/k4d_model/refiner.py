@@ -293,11 +293,12 @@ def plane_modes(values: np.ndarray, share: float) -> np.ndarray:
     return np.sort(np.asarray(modes))
 
 
-def snap_planes(coordinate: np.ndarray, logits: np.ndarray, share: float) -> np.ndarray:
+def snap_planes(coordinate: np.ndarray, logits: np.ndarray, share: float,
+                convex_top: bool = False) -> np.ndarray:
     """(3, H, W) metres: `coordinate` (3, H, W) with each pixel's coordinate on its most
     likely plane (logits (4, H, W): none, x, y, z) moved to the nearest of that axis's
     plane_modes (the `plane_mode_share` option, k4d.generation); unchanged where an axis has
-    no mode."""
+    no mode. convex_top (the `plane_top_convex` option): then fill_convex_top."""
     plane = np.argmax(logits, axis=0)
     snapped = np.array(coordinate, np.float64, copy=True)
     for axis in range(3):
@@ -306,7 +307,33 @@ def snap_planes(coordinate: np.ndarray, logits: np.ndarray, share: float) -> np.
         if modes.size:
             values = snapped[axis][on]
             snapped[axis][on] = modes[np.abs(values[:, None] - modes[None]).argmin(axis=1)]
+        if convex_top and axis == 2 and modes.size > 1:
+            fill_convex_top(snapped[2], on, float(modes[-1]))
     return snapped
+
+
+def fill_convex_top(height: np.ndarray, horizontal: np.ndarray, top: float) -> None:
+    """In place on `height` (H, W) metres, the snapped z coordinates: the pixels of
+    `horizontal` (H, W) bool that lie inside the convex hull, in the image, of those at the
+    highest height `top` are put at it. The highest horizontal surface is taken for a table
+    top, a convex polygon whose image is convex too (a projective map keeps convexity in
+    front of the camera); the network reads patches of a patterned table, and its near edge,
+    as the floor below it."""
+    from scipy.spatial import Delaunay, QhullError
+
+    on_top = horizontal & (np.abs(height - top) < 1e-9)
+    rows, cols = np.nonzero(on_top)
+    if len(rows) < 3:
+        return
+    try:
+        hull = Delaunay(np.stack([rows, cols], axis=-1).astype(np.float64))
+    except QhullError:  # collinear: no area to fill
+        return
+    lower = horizontal & (height < top)
+    candidates = np.argwhere(lower)
+    if len(candidates):
+        inside = hull.find_simplex(candidates.astype(np.float64)) >= 0
+        height[tuple(candidates[inside].T)] = top
 
 
 def depth_scale(robot: RobotCondition) -> float:
@@ -345,11 +372,13 @@ class RefinedChange:
 @torch.no_grad()
 def predict_change(refiner: ChangeRefiner, image: np.ndarray, robot: RobotCondition,
                    batch: int = 4, T_cam_from_base: np.ndarray | None = None,
-                   plane_mode_share: float = 0.0) -> RefinedChange:
+                   plane_mode_share: float = 0.0, plane_top_convex: bool = False
+                   ) -> RefinedChange:
     """The refiner's change for frames 1..T-1 of the clip (RefinedChange). T_cam_from_base
     (4, 4): the camera's pose the robot condition was rendered with, for a geometry network
     with scene planes (without it, that network's direct depth estimate is used).
-    plane_mode_share > 0: the planes' coordinates snap to their modes (snap_planes)."""
+    plane_mode_share > 0: the planes' coordinates snap to their modes (snap_planes), and with
+    plane_top_convex the highest horizontal one fills its convex hull (fill_convex_top)."""
     T, H, W = robot.mask.shape
     geometry = refiner.geometry_source
     rays = BaseRays.from_robot(robot, T_cam_from_base) if geometry.config.scene_planes else None
@@ -384,7 +413,8 @@ def predict_change(refiner: ChangeRefiner, image: np.ndarray, robot: RobotCondit
         change.first_depth_m = (scale * np.exp(log_first / (T - 1))).astype(np.float32)
         if rays is not None:  # every frame predicts frame 0's planes: their mean
             planes /= T - 1
-            coordinate = (snap_planes(planes[:3], planes[3:], plane_mode_share)
+            coordinate = (snap_planes(planes[:3], planes[3:], plane_mode_share,
+                                      plane_top_convex)
                           if plane_mode_share > 0 else planes[:3])
             change.first_depth_m, change.first_plane = depth_on_planes(
                 change.first_depth_m, coordinate, planes[3:], rays)

@@ -179,6 +179,11 @@ is the input, not a VAE reconstruction of it:
                      between a table and the floor 75 cm below, answers in between; a scene
                      has few surfaces. Measured on test 8837: frame 0's depth AbsRel fell in
                      31 of 32 episodes. 0 (default): each pixel's own coordinate.
+  plane_top_convex   true: with `plane_mode_share`, the highest horizontal surface (a table
+                     top) is convex: the pixels inside the convex hull, in the image, of those
+                     snapped to it that were snapped to a lower one (the floor) are put on
+                     it (k4d_model.refiner.fill_convex_top). The network reads a patterned
+                     table's patches and a table's near edge as the floor below.
 """
 
 from __future__ import annotations
@@ -194,7 +199,8 @@ FIDELITY_KEYS = ("first_frame", "latent_anchor", "decode", "change_threshold",
                  "refiner_power", "refiner_pointmap", "refiner_pointmap_threshold",
                  "refiner_first_depth", "uncovered_pointmap", "grasp", "push",
                  "push_estimated", "push_colour", "estimated_objects", "grasp_centre_m",
-                 "refiner_objects", "object_radius_m", "plane_mode_share")
+                 "refiner_objects", "object_radius_m", "plane_mode_share",
+                 "plane_top_convex")
 FIRST_FRAME_GIVEN = "given"
 DECODE_RELATIVE = "relative"
 DECODE_COMPOSITE = "composite"
@@ -244,6 +250,7 @@ class FidelityOptions:
     refiner_objects: str = ""
     object_radius_m: tuple[float, float] | None = None
     plane_mode_share: float = 0.0
+    plane_top_convex: bool = False
 
     @classmethod
     def from_extra(cls, extra: dict[str, Any] | None) -> FidelityOptions:
@@ -276,7 +283,8 @@ class FidelityOptions:
                    refiner_objects=str(extra.get("refiner_objects", "")),
                    object_radius_m=(tuple(float(v) for v in extra["object_radius_m"])
                                     if extra.get("object_radius_m") is not None else None),
-                   plane_mode_share=float(extra.get("plane_mode_share", 0.0)))
+                   plane_mode_share=float(extra.get("plane_mode_share", 0.0)),
+                   plane_top_convex=bool(extra.get("plane_top_convex", False)))
 
     @classmethod
     def check(cls, extra: dict[str, Any], prefix: str = "extra") -> FidelityOptions:
@@ -320,9 +328,12 @@ class FidelityOptions:
                 and 0 < radius[0] <= radius[1]):
             raise InvalidArgument.for_field(f"{prefix}.object_radius_m",
                                             "must be [min, max] metres with 0 < min <= max")
-        for key in ("latent_anchor", "push_estimated", "push_colour"):
+        for key in ("latent_anchor", "push_estimated", "push_colour", "plane_top_convex"):
             if not isinstance(extra.get(key, False), bool):
                 raise InvalidArgument.for_field(f"{prefix}.{key}", "must be true or false")
+        if extra.get("plane_top_convex") and not extra.get("plane_mode_share"):
+            raise InvalidArgument.for_field(f"{prefix}.plane_top_convex",
+                                            "needs plane_mode_share > 0 (the snapped planes)")
         return cls.from_extra(extra)
 
     @property
