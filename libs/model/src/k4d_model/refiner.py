@@ -301,14 +301,17 @@ def snap_planes(coordinate: np.ndarray, logits: np.ndarray, share: float,
     no mode. convex_top (the `plane_top_convex` option): then fill_convex_top."""
     plane = np.argmax(logits, axis=0)
     snapped = np.array(coordinate, np.float64, copy=True)
+    heights = np.zeros(0)
     for axis in range(3):
         on = plane == axis + 1
         modes = plane_modes(snapped[axis][on], share) if on.any() else np.zeros(0)
         if modes.size:
             values = snapped[axis][on]
             snapped[axis][on] = modes[np.abs(values[:, None] - modes[None]).argmin(axis=1)]
-        if convex_top and axis == 2 and modes.size > 1:
-            fill_convex_top(snapped[2], on, float(modes[-1]))
+        if axis == 2:
+            heights = modes
+    if convex_top and heights.size > 1:  # a table over a floor: the table's hull
+        fill_convex_top(snapped[2], plane == 3, float(heights[-1]))
     return snapped
 
 
