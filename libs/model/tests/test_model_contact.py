@@ -124,6 +124,73 @@ def test_the_object_stays_where_the_gripper_opens():
     assert np.allclose(held.T_cam_motion[4], held.T_cam_motion[2])
 
 
+def _place_over(x_release: float, z_release: float) -> ToolTrack:
+    """Take the box at its middle height, carry it to x_release (y unchanged) at z_release
+    and open the gripper there at frame 3; the tool then rises."""
+    return _tool([0.02, 0.02, z_release, z_release, 0.3], [0.1, 0.1, x_release, x_release,
+                                                           x_release],
+                 [OPEN, CLOSED, CLOSED, OPEN, OPEN])
+
+
+def _base_motion(held, t):
+    return T_BASE_FROM_CAM @ held.T_cam_motion[t] @ T_CAM_FROM_BASE
+
+
+def test_a_released_object_falls_onto_the_table():
+    """grasp_release: settle. Let go of 10 cm above the table, the box lands on it: from
+    frame 3 its motion is the carry alone, no height; without the option it hangs."""
+    rgb0, points0, _, robot, _ = _scene()
+    tool = _place_over(-0.05, 0.12)
+    (hanging,) = grasped_objects(rgb0, points0, robot[0], tool, T_CAM_FROM_BASE)
+    (landed,) = grasped_objects(rgb0, points0, robot[0], tool, T_CAM_FROM_BASE, settle=True)
+    assert np.allclose(_base_motion(hanging, 3)[:3, 3], [-0.15, 0.0, 0.10])
+    for t in (3, 4):
+        assert np.allclose(_base_motion(landed, t)[:3, 3], [-0.15, 0.0, 0.0], atol=1e-6)
+    assert np.allclose(landed.T_cam_motion[:3], hanging.T_cam_motion[:3])  # held: the same
+
+
+def test_a_released_object_lands_on_what_is_under_it():
+    """Let go of over a second, 3 cm tall box (a stack's base), the box lands on its top:
+    3 cm higher than it started. Let go of where frame 0 shows nothing (outside the
+    image), it stays where the hand opened."""
+    rgb0, points0, box, robot, robot_points = _scene()
+    rays = CAMERA.ray_directions()
+    table_base = (rays * 1.0) @ T_BASE_FROM_CAM[:3, :3].T + T_BASE_FROM_CAM[:3, 3]
+    base_box = (np.abs(table_base[..., :2] - [-0.05, BOX_AT[1]]) < BOX_HALF).all(axis=-1)
+    points0 = np.where(base_box[..., None], rays * (1.0 - 0.03), points0).astype(np.float32)
+    rgb0 = np.where(base_box[..., None], np.array((30, 30, 220), np.uint8), rgb0)
+    (stacked,) = grasped_objects(rgb0, points0, robot[0], _place_over(-0.05, 0.12),
+                                 T_CAM_FROM_BASE, settle=True)
+    assert np.array_equal(stacked.mask, box)
+    assert np.allclose(_base_motion(stacked, 4)[:3, 3], [-0.15, 0.0, 0.03], atol=1e-6)
+    (off_view,) = grasped_objects(rgb0, points0, robot[0], _place_over(-0.9, 0.12),
+                                  T_CAM_FROM_BASE, settle=True)
+    assert np.allclose(_base_motion(off_view, 4)[:3, 3], [-1.0, 0.0, 0.10])
+
+
+def test_an_object_held_at_frame_0_falls_from_its_lowest_point():
+    """A clip that continues a grasp: the box, held 20 cm up at frame 0 (the table under it
+    hidden), is let go of 10 cm along -x and falls the 20 cm onto the table."""
+    rgb0, points0, box, robot, _ = _lifted_scene()
+    top = (points0[box].mean(axis=0) @ T_BASE_FROM_CAM[:3, :3].T + T_BASE_FROM_CAM[:3, 3])
+    poses = np.repeat(np.eye(4)[None], FRAMES, axis=0)
+    poses[:, :3, 3] = top - [0.0, 0.0, BOX_TOP / 2]
+    poses[:, 0, 3] += [0.0, -0.05, -0.1, -0.1, -0.1]
+    tool = ToolTrack(poses, [CLOSED, CLOSED, CLOSED, OPEN, OPEN], holding=True)
+    (held,) = grasped_objects(rgb0, points0, robot[0], tool, T_CAM_FROM_BASE, settle=True)
+    # its lowest seen point is its top (seen from above): it falls until the top is on the
+    # table, as far as frame 0 shows it
+    assert np.allclose(_base_motion(held, 4)[:3, 3], [-0.1, 0.0, -0.2 - BOX_TOP], atol=1e-6)
+
+
+def test_the_release_option_is_checked():
+    assert FidelityOptions.check({"grasp_release": "settle"}).grasp_release == "settle"
+    assert FidelityOptions.from_extra({}).grasp_release == ""
+    with pytest.raises(InvalidArgument) as err:
+        FidelityOptions.check({"grasp_release": "drop"})
+    assert err.value.violations[0].field == "extra.grasp_release"
+
+
 def test_tool_track_checks_its_arrays():
     with pytest.raises(InvalidArgument) as err:
         ToolTrack(np.eye(4)[None], np.zeros(2))

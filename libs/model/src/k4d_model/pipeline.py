@@ -32,6 +32,7 @@ from k4d.generation import (
     ESTIMATED_OBJECTS_FITTED,
     ESTIMATED_OBJECTS_STANDING,
     FIRST_FRAME_GIVEN,
+    GRASP_RELEASE_SETTLE,
     GRASP_RIGID,
     PUSH_QUASI_STATIC,
     REFINER_CHANGE,
@@ -399,7 +400,8 @@ class Kinema4DPipeline:
             # a flat estimate's object centres lie 2-3 cm off (k4d.generation: grasp_centre_m)
             centre_m = opts.grasp_centre_m if observed or centred is not None else 0.0
             held = (grasped_objects(rgb_out[0], points[0], robot.mask[0], tool, T_cam_from_base,
-                                    centre_m, centred, opts.object_radius_m)
+                                    centre_m, centred, opts.object_radius_m,
+                                    settle=opts.grasp_release == GRASP_RELEASE_SETTLE)
                     if opts.grasp == GRASP_RIGID else [])
             if opts.push == PUSH_QUASI_STATIC and (observed or opts.push_estimated):
                 # measured points stand objects up; an estimate lays them flat (push_colour)
