@@ -586,44 +586,37 @@ def test_push_runs_on_estimated_points_only_when_asked(make_tiny, monkeypatch, p
             FidelityOptions.check({key: "yes"})
 
 
-def test_grasp_release_settle_reaches_the_grasp_with_the_estimate_s_guesses(make_tiny,
-                                                                            monkeypatch):
-    """`grasp_release: settle` asks the grasp to let objects fall; on an estimate that stood
-    objects up (`estimated_objects`), it is told which pixels are those guessed boxes; on
-    measured points, none are."""
+def test_grasp_release_settle_runs_on_measured_points_only(make_tiny, monkeypatch):
+    """`grasp_release: settle` lets objects fall onto what frame 0's points show under them:
+    measured points; an RGB image's estimate misses objects (white ones lie flat), and an
+    object let go of over one would fall through it."""
     import k4d_model.pipeline as pipeline
     from k4d.tool import ToolTrack
 
     calls = []
 
-    def record(*args, settle=False, guessed=None, **kwargs):
-        calls.append((settle, None if guessed is None else np.array(guessed)))
+    def record(*args, settle=False, **kwargs):
+        calls.append(settle)
         return []
 
     monkeypatch.setattr(pipeline, "grasped_objects", record)
     image, robot = _ray_cast_robot()
     extra = {"first_frame": "given", "decode": "composite", "change_threshold": 1000,
              "change_depth_m": 0, "change_dilate": 0, "robot_pointmap": "kinematics",
-             "refiner_first_depth": "estimated", "estimated_objects": "standing",
-             "grasp": "rigid", "grasp_release": "settle"}
+             "refiner_first_depth": "estimated", "grasp": "rigid", "grasp_release": "settle"}
     refiner = with_geometry(_constant_refiner(0.0, -6.0),
                             _plane_refiner(np.log(1.2), (0.0, 0.0, 0.2), plane=3))
     pipe = _pipe(make_tiny, refiner, extra)
     frames = robot.mask.shape[0]
     tool = ToolTrack(np.repeat(np.eye(4)[None], frames, axis=0), np.zeros(frames))
-    pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1,
-         T_cam_from_base=CAMERA_POSE, tool=tool)
-    settle, guessed = calls[-1]
-    assert settle and guessed is not None and guessed.shape == image.shape[:2]
     measured = np.zeros(image.shape, np.float32)
     measured[..., 2] = 3.0
-    pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1, initial_pointmap=measured,
-         T_cam_from_base=CAMERA_POSE, tool=tool)
-    assert calls[-1][0] and calls[-1][1] is None
+    kwargs = {"num_steps": 1, "T_cam_from_base": CAMERA_POSE, "tool": tool}
+    pipe(image, robot.rgb, robot.pointmap, robot.mask, **kwargs)
+    pipe(image, robot.rgb, robot.pointmap, robot.mask, initial_pointmap=measured, **kwargs)
     pipe.components.info.extra = {**extra, "grasp_release": ""}
-    pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1,
-         T_cam_from_base=CAMERA_POSE, tool=tool)
-    assert not calls[-1][0]
+    pipe(image, robot.rgb, robot.pointmap, robot.mask, initial_pointmap=measured, **kwargs)
+    assert calls == [False, True, False]
 
 
 def test_refiner_pointmap_drawn_moves_the_points_where_the_colour_changes(make_tiny):

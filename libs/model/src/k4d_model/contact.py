@@ -117,8 +117,7 @@ def grasped_objects(first_rgb: np.ndarray, first_points: np.ndarray, robot_first
                     tool: ToolTrack, T_cam_from_base: np.ndarray, centre_m: float = 0.0,
                     centred: np.ndarray | None = None,
                     radius_m: tuple[float, float] | None = None,
-                    settle: bool = False,
-                    guessed: np.ndarray | None = None) -> list[GraspedObject]:
+                    settle: bool = False) -> list[GraspedObject]:
     """The objects the gripper holds over the rollout, from frame 0's image (H, W, 3) uint8,
     its points (H, W, 3) camera frame, the robot's frame-0 pixels (H, W) bool, the tool
     track and the camera's pose. centre_m > 0 (the `grasp_centre_m` option): only an object
@@ -128,8 +127,7 @@ def grasped_objects(first_rgb: np.ndarray, first_points: np.ndarray, robot_first
     by the rule without centre_m (None: measured points, every centre known). radius_m
     (min, max): the range of object sizes its centre is read with (flat_footprint).
     settle (the `grasp_release: settle` option): an object let go of falls onto what lies
-    under it (`settled`; guessed: the pixels of the objects an estimate stood up, or None);
-    otherwise it stays where the gripper opened."""
+    under it (`settled`); otherwise it stays where the gripper opened."""
     T_cam_from_base = np.asarray(T_cam_from_base, np.float64)
     T_base_from_cam = np.linalg.inv(T_cam_from_base)
     points = np.asarray(first_points, np.float64)
@@ -153,7 +151,7 @@ def grasped_objects(first_rgb: np.ndarray, first_points: np.ndarray, robot_first
         from_grasp = np.linalg.inv(at)
         let_go = tool.T_base_from_tool[release - 1] @ from_grasp
         if settle and release < tool.frames:
-            let_go = settled(let_go, mask, base, scene & ~taken, not in_hand, guessed)
+            let_go = settled(let_go, mask, base, scene & ~taken, not in_hand)
         for t in range(grasp + 1, tool.frames):
             moved_base = tool.T_base_from_tool[t] @ from_grasp if t < release else let_go
             motion[t] = T_cam_from_base @ moved_base @ T_base_from_cam
@@ -162,8 +160,7 @@ def grasped_objects(first_rgb: np.ndarray, first_points: np.ndarray, robot_first
 
 
 def settled(moved_base: np.ndarray, mask: np.ndarray, base: np.ndarray,
-            scene: np.ndarray, resting: bool = True,
-            guessed: np.ndarray | None = None) -> np.ndarray:
+            scene: np.ndarray, resting: bool = True) -> np.ndarray:
     """(4, 4) the motion (base frame, since frame 0) of an object the gripper let go of with
     `moved_base`, lowered onto what lies under it (the `grasp_release: settle` option): an
     object released above a surface falls onto it. The hand places it at the height its
@@ -177,11 +174,8 @@ def settled(moved_base: np.ndarray, mask: np.ndarray, base: np.ndarray,
     it up is the top (90th percentile height) of frame 0's points under its footprint where
     it was let go, among those no more than SETTLE_TOLERANCE_M above its bottom; with fewer
     than MIN_SUPPORT_POINTS of them (nothing seen there), it stays where it was let go.
-    guessed: (H, W) bool, on an estimate, the pixels of the objects it stood up as boxes as
-    tall as they are wide (k4d_model.surface); None: measured points. A box's height is a
-    guess and the hand's placement is not (a stack's plan knows its base's height: on test
-    8837, a stacked cube settled onto its base's estimated top fell 1.8 cm too far), so an
-    object let go of over one stays where the hand put it."""
+    The points must be measured: what frame 0 does not show standing (an object an RGB
+    image's estimate laid flat) cannot hold anything up."""
     from scipy import ndimage
 
     ring = ndimage.binary_dilation(mask, iterations=3) & ~ndimage.binary_dilation(mask) & scene
@@ -196,8 +190,7 @@ def settled(moved_base: np.ndarray, mask: np.ndarray, base: np.ndarray,
     there = moved_base[:3, :3] @ centre + moved_base[:3, 3]
     under = (scene & ~mask & (np.linalg.norm(base[..., :2] - there[:2], axis=-1) < radius)
              & (base[..., 2] < bottom + SETTLE_TOLERANCE_M))
-    if under.sum() < MIN_SUPPORT_POINTS or (
-            guessed is not None and (under & guessed).sum() >= MIN_SUPPORT_POINTS):
+    if under.sum() < MIN_SUPPORT_POINTS:
         return moved_base
     drop = bottom - float(np.percentile(base[..., 2][under], 90))
     if drop <= 0:

@@ -328,7 +328,6 @@ class Kinema4DPipeline:
             change = keep_objects(change, pieces > 0)
         observed = initial_pointmap is not None  # frame 0's points measured, not estimated
         centred = None  # on an estimate, the objects whose centres it knows (fitted)
-        guessed = None  # on an estimate, the objects it stood up (their heights guessed)
         if initial_pointmap is None and opts.refiner_first_depth == REFINER_FIRST_DEPTH_ESTIMATED:
             # as if the caller had given the refiner's estimate as the initial pointmap
             initial_pointmap = estimated_first_points(change.first_depth_m, robot)
@@ -339,7 +338,6 @@ class Kinema4DPipeline:
                 initial_pointmap = standing_objects(initial_pointmap, pieces, T_cam_from_base,
                                                     fitted, opts.object_radius_m)
                 centred = pieces > 0 if fitted else None
-                guessed = pieces > 0
         if opts.input_only:
             first = (initial_pointmap if points is None
                      else _first_points(points[0], initial_pointmap))
@@ -403,8 +401,10 @@ class Kinema4DPipeline:
             centre_m = opts.grasp_centre_m if observed or centred is not None else 0.0
             held = (grasped_objects(rgb_out[0], points[0], robot.mask[0], tool, T_cam_from_base,
                                     centre_m, centred, opts.object_radius_m,
-                                    settle=opts.grasp_release == GRASP_RELEASE_SETTLE,
-                                    guessed=guessed)
+                                    # an estimate misses objects (white ones lie flat):
+                                    # what it does not stand up holds nothing up
+                                    settle=opts.grasp_release == GRASP_RELEASE_SETTLE
+                                    and observed)
                     if opts.grasp == GRASP_RIGID else [])
             if opts.push == PUSH_QUASI_STATIC and (observed or opts.push_estimated):
                 # measured points stand objects up; an estimate lays them flat (push_colour)

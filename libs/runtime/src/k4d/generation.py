@@ -117,9 +117,13 @@ is the input, not a VAE reconstruction of it:
                      where it was let go (frame 0's points under its footprint: the table, a
                      marker, the object it is stacked on), instead of hanging where the hand
                      opened. A top-down hand closes at an object's middle and places it at
-                     its plan's height (measured on the demo data: 0.8-2.2 cm above where it
-                     stood). It keeps its place when frame 0 shows nothing under it
-                     (k4d_model.contact.settled). "" (default): it stays where it was let go.
+                     its plan's height (on the demo data 0.8 cm above where it stood; a
+                     stack's top let go of beside its base, 4-6 cm above the table). It keeps
+                     its place when frame 0 shows nothing under it (k4d_model.contact.
+                     settled). Measured frame-0 points only (an initial pointmap: RGB-D,
+                     `k4d policy-eval`'s worlds): an RGB image's estimate misses objects
+                     (white and grey ones lie flat), and an object let go of over one fell
+                     through it. "" (default): it stays where it was let go.
   refiner_objects    "kept": the refiner's change is not shown on frame 0's objects (the pieces
                      `estimated_objects` finds on the refiner's floors, a pixel wider): they
                      keep the input's pixels and points, and only `grasp` and `push` move
