@@ -29,21 +29,14 @@ import numpy as np
 LIFTED_M = 0.05  # the judge's LIFT_M: physics lifted the object
 
 
-class _Prediction:
-    """The arrays k4d.judge reads, from a prediction's pointmap.npz and the true robot mask."""
+def _prediction(path: Path, robot_mask: np.ndarray):
+    """The judge's view (k4d.judge.JudgeClip) of a prediction's pointmap.npz, with the true
+    robot mask."""
+    from k4d.judge import JudgeClip
 
-    def __init__(self, path: Path, robot_mask: np.ndarray):
-        arrays = np.load(path)
-        self.rgb, self.pointmap = arrays["rgb"], arrays["pointmap"]
-        self.valid, self.robot_mask = self.pointmap[..., 2] > 0, robot_mask
-
-    @property
-    def frames(self) -> int:
-        return int(self.rgb.shape[0])
-
-    @property
-    def size(self) -> tuple[int, int]:
-        return int(self.rgb.shape[1]), int(self.rgb.shape[2])
+    arrays = np.load(path)
+    pointmap = arrays["pointmap"]
+    return JudgeClip(arrays["rgb"], pointmap, pointmap[..., 2] > 0, robot_mask)
 
 
 def heights(dataset, episode_id: str, runs: dict[str, Path]) -> tuple[np.ndarray, dict] | None:
@@ -62,7 +55,7 @@ def heights(dataset, episode_id: str, runs: dict[str, Path]) -> tuple[np.ndarray
     start = truth.object_ids[0] == 1
     judged = {}
     for name, root in runs.items():
-        clip = _Prediction(root / episode_id / "pointmap.npz", truth.robot_mask)
+        clip = _prediction(root / episode_id / "pointmap.npz", truth.robot_mask)
         track = object_track(clip, None, start, T_world_from_cam0)
         judged[name] = track[:, 2] - track[0, 2] + true_z[0]  # a displacement, as the judge
     return true_z, judged

@@ -538,6 +538,28 @@ def test_an_rgb_rollout_with_a_camera_pose_reads_its_depth_off_the_planes(make_t
         assert exc.value.violations[0].field == "T_cam_from_base"
 
 
+ESTIMATED_EXTRA = {"first_frame": "given", "decode": "composite", "change_threshold": 1000,
+                   "change_depth_m": 0, "change_dilate": 0, "robot_pointmap": "kinematics",
+                   "refiner_first_depth": "estimated"}
+
+
+def _estimating_pipe_with_tool(make_tiny, more: dict):
+    """(pipe, image, robot, tool, measured): a pipeline that estimates frame 0's depth on a
+    floor at z = 0.2 (ESTIMATED_EXTRA + more), a still tool track, and a measured frame-0
+    pointmap (3 m away) for the same image."""
+    from k4d.tool import ToolTrack
+
+    image, robot = _ray_cast_robot()
+    refiner = with_geometry(_constant_refiner(0.0, -6.0),
+                            _plane_refiner(np.log(1.2), (0.0, 0.0, 0.2), plane=3))
+    pipe = _pipe(make_tiny, refiner, {**ESTIMATED_EXTRA, **more})
+    frames = robot.mask.shape[0]
+    tool = ToolTrack(np.repeat(np.eye(4)[None], frames, axis=0), np.zeros(frames))
+    measured = np.zeros(image.shape, np.float32)
+    measured[..., 2] = 3.0
+    return pipe, image, robot, tool, measured
+
+
 @pytest.mark.parametrize("push_estimated, push_colour", [(False, False), (True, False),
                                                         (True, True)])
 def test_push_runs_on_estimated_points_only_when_asked(make_tiny, monkeypatch, push_estimated,
@@ -546,7 +568,6 @@ def test_push_runs_on_estimated_points_only_when_asked(make_tiny, monkeypatch, p
     estimate of an RGB image's; with `push_colour` it is given the image to find objects
     by their colour."""
     import k4d_model.pipeline as pipeline
-    from k4d.tool import ToolTrack
 
     seen, colours = [], []
 
@@ -557,16 +578,9 @@ def test_push_runs_on_estimated_points_only_when_asked(make_tiny, monkeypatch, p
         return []
 
     monkeypatch.setattr(pipeline, "pushed_objects", record)
-    image, robot = _ray_cast_robot()
-    extra = {"first_frame": "given", "decode": "composite", "change_threshold": 1000,
-             "change_depth_m": 0, "change_dilate": 0, "robot_pointmap": "kinematics",
-             "refiner_first_depth": "estimated", "push": "quasi-static",
-             "push_estimated": push_estimated, "push_colour": push_colour}
-    refiner = with_geometry(_constant_refiner(0.0, -6.0),
-                            _plane_refiner(np.log(1.2), (0.0, 0.0, 0.2), plane=3))
-    pipe = _pipe(make_tiny, refiner, extra)
-    frames = robot.mask.shape[0]
-    tool = ToolTrack(np.repeat(np.eye(4)[None], frames, axis=0), np.zeros(frames))
+    pipe, image, robot, tool, measured = _estimating_pipe_with_tool(
+        make_tiny, {"push": "quasi-static", "push_estimated": push_estimated,
+                    "push_colour": push_colour})
     out = pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1,
                T_cam_from_base=CAMERA_POSE, tool=tool)
     assert len(seen) == int(push_estimated)
@@ -575,8 +589,6 @@ def test_push_runs_on_estimated_points_only_when_asked(make_tiny, monkeypatch, p
         assert (colours[0] is None) is not push_colour
         if push_colour:  # the given image, frame 0 of the output
             assert np.array_equal(colours[0], image)
-    measured = np.zeros(image.shape, np.float32)
-    measured[..., 2] = 3.0
     pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1, initial_pointmap=measured,
          T_cam_from_base=CAMERA_POSE, tool=tool)
     assert len(seen) == int(push_estimated) + 1  # measured points: always,
@@ -591,7 +603,6 @@ def test_grasp_release_settle_runs_on_measured_points_only(make_tiny, monkeypatc
     measured points; an RGB image's estimate misses objects (white ones lie flat), and an
     object let go of over one would fall through it."""
     import k4d_model.pipeline as pipeline
-    from k4d.tool import ToolTrack
 
     calls = []
 
@@ -600,21 +611,12 @@ def test_grasp_release_settle_runs_on_measured_points_only(make_tiny, monkeypatc
         return []
 
     monkeypatch.setattr(pipeline, "grasped_objects", record)
-    image, robot = _ray_cast_robot()
-    extra = {"first_frame": "given", "decode": "composite", "change_threshold": 1000,
-             "change_depth_m": 0, "change_dilate": 0, "robot_pointmap": "kinematics",
-             "refiner_first_depth": "estimated", "grasp": "rigid", "grasp_release": "settle"}
-    refiner = with_geometry(_constant_refiner(0.0, -6.0),
-                            _plane_refiner(np.log(1.2), (0.0, 0.0, 0.2), plane=3))
-    pipe = _pipe(make_tiny, refiner, extra)
-    frames = robot.mask.shape[0]
-    tool = ToolTrack(np.repeat(np.eye(4)[None], frames, axis=0), np.zeros(frames))
-    measured = np.zeros(image.shape, np.float32)
-    measured[..., 2] = 3.0
+    settle = {"grasp": "rigid", "grasp_release": "settle"}
+    pipe, image, robot, tool, measured = _estimating_pipe_with_tool(make_tiny, settle)
     kwargs = {"num_steps": 1, "T_cam_from_base": CAMERA_POSE, "tool": tool}
     pipe(image, robot.rgb, robot.pointmap, robot.mask, **kwargs)
     pipe(image, robot.rgb, robot.pointmap, robot.mask, initial_pointmap=measured, **kwargs)
-    pipe.components.info.extra = {**extra, "grasp_release": ""}
+    pipe.components.info.extra = {**ESTIMATED_EXTRA, **settle, "grasp_release": ""}
     pipe(image, robot.rgb, robot.pointmap, robot.mask, initial_pointmap=measured, **kwargs)
     assert calls == [False, True, False]
 
