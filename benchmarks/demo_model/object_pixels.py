@@ -119,8 +119,8 @@ def main() -> None:
     import torch
     from ablate_fidelity import episode_inputs
     from k4d.episodes import open_dataset
+    from k4d.generation import FidelityOptions
     from k4d_generator.pipeline import Kinema4DPipeline
-    from k4d_model.fidelity import FidelityOptions
     from k4d_model.refiner import PLANE_HORIZONTAL, predict_change
     from k4d_model.surface import object_pieces
     from safetensors.torch import save_file
