@@ -74,6 +74,7 @@ def train(uri: str, steps: int, seed: int = 0):
     inputs, targets = training_frames(uri)
     net = ChangeRefiner(RefinerConfig(channels=(16, 32, 64), groups=4))
     optimizer = torch.optim.AdamW(net.parameters(), LEARNING_RATE)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps)
     weight, started = torch.tensor(POSITIVE_WEIGHT), time.time()
     for step in range(steps):
         pick = torch.randint(0, len(inputs), (BATCH,))
@@ -84,8 +85,7 @@ def train(uri: str, steps: int, seed: int = 0):
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        for group in optimizer.param_groups:
-            group["lr"] = LEARNING_RATE * 0.5 * (1 + np.cos(np.pi * (step + 1) / steps))
+        schedule.step()
         if step % 100 == 0:
             print(f"step {step} loss {loss.item():.4f} ({time.time() - started:.0f} s)",
                   flush=True)
