@@ -120,6 +120,8 @@ def main() -> None:
     parser.add_argument("--depth", action="store_true",
                         help="give the pipeline the first frame's points (RGB-D input)")
     parser.add_argument("--steps", type=int, default=0)
+    parser.add_argument("--episodes", default="",
+                        help="comma-separated episode ids (default: every episode of --run)")
     parser.add_argument("--eval-only", action="store_true",
                         help="score the variants' existing rollouts again (no sampling)")
     parser.add_argument("--table", action="store_true",
@@ -146,6 +148,12 @@ def main() -> None:
     dataset = open_dataset(args.data)
     floor = args.run / "static-world"
     ids = sorted(p.name for p in floor.iterdir() if (p / "summary.json").is_file())
+    if args.episodes:
+        wanted = args.episodes.split(",")
+        missing = sorted(set(wanted) - set(ids))
+        if missing:
+            parser.error(f"--episodes: not in {floor}: {', '.join(missing)}")
+        ids = [i for i in ids if i in wanted]
     variants = []
     for spec in args.variant:
         name, _, text = spec.partition("=")

@@ -15,6 +15,14 @@ looks):
         --train .k4d/splits/train160 --split .k4d/ev/h9013=.k4d/splits/heldout9013 \
         --split ... --steps 1500 --out .k4d/object-pixels
 
+With --objects MODEL it trains nothing and scores that model's own object network (the
+refiner's, RefinerConfig.objects; round 18), as `object_pixels: learned` reads it (the mean
+logit over the rollout's frames), alone and as it completes the colour rule
+(k4d_model.surface.object_pieces with `found`: "merged"):
+
+    python benchmarks/demo_model/object_pixels.py --model models/demo-small/weights \
+        --objects models/demo-small/weights --split ... --out .k4d/object-pixels-r18
+
 --split RUN=DATA: a finished `k4d eval run` directory (its inputs and robot condition) and
 its dataset. Prints, per object colour, the mean share of an object's pixels found and how
 many objects had >= 30 % of them; and false pieces (found pieces of >= 3 pixels touching no
@@ -110,7 +118,9 @@ def score(found: np.ndarray, ids: np.ndarray, names: list[str], tally: dict) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="the shipped model (its refiner)")
-    parser.add_argument("--train", required=True, help="training-seed dataset")
+    parser.add_argument("--train", help="training-seed dataset (to train a classifier)")
+    parser.add_argument("--objects", help="a model whose refiner has an object network: "
+                                          "score it instead of training one")
     parser.add_argument("--split", action="append", required=True, help="RUN=DATA")
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--out", required=True, type=Path)
@@ -126,13 +136,22 @@ def main() -> None:
     from safetensors.torch import save_file
 
     torch.set_num_threads(2)
-    net = train(args.train, args.steps)
+    if not (args.train or args.objects):
+        parser.error("give --train (train a classifier) or --objects (score a model's)")
     args.out.mkdir(parents=True, exist_ok=True)
-    save_file(net.state_dict(), str(args.out / "object_pixels.safetensors"))
+    net = None
+    if args.objects:
+        objects = Kinema4DPipeline.from_pretrained(args.objects).refiner
+        if objects is None or objects.objects is None:
+            parser.error(f"--objects: {args.objects} has no refiner object network")
+    else:
+        net = train(args.train, args.steps)
+        save_file(net.state_dict(), str(args.out / "object_pixels.safetensors"))
     pipe = Kinema4DPipeline.from_pretrained(args.model)
     opts = FidelityOptions.from_extra(pipe.info.extra)
-    tallies = {"colour rule": {}, "learned": {}}
-    false = {"colour rule": 0, "learned": 0}
+    names = ("colour rule", "learned", "merged")
+    tallies = {name: {} for name in names}
+    false = dict.fromkeys(names, 0)
     for spec in args.split:
         run, _, uri = spec.partition("=")
         dataset = open_dataset(uri)
@@ -144,11 +163,16 @@ def main() -> None:
                                     plane_mode_share=opts.plane_mode_share,
                                     plane_top_convex=opts.plane_top_convex)
             floor = (change.first_plane == PLANE_HORIZONTAL) & ~robot.mask[0]
-            with torch.no_grad():
-                logit = net(frame_inputs(image[None], robot.rgb, robot.pointmap, robot.mask,
-                                         0))[0, 0].numpy()
+            if net is None:
+                learned = predict_change(objects, image, robot, T_cam_from_base=pose
+                                         ).object_probability > 0.5
+            else:
+                with torch.no_grad():
+                    learned = net(frame_inputs(image[None], robot.rgb, robot.pointmap,
+                                               robot.mask, 0))[0, 0].numpy() > 0
             found = {"colour rule": object_pieces(image, floor, robot.mask[0]) > 0,
-                     "learned": (logit > 0) & floor}
+                     "learned": learned & floor,
+                     "merged": object_pieces(image, floor, robot.mask[0], learned) > 0}
             ids = ep.read("object_ids")[0]
             for name, mask in found.items():
                 false[name] += score(mask, ids, ep.meta.object_names, tallies[name])

@@ -146,7 +146,9 @@ def add_refiner(config_path: str, run: Path, model: Path, processes: int = 2) ->
     """Train the recipe's change refiner in RUN (the trainer's own refiner stage, resumable
     there; one process with the batch of `processes` data-parallel ones) and add it to an
     exported model (MODEL/weights/refiner/, manifest refreshed): a model exported before
-    its recipe had a refiner section gets the refiner the recipe now trains in its run."""
+    its recipe had a refiner section gets the refiner the recipe now trains in its run. A
+    RUN whose committed refiner lacks the object network the recipe now has (the model's
+    own refiner, committed there) gets that network alone (issue 21, round 18)."""
     import dataclasses
 
     from k4d.episodes import open_dataset
@@ -169,7 +171,8 @@ def add_refiner(config_path: str, run: Path, model: Path, processes: int = 2) ->
         if section is None:
             return None
         return dataclasses.replace(section, batch_size=section.batch_size * processes,
-                                   geometry=one_process(section.geometry))
+                                   geometry=one_process(section.geometry),
+                                   objects=one_process(section.objects))
 
     section = one_process(config.refiner)
 

@@ -32,6 +32,7 @@ from k4d_model.refiner import (
     save_refiner,
     snap_planes,
     with_geometry,
+    with_objects,
 )
 from k4d_model.results import RobotCondition
 from k4d_model.testing import CallableDenoiser as Denoiser
@@ -572,7 +573,7 @@ def test_push_runs_on_estimated_points_only_when_asked(make_tiny, monkeypatch, p
     seen, colours = [], []
 
     def record(first_points, robot_first, tool, T_cam_from_base, held, first_rgb=None,
-               radius_m=None):
+               radius_m=None, known=None):
         seen.append(np.array(first_points))
         colours.append(first_rgb)
         return []
@@ -686,3 +687,78 @@ def test_estimated_objects_stand_up_and_the_refiner_leaves_them_alone(make_tiny)
     for key, value in (("estimated_objects", "upright"), ("refiner_objects", "frozen")):
         with pytest.raises(InvalidArgument, match=key):
             FidelityOptions.check({key: value})
+
+
+class _MarkedObjects(ChangeRefiner):
+    """An object network whose logit is +8 on `marked` (H, W) pixels and -8 elsewhere."""
+
+    def __init__(self, marked: np.ndarray):
+        super().__init__(RefinerConfig(channels=SMALL.channels, object_logit=True))
+        self.marked = torch.from_numpy(np.asarray(marked, bool))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros(x.shape[0], self.config.outputs, *x.shape[-2:])
+        out[:, self.config.object_index] = torch.where(self.marked, 8.0, -8.0)
+        return out
+
+
+def test_an_object_network_is_stored_beside_the_others_and_found_objects_averaged(tmp_path):
+    image, robot = _ray_cast_robot()
+    config = RefinerConfig(channels=SMALL.channels, object_logit=True)
+    assert config.outputs == OUTPUT_CHANNELS + 1 and config.object_index == OUTPUT_CHANNELS
+    objects = ChangeRefiner(config).eval()
+    with torch.no_grad():
+        objects.head.weight.zero_()
+        objects.head.bias.copy_(torch.tensor([0.0, 0.0, 0.0, 0.0, 1.5]))
+    geometry = _constant_refiner(0.0, -2.0, depth=0.5, first=0.0)
+    combined = with_objects(with_geometry(_constant_refiner(20.0, 3.0), geometry), objects)
+    change = predict_change(combined, image, robot, batch=3)
+    assert np.allclose(change.object_probability, 1 / (1 + np.exp(-1.5)), atol=1e-6)
+    assert np.allclose(change.first_depth_m, 0.8, atol=1e-6)  # the geometry network's still
+    assert predict_change(with_geometry(_constant_refiner(20.0, 3.0), geometry), image,
+                          robot).object_probability is None
+    save_refiner(combined, tmp_path)
+    loaded = load_refiner(tmp_path)
+    assert loaded.config == combined.config and loaded.objects.config.object_logit
+    for (name, a), (_, b) in zip(combined.state_dict().items(), loaded.state_dict().items(),
+                                 strict=True):
+        assert torch.equal(a, b), name
+    with pytest.raises(InvalidArgument, match="refiner.objects"):
+        with_objects(combined, geometry)  # no object head
+    with pytest.raises(InvalidArgument, match="refiner.objects"):
+        with_objects(geometry, combined)  # it has networks of its own
+
+
+def test_object_pixels_learned_finds_an_object_the_colour_rule_cannot(make_tiny):
+    """A light grey cube on a light grey table: the colour rule finds nothing to stand up;
+    with `object_pixels: learned` the object network's pixels are the piece and it stands
+    up; the table stays."""
+    _, robot = _ray_cast_robot()
+    image = np.full((32, 48, 3), 150, np.uint8)  # a grey table
+    image[robot.mask[0]] = 255
+    thing = np.zeros((32, 48), bool)
+    thing[22:26, 36:40] = True
+    image[thing] = 160  # a grey object on it: like the table lit
+    extra = {"first_frame": "given", "decode": "input", "robot_pointmap": "kinematics",
+             "refiner_first_depth": "estimated", "estimated_objects": "fitted"}
+    base = with_geometry(_constant_refiner(0.0, -6.0),
+                         _plane_refiner(np.log(1.2), (0.0, 0.0, 0.2), plane=3))
+    refiner = with_objects(base, ChangeRefiner(RefinerConfig(channels=SMALL.channels,
+                                                             object_logit=True)))
+    refiner.objects = _MarkedObjects(thing).eval()
+
+    def first_points(options, net=refiner):
+        pipe = _pipe(make_tiny, net, {**extra, **options})
+        return pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1,
+                    T_cam_from_base=CAMERA_POSE).pointmap[0]
+
+    by_colour = first_points({})
+    learned = first_points({"object_pixels": "learned"})
+    assert np.allclose(by_colour[thing][:, 2], 0.8, atol=1e-5)  # not found: laid flat
+    assert learned[thing][:, 2].mean() < 0.78  # found: stood up, nearer the camera
+    table = ~robot.mask[0] & ~thing
+    assert np.array_equal(learned[table], by_colour[table])
+    with pytest.raises(FailedPrecondition, match="object_pixels"):
+        first_points({"object_pixels": "learned"}, base)  # no object network
+    with pytest.raises(InvalidArgument, match="object_pixels"):
+        FidelityOptions.check({"object_pixels": "colour"})

@@ -171,3 +171,27 @@ def test_objects_are_small_pieces_off_the_robot_and_on_a_floor():
     pieces = object_pieces(big, everywhere, none)
     assert not pieces[40:60, 5:40].any() and np.array_equal(pieces > 0, cube)
     assert np.array_equal(standing_objects(flat, np.zeros(cube.shape, int), T), flat)
+
+
+def test_learned_pixels_complete_the_colour_rule_where_it_found_little():
+    """`found` (the object network's pixels) adds an object the colour rule missed (a grey
+    one on the grey table) and leaves one it found alone, though its learned pixels lie a
+    pixel off (the colour rule's edge is exact)."""
+    image = np.full((40, 60, 3), 150, np.uint8)
+    yellow = np.zeros((40, 60), bool)
+    yellow[10:14, 10:13] = True
+    image[yellow] = (230, 200, 40)
+    grey = np.zeros((40, 60), bool)
+    grey[25:29, 40:44] = True
+    image[grey] = 160  # like the table lit: not an object by colour
+    everywhere, none = np.ones(yellow.shape, bool), np.zeros(yellow.shape, bool)
+    by_colour = object_pieces(image, everywhere, none)
+    assert np.array_equal(by_colour > 0, yellow)
+    shifted = np.roll(yellow, 1, axis=1)  # the network's piece, a pixel to the right
+    both = object_pieces(image, everywhere, none, found=shifted | grey)
+    assert both.max() == 2
+    assert np.array_equal(both > 0, yellow | grey)
+    assert len(np.unique(both[grey])) == 1 and len(np.unique(both[yellow])) == 1
+    assert np.array_equal(object_pieces(image, everywhere, none, found=none), by_colour)
+    # off the floors nothing joins
+    assert np.array_equal(object_pieces(image, ~grey, none, found=grey) > 0, yellow)

@@ -407,3 +407,77 @@ def test_bf16_autocast_trains_an_fp32_network_on_an_fp32_loss(tmp_path, make_dat
     assert all(p.dtype == torch.float32 for p in bf16.parameters())
     assert bf16_losses != fp32_losses  # the forward ran in bf16
     assert np.allclose(bf16_losses, fp32_losses, rtol=0.05)
+
+
+def test_object_logit_loss_is_the_weighted_bce_off_the_robot():
+    batch = _batch(off_robot=(1.0, 1.0, 1.0, 0.0))._replace(
+        objects=torch.tensor([[[[1.0, 0.0], [0.0, 1.0]]]]))
+    section = RefinerSection(colour_weight=0.0, mask_weight=0.0, object_logit_weight=2.0,
+                             object_pos_weight=3.0)
+    output = torch.zeros(1, 4 + 1, 2, 2)  # colour (3), change logit, object logit
+    output[0, 4] = torch.tensor([[1.0, -1.0], [0.0, 5.0]])
+    loss, parts = refiner_loss(output, batch, section)
+    sp = torch.nn.functional.softplus
+    # object pixel (weighted 3), two others; the fourth pixel is the robot's and left out
+    expected = (3.0 * sp(torch.tensor(-1.0)) + sp(torch.tensor(-1.0)) + sp(torch.tensor(0.0))) / 3
+    assert parts["objects"] == pytest.approx(float(expected), rel=1e-5)
+    assert float(loss) == pytest.approx(2.0 * float(expected), rel=1e-5)
+
+
+OBJECTS = RefinerSection(steps=3, batch_size=2, lr=2e-3, warmup_steps=1, channels=[8, 16],
+                         colour_weight=0.0, mask_weight=0.0, object_logit_weight=1.0,
+                         checkpoint_every=2, log_every=1)
+
+
+def test_an_object_network_is_trained_after_the_others_and_added_to_a_committed_refiner(
+        tmp_path, make_dataset):
+    plain, with_ids = _with_object_ids(tmp_path, make_dataset)
+    ids = sorted(with_ids.episode_ids)
+
+    class Components:
+        refiner = None
+
+    # a run whose refiner was committed before its recipe had an object network
+    run = RunDir(str(tmp_path / "run"))
+    before = Components()
+    refiner_stage(before, with_ids, ids, CLIP, SECTION, DistInfo(), run, 3, log=lambda _: None)
+    assert before.refiner.objects is None
+    section = RefinerSection(**{**SECTION.__dict__, "objects": OBJECTS})
+    lines: list[str] = []
+    after = Components()
+    losses = refiner_stage(after, with_ids, ids, CLIP, section, DistInfo(), run, 3,
+                           log=lines.append)
+    assert len(losses) == OBJECTS.steps and not any(line.startswith("refiner step")
+                                                    for line in lines)
+    objects = after.refiner.objects
+    assert objects is not None and objects.config.object_logit
+    assert objects.config.object_index == 4 and objects.config.outputs == 5
+    for name, value in before.refiner.state_dict().items():  # the other networks kept
+        assert torch.equal(value, after.refiner.state_dict()[name]), name
+    again = Components()
+    assert refiner_stage(again, with_ids, ids, CLIP, section, DistInfo(), run, 3,
+                         log=lambda _: None) == []  # committed with it: loaded
+    assert again.refiner.objects is not None
+    # a fresh run trains the three in turn; the object network as the one added above
+    fresh = Components()
+    losses = refiner_stage(fresh, with_ids, ids, CLIP, section, DistInfo(),
+                           RunDir(str(tmp_path / "fresh")), 3, log=lambda _: None)
+    assert len(losses) == SECTION.steps + OBJECTS.steps
+    for name, value in after.refiner.state_dict().items():
+        assert torch.equal(value, fresh.refiner.state_dict()[name]), name
+    with pytest.raises(InvalidArgument, match="refiner.objects.object_logit_weight") as exc:
+        refiner_stage(Components(), plain, sorted(plain.episode_ids), CLIP, section, DistInfo(),
+                      RunDir(str(tmp_path / "plain")), 3, log=lambda _: None)
+    assert "object_ids" in str(exc.value)
+
+
+@pytest.mark.parametrize("section, name", [
+    (RefinerSection(objects=RefinerSection()), "refiner.objects.object_logit_weight"),
+    (RefinerSection(objects=RefinerSection(object_logit_weight=1.0,
+                                           geometry=RefinerSection())), "refiner.objects"),
+    (RefinerSection(objects=RefinerSection(object_logit_weight=1.0, object_pos_weight=-1.0)),
+     "refiner.objects.object_pos_weight"),
+    (RefinerSection(object_logit_weight=-1.0), "refiner.object_logit_weight")])
+def test_an_object_section_is_checked_with_its_own_names(section, name):
+    with pytest.raises(InvalidArgument, match=name):
+        section.validate()

@@ -246,7 +246,8 @@ def _object_next_to(tool_at: np.ndarray, base: np.ndarray, colour: np.ndarray,
 def pushed_objects(first_points: np.ndarray, robot_first: np.ndarray, tool: ToolTrack,
                    T_cam_from_base: np.ndarray, held: list[GraspedObject],
                    first_rgb: np.ndarray | None = None,
-                   radius_m: tuple[float, float] | None = None) -> list[GraspedObject]:
+                   radius_m: tuple[float, float] | None = None,
+                   known: np.ndarray | None = None) -> list[GraspedObject]:
     """The objects the tool pushes over the rollout (the `push: quasi-static` option), from
     frame 0's points (H, W, 3) camera frame (measured; estimated with first_rgb, below), the
     robot's frame-0 pixels, the tool track, the camera's pose and the objects already held
@@ -265,7 +266,9 @@ def pushed_objects(first_points: np.ndarray, robot_first: np.ndarray, tool: Tool
     lying at the surface's height or above it; a piece touching a held object is that
     object's shadow or rest, and is not pushed; its footprint is read from its width and
     near edge (its radius clipped to radius_m, min and max), and it is taken to be as tall
-    as it is wide."""
+    as it is wide. known (H, W) bool: with first_rgb, the pixels the estimate stood up as
+    objects (the `object_pixels: learned` option's pieces): they are objects whatever their
+    colour, so a white object's pixels like the surface go with it."""
     from scipy import ndimage
 
     T_cam_from_base = np.asarray(T_cam_from_base, np.float64)
@@ -287,7 +290,9 @@ def pushed_objects(first_points: np.ndarray, robot_first: np.ndarray, tool: Tool
         lowest = surface + CLEARANCE_M
         if colour is not None:  # laid flat: at the surface's height, told apart by colour
             lowest = surface - CLEARANCE_M
-            near[near] = unlike_surface(colour[near], surface_palette(colour, under))
+            unlike = near.copy()
+            unlike[near] = unlike_surface(colour[near], surface_palette(colour, under))
+            near &= unlike if known is None else unlike | known
         standing |= near & (base[..., 2] > lowest) & (base[..., 2] < surface + SUPPORT_DEPTH_M)
     carrying = np.zeros(tool.frames, bool)
     for obj in held:

@@ -34,6 +34,7 @@ from k4d.generation import (
     FIRST_FRAME_GIVEN,
     GRASP_RELEASE_SETTLE,
     GRASP_RIGID,
+    OBJECT_PIXELS_LEARNED,
     PUSH_QUASI_STATIC,
     REFINER_CHANGE,
     REFINER_DRAWN,
@@ -323,7 +324,10 @@ class Kinema4DPipeline:
         pieces = None  # frame 0's objects on the refiner's floors (k4d_model.surface)
         if (opts.estimated_objects or opts.refiner_objects) and change is not None and (
                 change.first_plane is not None):
-            pieces = object_pieces(image, change.first_plane == PLANE_HORIZONTAL, robot.mask[0])
+            found = (change.object_probability > 0.5
+                     if opts.object_pixels == OBJECT_PIXELS_LEARNED else None)
+            pieces = object_pieces(image, change.first_plane == PLANE_HORIZONTAL, robot.mask[0],
+                                   found)
         if opts.refiner_objects == REFINER_OBJECTS_KEPT and pieces is not None:
             change = keep_objects(change, pieces > 0)
         observed = initial_pointmap is not None  # frame 0's points measured, not estimated
@@ -409,8 +413,11 @@ class Kinema4DPipeline:
             if opts.push == PUSH_QUASI_STATIC and (observed or opts.push_estimated):
                 # measured points stand objects up; an estimate lays them flat (push_colour)
                 by_colour = opts.push_colour and not observed
+                # the pixels stood up with an object go with it, whatever their colour
+                known = centred if by_colour and opts.object_pixels else None
                 held += pushed_objects(points[0], robot.mask[0], tool, T_cam_from_base, held,
-                                       rgb_out[0] if by_colour else None, opts.object_radius_m)
+                                       rgb_out[0] if by_colour else None, opts.object_radius_m,
+                                       known)
             rgb_out, points = carry_grasped(rgb_out, points, robot.mask, robot.pointmap, held)
         return rgb_out, points, [obj.to_dict() for obj in held]
 
@@ -419,6 +426,10 @@ class Kinema4DPipeline:
             if getattr(opts, key) and self.refiner is None:
                 raise FailedPrecondition(f"model {self.info.name} sets extra.{key}="
                                          f"{getattr(opts, key)!r} but has no refiner/ directory")
+        if opts.object_pixels and self.refiner.objects is None:
+            raise FailedPrecondition(f"model {self.info.name} sets extra.object_pixels="
+                                     f"{opts.object_pixels!r} but its refiner has no object "
+                                     "network (refiner/config.json \"objects\": null)")
         for key, head in (("refiner_pointmap", "depth"), ("refiner_first_depth", "first_depth")):
             if getattr(opts, key) and not getattr(self.refiner.geometry_source.config, head):
                 raise FailedPrecondition(f"model {self.info.name} sets extra.{key}="

@@ -21,6 +21,12 @@ where it has been so far), and outputs per pixel
                  logits: none, x, y, z). The depth of a pixel on a plane is where its camera
                  ray meets it (exact for a flat surface, ADR 017); elsewhere `first`.
                  Such a network also reads the camera's pose (BaseRays.channels).
+    object  (1)  with `RefinerConfig.object_logit`: whether frame 0's pixel shows an object
+                 (the data engine's object ids >= 1; every frame t predicts it, the mean
+                 logit over frames is used). A third network beside the colour one
+                 (`RefinerConfig.objects`) finds frame 0's objects for the `object_pixels:
+                 learned` option, where the colour rule (k4d_model.surface) takes a white
+                 object for a lit table (issue 21, round 18).
 
 Trained by `k4d train` (the recipe's `refiner` section, k4d_trainer.refiner_stage) on the same
 clips as the transformer; used by the pipeline when the model's `refiner` option is set
@@ -70,15 +76,19 @@ class RefinerConfig:
     first_depth: bool = False  # an output: frame 0's depth
     # outputs: frame 0's planes (needs first_depth); inputs: the camera's pose
     scene_planes: bool = False
+    object_logit: bool = False  # an output: whether frame 0's pixel shows an object
     # A second network of this class beside it for the depth outputs (and the change
     # probability that gates the points), so that geometry does not share the colour's
     # capacity (measured: one network with both drew colour worse, ADR 016)
     geometry: RefinerConfig | None = None
+    # A third network of this class for the object logit (frame 0's objects, found by
+    # learning rather than by colour: the `object_pixels` option)
+    objects: RefinerConfig | None = None
 
     @property
     def outputs(self) -> int:
         return (OUTPUT_CHANNELS + int(self.depth) + int(self.first_depth)
-                + PLANE_CHANNELS * int(self.scene_planes))
+                + PLANE_CHANNELS * int(self.scene_planes) + int(self.object_logit))
 
     @property
     def inputs(self) -> int:
@@ -94,6 +104,11 @@ class RefinerConfig:
         """The first of the PLANE_CHANNELS outputs (with scene_planes)."""
         return self.first_index + int(self.first_depth)
 
+    @property
+    def object_index(self) -> int:
+        """The output channel of the object logit (with object_logit)."""
+        return self.planes_index + PLANE_CHANNELS * int(self.scene_planes)
+
     def __post_init__(self):
         if not self.channels or any(int(c) <= 0 or int(c) % self.groups for c in self.channels):
             raise InvalidArgument.for_field("refiner.channels",
@@ -105,12 +120,14 @@ class RefinerConfig:
     @classmethod
     def from_dict(cls, config: dict) -> RefinerConfig:
         """The inverse of dataclasses.asdict (config.json)."""
-        geometry = config.get("geometry")
+        geometry, objects = config.get("geometry"), config.get("objects")
         return cls(channels=tuple(config["channels"]), groups=int(config.get("groups", 8)),
                    depth=bool(config.get("depth", False)),
                    first_depth=bool(config.get("first_depth", False)),
                    scene_planes=bool(config.get("scene_planes", False)),
-                   geometry=cls.from_dict(geometry) if geometry else None)
+                   object_logit=bool(config.get("object_logit", False)),
+                   geometry=cls.from_dict(geometry) if geometry else None,
+                   objects=cls.from_dict(objects) if objects else None)
 
 
 def _block(cin: int, cout: int, groups: int) -> nn.Sequential:
@@ -119,8 +136,8 @@ def _block(cin: int, cout: int, groups: int) -> nn.Sequential:
 
 
 class ChangeRefiner(nn.Module):
-    """(N, INPUT_CHANNELS, H, W) -> (N, config.outputs, H, W); any H, W. The geometry
-    network, when there is one, is called apart (predict_change)."""
+    """(N, INPUT_CHANNELS, H, W) -> (N, config.outputs, H, W); any H, W. The geometry and
+    object networks, when there are, are called apart (predict_change)."""
 
     def __init__(self, config: RefinerConfig | None = None):
         super().__init__()
@@ -138,6 +155,8 @@ class ChangeRefiner(nn.Module):
         self.head = nn.Conv2d(width, self.config.outputs, 1)
         geometry = self.config.geometry
         self.geometry = ChangeRefiner(geometry) if geometry is not None else None
+        objects = self.config.objects
+        self.objects = ChangeRefiner(objects) if objects is not None else None
 
     @property
     def geometry_source(self) -> ChangeRefiner:
@@ -362,7 +381,9 @@ class RefinedChange:
                  predicts the depths (the geometry network when there is one)
     first_plane  (H, W) int8: the plane of the base frame frame 0's depth was put on (0:
                  none, 1-3: x, y, z = const), or None for a refiner without planes or a
-                 rollout without a camera pose"""
+                 rollout without a camera pose
+    object_probability  (H, W) float32: that frame 0's pixel shows an object, by the
+                 object network, or None for a refiner without one"""
 
     colour: np.ndarray
     probability: np.ndarray
@@ -370,6 +391,7 @@ class RefinedChange:
     first_depth_m: np.ndarray | None = None
     point_probability: np.ndarray | None = None
     first_plane: np.ndarray | None = None
+    object_probability: np.ndarray | None = None
 
 
 @torch.no_grad()
@@ -395,6 +417,8 @@ def predict_change(refiner: ChangeRefiner, image: np.ndarray, robot: RobotCondit
                                 else np.zeros((T, H, W), np.float32))
     scale = depth_scale(robot)
     log_first = np.zeros((H, W), np.float64)
+    objects = refiner.objects
+    object_logit = np.zeros((H, W), np.float64)
     device = next(refiner.parameters()).device
     for start in range(1, T, batch):
         frames = list(range(start, min(start + batch, T)))
@@ -412,6 +436,12 @@ def predict_change(refiner: ChangeRefiner, image: np.ndarray, robot: RobotCondit
         if geometry.config.scene_planes:
             start_plane = geometry.config.planes_index
             planes += y[:, start_plane:start_plane + PLANE_CHANNELS].double().sum(0).numpy()
+        if objects is not None:
+            y = objects(x[:, :objects.config.inputs]).float().cpu()
+            object_logit += y[:, objects.config.object_index].double().sum(0).numpy()
+    if objects is not None and T > 1:  # every frame predicts frame 0's objects: the mean
+        change.object_probability = (1.0 / (1.0 + np.exp(-object_logit / (T - 1)))
+                                     ).astype(np.float32)
     if geometry.config.first_depth and T > 1:
         change.first_depth_m = (scale * np.exp(log_first / (T - 1))).astype(np.float32)
         if rays is not None:  # every frame predicts frame 0's planes: their mean
@@ -467,11 +497,24 @@ def load_refiner(model_dir: str | Path) -> ChangeRefiner | None:
 def with_geometry(refiner: ChangeRefiner, geometry: ChangeRefiner) -> ChangeRefiner:
     """One refiner (one folder, one weights file): `refiner`'s colour network with
     `geometry` as its geometry network (RefinerConfig.geometry), weights copied exactly."""
-    if geometry.geometry is not None:
-        raise InvalidArgument.for_field("refiner.geometry", "a geometry network has no "
-                                                            "geometry network of its own")
-    combined = ChangeRefiner(replace(refiner.config, geometry=geometry.config))
-    main = {k: v for k, v in refiner.state_dict().items() if not k.startswith("geometry.")}
-    combined.load_state_dict({**main, **{f"geometry.{k}": v
-                                         for k, v in geometry.state_dict().items()}})
+    return _with_network(refiner, "geometry", geometry)
+
+
+def with_objects(refiner: ChangeRefiner, objects: ChangeRefiner) -> ChangeRefiner:
+    """`refiner` with `objects` as its object network (RefinerConfig.objects; it needs the
+    object_logit output), weights copied exactly; its other networks are kept."""
+    if not objects.config.object_logit:
+        raise InvalidArgument.for_field("refiner.objects", "an object network needs the "
+                                                           "object_logit output")
+    return _with_network(refiner, "objects", objects)
+
+
+def _with_network(refiner: ChangeRefiner, name: str, network: ChangeRefiner) -> ChangeRefiner:
+    if network.geometry is not None or network.objects is not None:
+        raise InvalidArgument.for_field(f"refiner.{name}", f"a {name} network has no networks "
+                                                           "of its own")
+    combined = ChangeRefiner(replace(refiner.config, **{name: network.config}))
+    main = {k: v for k, v in refiner.state_dict().items() if not k.startswith(f"{name}.")}
+    combined.load_state_dict({**main, **{f"{name}.{k}": v
+                                         for k, v in network.state_dict().items()}})
     return combined.train(refiner.training)

@@ -195,6 +195,13 @@ is the input, not a VAE reconstruction of it:
                      snapped to it that were snapped to a lower one (the floor) are put on
                      it (k4d_model.refiner.fill_convex_top). The network reads a patterned
                      table's patches and a table's near edge as the floor below.
+  object_pixels      "learned": frame 0's objects on the refiner's floors (the pieces
+                     `estimated_objects` stands up and `refiner_objects` keeps) are the
+                     pixels the refiner's object network finds (probability > 0.5;
+                     k4d_model.refiner, RefinerConfig.objects; trained by the recipe's
+                     `refiner.objects` section), not the colour rule's: a white object on a
+                     light table is like the table lit, a black one like it in shadow. Needs
+                     a refiner with an object network. "" (default): the colour rule.
 """
 
 from __future__ import annotations
@@ -211,7 +218,7 @@ FIDELITY_KEYS = ("first_frame", "latent_anchor", "decode", "change_threshold",
                  "refiner_first_depth", "uncovered_pointmap", "grasp", "grasp_release", "push",
                  "push_estimated", "push_colour", "estimated_objects", "grasp_centre_m",
                  "refiner_objects", "object_radius_m", "plane_mode_share",
-                 "plane_top_convex")
+                 "plane_top_convex", "object_pixels")
 FIRST_FRAME_GIVEN = "given"
 DECODE_RELATIVE = "relative"
 DECODE_COMPOSITE = "composite"
@@ -229,6 +236,7 @@ PUSH_QUASI_STATIC = "quasi-static"
 ESTIMATED_OBJECTS_STANDING = "standing"
 ESTIMATED_OBJECTS_FITTED = "fitted"
 REFINER_OBJECTS_KEPT = "kept"
+OBJECT_PIXELS_LEARNED = "learned"
 
 
 @dataclass(frozen=True)
@@ -264,6 +272,7 @@ class FidelityOptions:
     object_radius_m: tuple[float, float] | None = None
     plane_mode_share: float = 0.0
     plane_top_convex: bool = False
+    object_pixels: str = ""
 
     @classmethod
     def from_extra(cls, extra: dict[str, Any] | None) -> FidelityOptions:
@@ -298,7 +307,8 @@ class FidelityOptions:
                    object_radius_m=(tuple(float(v) for v in extra["object_radius_m"])
                                     if extra.get("object_radius_m") is not None else None),
                    plane_mode_share=float(extra.get("plane_mode_share", 0.0)),
-                   plane_top_convex=bool(extra.get("plane_top_convex", False)))
+                   plane_top_convex=bool(extra.get("plane_top_convex", False)),
+                   object_pixels=str(extra.get("object_pixels", "")))
 
     @classmethod
     def check(cls, extra: dict[str, Any], prefix: str = "extra") -> FidelityOptions:
@@ -319,7 +329,8 @@ class FidelityOptions:
                    "push": ("", PUSH_QUASI_STATIC),
                    "estimated_objects": ("", ESTIMATED_OBJECTS_STANDING,
                                          ESTIMATED_OBJECTS_FITTED),
-                   "refiner_objects": ("", REFINER_OBJECTS_KEPT)}
+                   "refiner_objects": ("", REFINER_OBJECTS_KEPT),
+                   "object_pixels": ("", OBJECT_PIXELS_LEARNED)}
         for key, allowed in choices.items():
             if key in extra and extra[key] not in allowed:
                 raise InvalidArgument.for_field(f"{prefix}.{key}", f"must be one of {allowed}")

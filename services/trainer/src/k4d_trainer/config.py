@@ -269,6 +269,11 @@ class RefinerSection:
     # learned log depth errs by a few cm at 1 m, as much as an object is tall. Needs
     # object_ids.
     object_planes: bool = False
+    # > 0: the network gets an object head (whether frame 0's pixel shows an object, for the
+    # `object_pixels: learned` output option), its BCE against the episodes' object_ids > 0
+    # weighted this much. Needs object_ids.
+    object_logit_weight: float = 0.0
+    object_pos_weight: float = 5.0  # BCE weight of an object pixel (~1 %) over the others
     # A dataset of the run's episodes rendered at the clip's own frames and size (k4d datagen
     # with data.uri's seed; the same episode ids): measured, a refiner trained on clips
     # resampled from a larger render is much weaker on native renders (round 5 of issue 21).
@@ -281,6 +286,11 @@ class RefinerSection:
     # colour_weight 0 and the depth weights), stored inside the refiner
     # (k4d_model.refiner.RefinerConfig.geometry) for the depth output options
     geometry: RefinerSection | None = None
+    # An object network trained after those (its own section: object_logit_weight > 0,
+    # usually no other term), stored inside the refiner (RefinerConfig.objects) for the
+    # `object_pixels: learned` option: frame 0's objects found by learning, where the colour
+    # rule takes a white object for a lit table (issue 21, round 18)
+    objects: RefinerSection | None = None
 
     def validate(self, prefix: str = "refiner") -> None:
         _check(self.steps >= 0, f"{prefix}.steps", "must be >= 0")
@@ -291,7 +301,8 @@ class RefinerSection:
         _check(self.lr_schedule in LR_SCHEDULES, f"{prefix}.lr_schedule",
                f"must be one of {LR_SCHEDULES}")
         for name in ("changed_weight", "colour_weight", "mask_weight", "mask_pos_weight",
-                     "depth_weight", "first_depth_weight", "plane_weight", "object_weight"):
+                     "depth_weight", "first_depth_weight", "plane_weight", "object_weight",
+                     "object_logit_weight", "object_pos_weight"):
             value = getattr(self, name)
             _check(math.isfinite(value) and value >= 0, f"{prefix}.{name}", "must be >= 0")
         _check(self.plane_weight == 0 or self.first_depth_weight > 0, f"{prefix}.plane_weight",
@@ -311,6 +322,12 @@ class RefinerSection:
             _check(self.geometry.geometry is None, f"{prefix}.geometry.geometry",
                    "a geometry network has no geometry network of its own")
             self.geometry.validate(f"{prefix}.geometry")
+        if self.objects is not None:
+            _check(self.objects.geometry is None and self.objects.objects is None,
+                   f"{prefix}.objects", "an object network has no networks of its own")
+            _check(self.objects.object_logit_weight > 0, f"{prefix}.objects.object_logit_weight",
+                   "an object network needs its object head (object_logit_weight > 0)")
+            self.objects.validate(f"{prefix}.objects")
 
 
 @dataclass

@@ -22,6 +22,12 @@ over the pixels off the robot (in frame t and frame 0, as the evaluator's region
              varies by < PLANE_TOLERANCE_M over its 3x3 neighbourhood. The camera inputs are
              zeroed for a share `camera_dropout` of the examples (no plane loss there), so
              the network also serves rollouts without a camera pose.
+    objects  with `object_logit_weight` > 0 (an object head): that weight x the BCE of the
+             object logit against frame 0's object pixels (object_ids > 0, off the robot),
+             an object pixel weighted `object_pos_weight`
+
+A section's `geometry` and `objects` networks are trained after it, each by its own section
+(seeds + 1 and + 2), and stored inside the refiner (RefinerConfig.geometry, .objects).
 
 Rank 0 writes the trained refiner to RUN_URI/refiner/ with a COMMITTED marker last; a
 resumed run loads it instead of training it again.
@@ -49,6 +55,7 @@ from k4d_model.refiner import (
     save_refiner,
     unknown_camera,
     with_geometry,
+    with_objects,
 )
 from k4d_model.results import RobotCondition
 
@@ -63,6 +70,7 @@ from k4d_trainer.stage_state import load_stage_state, save_stage_state, side_ste
 FOLDER = "refiner"
 STAGE_FOLDER = "refiner_stage"
 GEOMETRY_STAGE_FOLDER = "geometry_refiner_stage"
+OBJECTS_STAGE_FOLDER = "objects_refiner_stage"
 COMMITTED = "COMMITTED"
 PLANE_TOLERANCE_M = 0.003  # a plane's coordinate varies less than this over 3x3 pixels
 Z_PLANE = 3  # planes_of's label of a plane z = const
@@ -217,6 +225,14 @@ def refiner_loss(output: torch.Tensor, batch: RefinerExample, section: RefinerSe
         coordinate = (on * (planes[:, :3] - batch.base_points).abs()).sum() / on.sum().clamp_min(1)
         loss = loss + section.plane_weight * (entropy + COORDINATE_GAIN * coordinate)
         parts.update(planes=float(entropy.detach()), coordinate_m=float(coordinate.detach()))
+    if section.object_logit_weight > 0:
+        logit = output[:, config.object_index:config.object_index + 1]
+        bce = F.binary_cross_entropy_with_logits(
+            logit, batch.objects, reduction="none",
+            pos_weight=torch.tensor(section.object_pos_weight, device=output.device))
+        error = (off_robot * bce).sum() / off_robot.sum().clamp_min(1.0)
+        loss = loss + section.object_logit_weight * error
+        parts["objects"] = float(error.detach())
     return loss, parts
 
 
@@ -224,7 +240,8 @@ def refiner_config(section: RefinerSection) -> RefinerConfig:
     """The network the section trains: a head per loss term with a weight > 0."""
     return RefinerConfig(channels=tuple(section.channels), depth=section.depth_weight > 0,
                          first_depth=section.first_depth_weight > 0,
-                         scene_planes=section.plane_weight > 0)
+                         scene_planes=section.plane_weight > 0,
+                         object_logit=section.object_logit_weight > 0)
 
 
 def train_refiner(dataset, episode_ids: list[str], clip: ClipSpec, section: RefinerSection,
@@ -238,13 +255,17 @@ def train_refiner(dataset, episode_ids: list[str], clip: ClipSpec, section: Refi
     again (a network that finished is not trained again when the next one is interrupted).
     compute_dtype: the autocast dtype of the forward pass (None: fp32; the loss is fp32)."""
     planes = section.plane_weight > 0
-    extra = (OBJECT_IDS,) if section.object_weight > 0 or section.object_planes else ()
+    needs_ids = {"object_weight": section.object_weight > 0,
+                 "object_planes": section.object_planes,
+                 "object_logit_weight": section.object_logit_weight > 0}
+    extra = (OBJECT_IDS,) if any(needs_ids.values()) else ()
     clips = []
     for eid in episode_ids[info.rank::info.world_size]:
         episode = dataset.open(eid)
         if extra and OBJECT_IDS not in episode:
-            prefix = "refiner.geometry" if stage_folder == GEOMETRY_STAGE_FOLDER else "refiner"
-            key = "object_weight" if section.object_weight > 0 else "object_planes"
+            prefix = {GEOMETRY_STAGE_FOLDER: "refiner.geometry",
+                      OBJECTS_STAGE_FOLDER: "refiner.objects"}.get(stage_folder, "refiner")
+            key = next(name for name, needed in needs_ids.items() if needed)
             raise InvalidArgument.for_field(
                 f"{prefix}.{key}", f"episode {eid!r} has no {OBJECT_IDS} array to find its "
                                    "objects by")
@@ -298,7 +319,9 @@ def train_refiner(dataset, episode_ids: list[str], clip: ClipSpec, section: Refi
 
 
 def save_run_refiner(refiner: ChangeRefiner, run: RunDir) -> None:
-    """Rank 0: RUN_URI/refiner/ (k4d_model.refiner's layout) with the COMMITTED marker last."""
+    """Rank 0: RUN_URI/refiner/ (k4d_model.refiner's layout) with the COMMITTED marker last
+    (a refiner committed before, now with its object network, is uncommitted first)."""
+    run.remove(f"{FOLDER}/{COMMITTED}")
     with tempfile.TemporaryDirectory(prefix="k4d-refiner-") as tmp:
         folder = save_refiner(refiner, tmp)
         for path in sorted(folder.iterdir()):
@@ -333,26 +356,39 @@ def refiner_episodes(uri: str, episode_ids: list[str]) -> tuple[object, list[str
 def refiner_stage(components, dataset, episode_ids, clip: ClipSpec, section: RefinerSection,
                   info: DistInfo, run: RunDir, seed: int, log=print,
                   compute_dtype: torch.dtype | None = None) -> list[float]:
-    """Load the committed refiner of this run or train one (and its geometry network, with
-    `section.geometry`); sets components.refiner."""
+    """Load the committed refiner of this run or train one (and its geometry and object
+    networks, with `section.geometry` and `section.objects`); sets components.refiner. A
+    committed refiner without the object network the section asks for gets it now (a run
+    made before the section had one continues)."""
+    wants_objects = section.objects is not None and section.objects.steps > 0
     saved = load_run_refiner(run)
-    if saved is not None:
+    if saved is not None and (saved.objects is not None or not wants_objects):
         components.refiner = saved
         log("refiner: loaded the committed refiner of this run")
         return []
+    losses: list[float] = []
     # The stage seeds its own replicas; the run's random stream after it stays the same
     # whether the refiner was trained now or loaded from an earlier attempt.
     with torch.random.fork_rng(devices=[]):
-        refiner, losses = _train_network(dataset, episode_ids, clip, section, info, seed, run,
-                                         log, STAGE_FOLDER, "refiner", compute_dtype)
-        if section.geometry is not None and section.geometry.steps:
-            geometry, more = _train_network(dataset, episode_ids, clip, section.geometry, info,
-                                            seed + 1, run, log, GEOMETRY_STAGE_FOLDER,
-                                            "geometry refiner", compute_dtype)
-            refiner, losses = with_geometry(refiner, geometry), losses + more
+        if saved is not None:
+            refiner = saved
+            log("refiner: loaded the committed refiner of this run; training its object network")
+        else:
+            refiner, losses = _train_network(dataset, episode_ids, clip, section, info, seed,
+                                             run, log, STAGE_FOLDER, "refiner", compute_dtype)
+            if section.geometry is not None and section.geometry.steps:
+                geometry, more = _train_network(dataset, episode_ids, clip, section.geometry,
+                                                info, seed + 1, run, log, GEOMETRY_STAGE_FOLDER,
+                                                "geometry refiner", compute_dtype)
+                refiner, losses = with_geometry(refiner, geometry), losses + more
+        if wants_objects:
+            objects, more = _train_network(dataset, episode_ids, clip, section.objects, info,
+                                           seed + 2, run, log, OBJECTS_STAGE_FOLDER,
+                                           "object refiner", compute_dtype)
+            refiner, losses = with_objects(refiner, objects), losses + more
     if info.is_main:
         save_run_refiner(refiner, run)
-        for folder in (STAGE_FOLDER, GEOMETRY_STAGE_FOLDER):
+        for folder in (STAGE_FOLDER, GEOMETRY_STAGE_FOLDER, OBJECTS_STAGE_FOLDER):
             run.remove(folder)  # the committed refiner supersedes the partial states
     barrier(info)
     components.refiner = refiner
