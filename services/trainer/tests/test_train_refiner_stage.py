@@ -477,7 +477,28 @@ def test_an_object_network_is_trained_after_the_others_and_added_to_a_committed_
                                            geometry=RefinerSection())), "refiner.objects"),
     (RefinerSection(objects=RefinerSection(object_logit_weight=1.0, object_pos_weight=-1.0)),
      "refiner.objects.object_pos_weight"),
-    (RefinerSection(object_logit_weight=-1.0), "refiner.object_logit_weight")])
+    (RefinerSection(object_logit_weight=-1.0), "refiner.object_logit_weight"),
+    (RefinerSection(objects=RefinerSection(object_logit_weight=1.0)),  # a colour term too
+     "refiner.objects.colour_weight")])
 def test_an_object_section_is_checked_with_its_own_names(section, name):
     with pytest.raises(InvalidArgument, match=name):
         section.validate()
+
+
+def test_an_object_network_learns_from_every_frame_as_a_given_image(tmp_path, make_dataset):
+    from k4d_model.refiner import refiner_inputs
+    from k4d_model.results import RobotCondition
+
+    _, with_ids = _with_object_ids(tmp_path, make_dataset)
+    clip = read_clip(with_ids.open(sorted(with_ids.episode_ids)[0]), CLIP, ("object_ids",))
+    refiner_clip = RefinerClip(clip)
+    mask = clip["robot_mask"].astype(bool)
+    for t in (0, 3):
+        example = refiner_clip.given_example(t)
+        robot = RobotCondition(clip["robot_rgb"][t:t + 1],
+                               clip["robot_pointmap"][t:t + 1].astype(np.float32), mask[t:t + 1])
+        assert torch.equal(example.x, refiner_inputs(clip["rgb"][t], robot, [0])[0])
+        expected = (clip["object_ids"][t] > 0) & ~mask[t]
+        assert expected.any() and np.array_equal(example.objects[0].numpy() > 0, expected)
+        assert np.array_equal(example.off_robot[0].numpy() > 0, ~mask[t])
+        assert not example.changed.any() and not example.first_known.any()

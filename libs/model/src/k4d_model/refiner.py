@@ -21,9 +21,10 @@ where it has been so far), and outputs per pixel
                  logits: none, x, y, z). The depth of a pixel on a plane is where its camera
                  ray meets it (exact for a flat surface, ADR 017); elsewhere `first`.
                  Such a network also reads the camera's pose (BaseRays.channels).
-    object  (1)  with `RefinerConfig.object_logit`: whether frame 0's pixel shows an object
-                 (the data engine's object ids >= 1; every frame t predicts it, the mean
-                 logit over frames is used). A third network beside the colour one
+    object  (1)  with `RefinerConfig.object_logit`: whether the given image's pixel shows an
+                 object (the data engine's object ids >= 1), read once, from frame 0's inputs
+                 (the robot's frame 0 only: it learns from every frame of a training clip
+                 as an image given with its robot). A third network beside the colour one
                  (`RefinerConfig.objects`) finds frame 0's objects for the `object_pixels:
                  learned` option, where the colour rule (k4d_model.surface) takes a white
                  object for a lit table (issue 21, round 18).
@@ -417,8 +418,6 @@ def predict_change(refiner: ChangeRefiner, image: np.ndarray, robot: RobotCondit
                                 else np.zeros((T, H, W), np.float32))
     scale = depth_scale(robot)
     log_first = np.zeros((H, W), np.float64)
-    objects = refiner.objects
-    object_logit = np.zeros((H, W), np.float64)
     device = next(refiner.parameters()).device
     for start in range(1, T, batch):
         frames = list(range(start, min(start + batch, T)))
@@ -436,12 +435,11 @@ def predict_change(refiner: ChangeRefiner, image: np.ndarray, robot: RobotCondit
         if geometry.config.scene_planes:
             start_plane = geometry.config.planes_index
             planes += y[:, start_plane:start_plane + PLANE_CHANNELS].double().sum(0).numpy()
-        if objects is not None:
-            y = objects(x[:, :objects.config.inputs]).float().cpu()
-            object_logit += y[:, objects.config.object_index].double().sum(0).numpy()
-    if objects is not None and T > 1:  # every frame predicts frame 0's objects: the mean
-        change.object_probability = (1.0 / (1.0 + np.exp(-object_logit / (T - 1)))
-                                     ).astype(np.float32)
+    objects = refiner.objects
+    if objects is not None:  # the given image's objects: frame 0's inputs, once
+        x = refiner_inputs(image, robot, [0], camera).to(device)
+        y = objects(x[:, :objects.config.inputs]).float().cpu()
+        change.object_probability = torch.sigmoid(y[0, objects.config.object_index]).numpy()
     if geometry.config.first_depth and T > 1:
         change.first_depth_m = (scale * np.exp(log_first / (T - 1))).astype(np.float32)
         if rays is not None:  # every frame predicts frame 0's planes: their mean

@@ -269,9 +269,10 @@ class RefinerSection:
     # learned log depth errs by a few cm at 1 m, as much as an object is tall. Needs
     # object_ids.
     object_planes: bool = False
-    # > 0: the network gets an object head (whether frame 0's pixel shows an object, for the
+    # > 0: an object network (whether the given image's pixel shows an object, for the
     # `object_pixels: learned` output option), its BCE against the episodes' object_ids > 0
-    # weighted this much. Needs object_ids.
+    # weighted this much, on every frame as a given image; it has no other term. Needs
+    # object_ids.
     object_logit_weight: float = 0.0
     object_pos_weight: float = 5.0  # BCE weight of an object pixel (~1 %) over the others
     # A dataset of the run's episodes rendered at the clip's own frames and size (k4d datagen
@@ -312,6 +313,12 @@ class RefinerSection:
                "weighs the first-frame depth and plane terms: one of them needs a weight > 0")
         _check(not self.object_planes or self.plane_weight > 0, f"{prefix}.object_planes",
                "labels the plane targets: needs plane_weight > 0")
+        if self.object_logit_weight > 0:
+            for name in ("colour_weight", "mask_weight", "depth_weight", "first_depth_weight",
+                         "plane_weight"):
+                _check(getattr(self, name) == 0, f"{prefix}.{name}",
+                       "an object network (object_logit_weight > 0) learns from frames as "
+                       "given images and has no other term: must be 0")
         _check(0.0 <= self.camera_dropout < 1.0, f"{prefix}.camera_dropout",
                f"must be in [0, 1), got {self.camera_dropout}")
         _check(bool(self.channels) and all(c > 0 and c % 8 == 0 for c in self.channels),

@@ -22,9 +22,11 @@ over the pixels off the robot (in frame t and frame 0, as the evaluator's region
              varies by < PLANE_TOLERANCE_M over its 3x3 neighbourhood. The camera inputs are
              zeroed for a share `camera_dropout` of the examples (no plane loss there), so
              the network also serves rollouts without a camera pose.
-    objects  with `object_logit_weight` > 0 (an object head): that weight x the BCE of the
-             object logit against frame 0's object pixels (object_ids > 0, off the robot),
-             an object pixel weighted `object_pos_weight`
+    objects  with `object_logit_weight` > 0 (an object network, no other term): that weight
+             x the BCE of the object logit against the object pixels (object_ids > 0, off
+             the robot), an object pixel weighted `object_pos_weight`. Its examples are
+             frames t >= 0 each as a given image with its robot (RefinerClip.given_example):
+             the network reads the image it is given, and every frame of a clip is one.
 
 A section's `geometry` and `objects` networks are trained after it, each by its own section
 (seeds + 1 and + 2), and stored inside the refiner (RefinerConfig.geometry, .objects).
@@ -127,9 +129,10 @@ class RefinerClip:
         self.plane = np.zeros((H, W), np.int64)
         self.base_points = np.zeros((H, W, 3), np.float32)
         self.plane_known = np.zeros((H, W), bool)
-        self.objects = np.zeros((H, W), bool)
+        self.object_frames = np.zeros(self.depth.shape, bool)
         if OBJECT_IDS in clip:
-            self.objects = (np.asarray(clip[OBJECT_IDS][0]) > 0) & ~self.robot.mask[0]
+            self.object_frames = (np.asarray(clip[OBJECT_IDS]) > 0) & ~self.robot.mask
+        self.objects = self.object_frames[0]
         rays = BaseRays.from_robot(self.robot, T_cam_from_base)
         if rays is not None:
             self.camera = rays.channels()
@@ -168,6 +171,20 @@ class RefinerClip:
                               torch.from_numpy(self.plane[None].copy()),
                               torch.from_numpy(self.base_points.transpose(2, 0, 1).copy()),
                               plane(self.plane_known & with_camera), plane(self.objects))
+
+
+    def given_example(self, t: int) -> RefinerExample:
+        """Frame t as a given image with its robot (an object network's example): the inputs
+        of a clip whose frame 0 it is, and its object pixels; the other targets are zero."""
+        robot = RobotCondition(self.robot.rgb[t:t + 1], self.robot.pointmap[t:t + 1],
+                               self.robot.mask[t:t + 1])
+        x = refiner_inputs(self.rgb[t], robot, [0])[0]
+        _, H, W = self.depth.shape
+        zero = torch.zeros(1, H, W)
+        return RefinerExample(x, torch.zeros(3, H, W), zero, torch.from_numpy(
+            (~self.robot.mask[t]).astype(np.float32)[None]), zero, zero, zero, zero,
+            torch.zeros(1, H, W, dtype=torch.int64), torch.zeros(3, H, W), zero,
+            torch.from_numpy(self.object_frames[t].astype(np.float32)[None]))
 
 
 def planes_of(base_points: np.ndarray, known: np.ndarray) -> np.ndarray:
@@ -287,12 +304,16 @@ def train_refiner(dataset, episode_ids: list[str], clip: ClipSpec, section: Refi
         optimizer.load_state_dict(saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])
     log_every = section.log_every or max(1, section.steps // 5)
+    given = section.object_logit_weight > 0  # an object network: frames as given images
     recent: list[dict] = []
     for step in range(start, section.steps):
         picks = torch.randint(0, len(clips), (section.batch_size,), generator=generator)
         examples = []
         for i in picks.tolist():
-            t = int(torch.randint(1, clips[i].frames, (1,), generator=generator))
+            t = int(torch.randint(0 if given else 1, clips[i].frames, (1,), generator=generator))
+            if given:
+                examples.append(clips[i].given_example(t))
+                continue
             camera = None
             if planes:
                 camera = bool(torch.rand((), generator=generator) >= section.camera_dropout)
