@@ -189,6 +189,8 @@ def add_refiner(config_path: str, run: Path, model: Path, processes: int = 2) ->
     fresh = build_manifest(model / WEIGHTS, manifest["name"], manifest["version"])
     manifest.update(files=fresh["files"])
     manifest.setdefault("training", {})["refiner_steps"] = config.refiner.steps
+    if config.refiner.objects is not None:
+        manifest["training"]["objects_refiner_steps"] = config.refiner.objects.steps
     (model / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return {"model": str(model), "refiner": str(model / WEIGHTS / "refiner")}
 
