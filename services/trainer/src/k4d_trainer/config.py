@@ -425,6 +425,11 @@ class TrainConfig:
         for section in (self.data, self.training, self.vae, self.refiner, self.parallelism,
                         self.checkpoint, self.publish, self.observability):
             section.validate()
+        objects = self.refiner.objects
+        _check(not self.model.fidelity.get("object_pixels") or (
+            self.refiner.steps > 0 and objects is not None and objects.steps > 0),
+            "model.fidelity.object_pixels", "needs the refiner's object network: a "
+                                            "refiner.objects section with steps > 0")
         return self
 
     def to_dict(self) -> dict[str, Any]:
