@@ -57,6 +57,11 @@ def _constant_refiner(levels: float, logit: float, depth: float | None = None,
     return refiner
 
 
+def _assert_same_weights(a: ChangeRefiner, b: ChangeRefiner) -> None:
+    for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
+        assert torch.equal(x, y), name
+
+
 def _ray_cast_robot():
     """sliding_box_robot with its points ray-cast through CAMERA at 0.8 m."""
     image, robot = sliding_box_robot()
@@ -100,9 +105,7 @@ def test_save_and_load_are_exact(tmp_path):
     save_refiner(refiner, tmp_path)
     loaded = load_refiner(tmp_path)
     assert loaded.config == SMALL
-    for (name, a), (_, b) in zip(refiner.state_dict().items(), loaded.state_dict().items(),
-                                 strict=True):
-        assert torch.equal(a, b), name
+    _assert_same_weights(refiner, loaded)
     assert load_refiner(tmp_path / "none") is None
     deep = ChangeRefiner(RefinerConfig(channels=(8, 16), depth=True))
     save_refiner(deep, tmp_path / "deep")
@@ -292,9 +295,7 @@ def test_a_geometry_network_gives_the_depths_and_the_points_probability(tmp_path
     save_refiner(combined, tmp_path)
     loaded = load_refiner(tmp_path)
     assert loaded.config == combined.config and loaded.geometry.config.first_depth
-    for (name, a), (_, b) in zip(combined.state_dict().items(), loaded.state_dict().items(),
-                                 strict=True):
-        assert torch.equal(a, b), name
+    _assert_same_weights(combined, loaded)
     with pytest.raises(InvalidArgument, match="refiner.geometry"):
         with_geometry(colour, combined)
 
@@ -720,9 +721,7 @@ def test_an_object_network_is_stored_beside_the_others_and_found_objects_average
     save_refiner(combined, tmp_path)
     loaded = load_refiner(tmp_path)
     assert loaded.config == combined.config and loaded.objects.config.object_logit
-    for (name, a), (_, b) in zip(combined.state_dict().items(), loaded.state_dict().items(),
-                                 strict=True):
-        assert torch.equal(a, b), name
+    _assert_same_weights(combined, loaded)
     with pytest.raises(InvalidArgument, match="refiner.objects"):
         with_objects(combined, geometry)  # no object head
     with pytest.raises(InvalidArgument, match="refiner.objects"):

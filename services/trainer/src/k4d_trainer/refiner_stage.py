@@ -132,7 +132,6 @@ class RefinerClip:
         self.object_frames = np.zeros(self.depth.shape, bool)
         if OBJECT_IDS in clip:
             self.object_frames = (np.asarray(clip[OBJECT_IDS]) > 0) & ~self.robot.mask
-        self.objects = self.object_frames[0]
         rays = BaseRays.from_robot(self.robot, T_cam_from_base)
         if rays is not None:
             self.camera = rays.channels()
@@ -145,6 +144,11 @@ class RefinerClip:
     @property
     def frames(self) -> int:
         return int(self.rgb.shape[0])
+
+    @property
+    def objects(self) -> np.ndarray:
+        """(H, W) bool: frame 0's object pixels, off the robot (zeros without object ids)."""
+        return self.object_frames[0]
 
     def example(self, t: int, camera: bool | None = None) -> RefinerExample:
         """The training example of frame t; `camera`: with the camera inputs (the clip's,
