@@ -21,14 +21,17 @@ from pathlib import Path
 import numpy as np
 
 BANDS_DEG = ((0.0, 17.0), (17.0, 22.0), (22.0, 35.0), (35.0, 45.01))
-TARGET_ID = 1  # object_ids: -1 background, 0 the table, 1.. the scene's objects in order
+TARGET_ID = 1  # object_ids (k4d.tabletop.physics.object_id_image): -1 background, 0 robot,
+# k >= 1 object k; object 1 is the task's
 
 
 def folded_yaw_deg(quat_xyzw: np.ndarray) -> float:
     """A box's yaw about the vertical (z) from the nearest of its four face normals, 0-45
     deg (a box pose upright on the table: its quaternion turns about z only)."""
-    x, y, z, w = (float(v) for v in quat_xyzw)
-    yaw = np.degrees(np.arctan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z)))
+    from k4d.rotations import quat_to_matrix
+
+    R = quat_to_matrix(quat_xyzw)
+    yaw = np.degrees(np.arctan2(R[1, 0], R[0, 0]))
     return float(abs(((yaw + 45.0) % 90.0) - 45.0))
 
 
@@ -52,7 +55,7 @@ def push_rows(data: str) -> list[dict]:
         columns = np.flatnonzero(target.any(axis=0))
         rows.append({
             "data": data, "episode_id": episode_id, "task": meta.task,
-            "shape": "cube" if "cube" in meta.task else "cylinder",
+            "shape": "cube" if meta.object_names[0].endswith("cube") else "cylinder",
             "yaw_deg": folded_yaw_deg(poses[0, 3:]), "success": bool(meta.success),
             "along_m": float(moved @ direction),
             "sideways_m": float(abs(direction[0] * moved[1] - direction[1] * moved[0])),
@@ -80,6 +83,7 @@ def summary(rows: list[dict]) -> list[dict]:
 
 def picture(rows: list[dict], path: Path) -> None:
     import matplotlib
+    from k4d.judge import PUSH_M
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -95,8 +99,8 @@ def picture(rows: list[dict], path: Path) -> None:
     for ax in axes:
         ax.axvspan(22, 35, color="0.9", zorder=-1)
         ax.set_xlabel("cube's yaw from the push axis (deg): 0 a face, 45 a corner")
-    axes[0].axhline(100 * 0.7 * 0.12, ls="--", c="k", lw=0.8)  # the judge's PUSH_M
-    axes[0].set_ylabel("moved along the push (cm); the judge needs 8.4")
+    axes[0].axhline(100 * PUSH_M, ls="--", c="k", lw=0.8)
+    axes[0].set_ylabel(f"moved along the push (cm); the judge needs {100 * PUSH_M:.1f}")
     axes[1].set_ylabel("moved sideways (cm)")
     axes[0].legend(loc="lower left", fontsize=8)
     fig.suptitle(f"{len(cubes)} unplanned cube pushes: physics (MuJoCo) outcome against the "
