@@ -19,6 +19,7 @@ from k4d_trainer.refiner_stage import (
     RefinerClip,
     RefinerExample,
     load_run_refiner,
+    network_dtype,
     planes_of,
     refiner_episodes,
     refiner_loss,
@@ -179,7 +180,8 @@ def test_a_resumed_run_loads_the_committed_refiner(tmp_path, make_dataset):
                                          ("depth_weight", -1.0),
                                          ("first_depth_weight", float("nan")),
                                          ("plane_weight", -1.0), ("camera_dropout", 1.0),
-                                         ("channels", [12, 24]), ("channels", [])])
+                                         ("channels", [12, 24]), ("channels", []),
+                                         ("precision", "fp16"), ("precision", "auto")])
 def test_refiner_section_is_checked(field, value):
     with pytest.raises(InvalidArgument, match=f"refiner.{field}"):
         RefinerSection(**{field: value}).validate()
@@ -233,6 +235,8 @@ def test_a_geometry_network_is_trained_after_the_refiner_and_stored_inside_it(tm
 def test_a_geometry_section_is_checked_with_its_own_names():
     with pytest.raises(InvalidArgument, match="refiner.geometry.depth_weight"):
         RefinerSection(geometry=RefinerSection(depth_weight=-1.0)).validate()
+    with pytest.raises(InvalidArgument, match="refiner.geometry.precision"):
+        RefinerSection(geometry=RefinerSection(precision="half")).validate()
     with pytest.raises(InvalidArgument, match="refiner.geometry.geometry"):
         RefinerSection(geometry=RefinerSection(geometry=RefinerSection())).validate()
 
@@ -407,6 +411,44 @@ def test_bf16_autocast_trains_an_fp32_network_on_an_fp32_loss(tmp_path, make_dat
     assert all(p.dtype == torch.float32 for p in bf16.parameters())
     assert bf16_losses != fp32_losses  # the forward ran in bf16
     assert np.allclose(bf16_losses, fp32_losses, rtol=0.05)
+
+
+def test_a_networks_own_precision_overrides_the_models(tmp_path, make_dataset):
+    """A bf16 recipe whose geometry section says fp32 trains that network exactly as an fp32
+    recipe does, and the colour network still in bf16 (issue 21, round 20)."""
+    dataset = open_dataset(make_dataset(tmp_path / "ds", count=2, frames=5, height=32, width=48))
+    ids = sorted(dataset.episode_ids)
+
+    def stage(run_name, geometry, dtype):
+        class Components:
+            refiner = None
+
+        components = Components()
+        section = RefinerSection(**{**SECTION.__dict__, "geometry": geometry})
+        losses = refiner_stage(components, dataset, ids, CLIP, section, DistInfo(),
+                               RunDir(str(tmp_path / run_name)), 3, log=str,
+                               compute_dtype=dtype)
+        return components.refiner, losses
+
+    fp32, fp32_losses = stage("fp32", GEOMETRY, None)
+    mixed, mixed_losses = stage("mixed", RefinerSection(**{**GEOMETRY.__dict__,
+                                                           "precision": "fp32"}),
+                                torch.bfloat16)
+    bf16, bf16_losses = stage("bf16", GEOMETRY, torch.bfloat16)
+    colour = SECTION.steps
+    assert mixed_losses[colour:] != bf16_losses[colour:]
+    assert mixed_losses[:colour] == bf16_losses[:colour]  # the colour network: the model's bf16
+    assert mixed_losses[:colour] != fp32_losses[:colour]
+    # the geometry network has its own seed: in fp32 it trains to the same weights whatever
+    # the model's precision
+    for (name, a), (_, b) in zip(fp32.geometry.state_dict().items(),
+                                 mixed.geometry.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    assert not all(torch.equal(a, b) for a, b in zip(bf16.geometry.state_dict().values(),
+                                                     mixed.geometry.state_dict().values(),
+                                                     strict=True))
+    assert network_dtype(RefinerSection(precision="bf16"), None) == torch.bfloat16
+    assert network_dtype(RefinerSection(), torch.bfloat16) == torch.bfloat16
 
 
 def test_object_logit_loss_is_the_weighted_bce_off_the_robot():

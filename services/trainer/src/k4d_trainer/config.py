@@ -34,6 +34,7 @@ from k4d.errors import InvalidArgument
 RECIPES = ("finetune-lora", "from-scratch")
 VARIANTS = ("act", "pmcond")
 PRECISIONS = ("auto", "fp32", "bf16")
+SECTION_PRECISIONS = ("model", "fp32", "bf16")  # a refiner network's own, or the model's
 LR_SCHEDULES = ("constant", "cosine", "linear")
 
 
@@ -283,6 +284,11 @@ class RefinerSection:
     channels: list[int] = field(default_factory=lambda: [24, 48, 96, 128])
     checkpoint_every: int = 0       # steps between resumable stage checkpoints; 0 = none
     log_every: int = 0              # steps between log lines; 0 = five lines per stage
+    # The forward pass's precision for this network: "model" follows model.precision (bf16
+    # autocast when it is bf16), "fp32" or "bf16" set it for this network alone (issue 21,
+    # round 20: the geometry network in fp32 inside a bf16 recipe). Weights and losses stay
+    # fp32 either way.
+    precision: str = "model"
     # A geometry network trained after this one by the same stage (its own section: usually
     # colour_weight 0 and the depth weights), stored inside the refiner
     # (k4d_model.refiner.RefinerConfig.geometry) for the depth output options
@@ -325,6 +331,8 @@ class RefinerSection:
                f"{prefix}.channels", f"must be positive multiples of 8, got {self.channels}")
         _check(self.checkpoint_every >= 0, f"{prefix}.checkpoint_every", "must be >= 0")
         _check(self.log_every >= 0, f"{prefix}.log_every", "must be >= 0")
+        _check(self.precision in SECTION_PRECISIONS, f"{prefix}.precision",
+               f"must be one of {SECTION_PRECISIONS}, got {self.precision!r}")
         if self.geometry is not None:
             _check(self.geometry.geometry is None, f"{prefix}.geometry.geometry",
                    "a geometry network has no geometry network of its own")

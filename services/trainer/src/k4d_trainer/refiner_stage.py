@@ -422,9 +422,16 @@ def refiner_stage(components, dataset, episode_ids, clip: ClipSpec, section: Ref
 
 def _train_network(dataset, episode_ids, clip, section, info, seed, run, log, stage_folder,
                    name, compute_dtype):
+    compute_dtype = network_dtype(section, compute_dtype)
     if section.data_uri:
         dataset, episode_ids = refiner_episodes(section.data_uri, episode_ids)
         log(f"{name}: {len(episode_ids)} of the run's episodes from {section.data_uri}")
     return train_refiner(dataset, episode_ids, clip, section, info, seed, run, log,
                          stage_folder=stage_folder, name=name, compute_dtype=compute_dtype)
 
+
+def network_dtype(section: RefinerSection, model_dtype: torch.dtype | None
+                  ) -> torch.dtype | None:
+    """The autocast dtype one network trains in: `section.precision` when it names one,
+    else the model's stage dtype (None: fp32)."""
+    return {"fp32": None, "bf16": torch.bfloat16}.get(section.precision, model_dtype)
