@@ -7,7 +7,7 @@ model's geometry network; then compare it with the shipped network.
     # the recipe's own draw, in fp32 (2 processes of 1 thread, as `make demo-model` runs):
     OMP_NUM_THREADS=1 torchrun --nproc_per_node 2 benchmarks/demo_model/geometry_draws.py \
         train --precision fp32 --base models/demo-small/weights --out .k4d/geo-fp32
-    # round 6's procedure (1 process, the batch of 16):
+    # round 6's procedure (1 process, the batch of 16); --steps, --set KEY=VALUE change others:
     OMP_NUM_THREADS=2 python benchmarks/demo_model/geometry_draws.py train --precision fp32 \
         --batch 16 --base models/demo-small/weights --out .k4d/geo-fp32-1p
     # then score OUT with benchmarks/demo_model/ablate_fidelity.py (the shipped options), and:
@@ -39,6 +39,7 @@ CLIP = (13, 96, 144)  # the recipe's clip: frames, height, width
 
 def train(args: argparse.Namespace) -> None:
     import torch
+    import yaml
     from k4d_model.refiner import load_refiner, save_refiner, with_geometry
     from k4d_trainer.clips import ClipSpec
     from k4d_trainer.config import load_config_file
@@ -55,7 +56,11 @@ def train(args: argparse.Namespace) -> None:
         changes["steps"] = args.steps
     if args.batch:
         changes["batch_size"] = args.batch
+    for item in args.set or ():
+        key, _, value = item.partition("=")
+        changes[key] = yaml.safe_load(value)
     section = dataclasses.replace(section, **changes)
+    section.validate("refiner.geometry")
     dataset, ids = refiner_episodes(section.data_uri, select_episodes(
         open_source(config.data), config.data, clip))
     started = time.perf_counter()
@@ -70,7 +75,7 @@ def train(args: argparse.Namespace) -> None:
         out = Path(args.out)
         shutil.copytree(args.base, out, dirs_exist_ok=True)
         save_refiner(with_geometry(load_refiner(args.base), geometry), out)
-        print(json.dumps({"out": str(out), "precision": section.precision,
+        print(json.dumps({"out": str(out), "changes": changes, "precision": section.precision,
                           "steps": section.steps, "batch_per_process": section.batch_size,
                           "processes": info.world_size, "last_loss": round(losses[-1], 4),
                           "minutes": round((time.perf_counter() - started) / 60, 1)}))
@@ -128,6 +133,8 @@ def main() -> None:
     p.add_argument("--precision", choices=["model", "fp32", "bf16"], default="model")
     p.add_argument("--steps", type=int, default=0, help="0: the recipe's")
     p.add_argument("--batch", type=int, default=0, help="frames per process; 0: the recipe's")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="another field of the section, e.g. object_weight=10")
     p.add_argument("--base", default=SHIPPED, help="the weights whose geometry is replaced")
     p.add_argument("--out", required=True)
     p.set_defaults(run=train)
