@@ -38,17 +38,16 @@ CLIP = (13, 96, 144)  # the recipe's clip: frames, height, width
 
 
 def train(args: argparse.Namespace) -> None:
-    import torch
     import yaml
     from k4d_model.refiner import load_refiner, save_refiner, with_geometry
     from k4d_trainer.clips import ClipSpec
-    from k4d_trainer.config import load_config_file
+    from k4d_trainer.config import load_config_file, resolve_degrees
     from k4d_trainer.data import open_source, select_episodes
-    from k4d_trainer.parallel import init_distributed
+    from k4d_trainer.parallel import init_distributed, stage_dtype
     from k4d_trainer.refiner_stage import network_dtype, refiner_episodes, train_refiner
 
     config = load_config_file(args.config)
-    info = init_distributed(lambda world_size: (world_size, 1))
+    info = init_distributed(lambda world_size: resolve_degrees(config.parallelism, world_size))
     clip = ClipSpec(*CLIP)
     section = config.refiner.geometry
     changes = {"precision": args.precision}
@@ -65,12 +64,11 @@ def train(args: argparse.Namespace) -> None:
         open_source(config.data), config.data, clip))
     started = time.perf_counter()
     log = (lambda line: print(line, flush=True)) if info.is_main else (lambda line: None)
-    # the refiner stage's seed for its geometry network (seed + 1), bf16 when the recipe's is
+    # the refiner stage's seed for its geometry network (seed + 1) and its precision
     geometry, losses = train_refiner(
         dataset, ids, clip, section, info, config.seed + 1, None, log=log,
         name="geometry refiner",
-        compute_dtype=network_dtype(section, torch.bfloat16
-                                    if config.model.precision == "bf16" else None))
+        compute_dtype=network_dtype(section, stage_dtype(config.model.precision)))
     if info.is_main:
         out = Path(args.out)
         shutil.copytree(args.base, out, dirs_exist_ok=True)
