@@ -13,8 +13,9 @@
 #      loss.png, golden.json) and evaluated with `k4d eval run` against static-world
 #   bash examples/train/demo-model.sh [path/to/k4d]
 # Settings (environment): DEMO_STEPS (stage 1's total optimizer steps, default the recipe's),
-# DEMO_NPROC (training processes, default 2), DEMO_LABEL (early | trained, default early),
-# DEMO_DEFAULT=1 (make it the model `k4d simulate` uses without --model), DEMO_SKIP_TRAIN=1
+# DEMO_NPROC (training processes, default 2), DEMO_LABEL (early | trained, default trained:
+# the recipe's full run is the shipped model), DEMO_DEFAULT (1, the default: it is the model
+# `k4d simulate` uses without --model, as the shipped one is; 0: not), DEMO_SKIP_TRAIN=1
 # (export/evaluate only), DEMO_RUN (stage 1's run directory, default .k4d/demo-model/run),
 # DEMO_STAGE2=1 (train and ship the second stage instead of stage 1).
 set -euo pipefail
@@ -56,10 +57,10 @@ if [[ "${DEMO_SKIP_TRAIN:-0}" != 1 ]]; then
 fi
 
 default=()
-[[ "${DEMO_DEFAULT:-0}" == 1 ]] && default=(--default)
+[[ "${DEMO_DEFAULT:-1}" == 1 ]] && default=(--default)
 if [[ "${DEMO_STAGE2:-0}" == 1 ]]; then
   "$PY" examples/train/demo_model.py export --config "$CONFIG" --run "$RUN" --out "$STAGE1" \
-    --label "${DEMO_LABEL:-early}"
+    --label "${DEMO_LABEL:-trained}"
   if [[ "${DEMO_SKIP_TRAIN:-0}" != 1 ]]; then
     "$K4D" train --config "$CONFIG2" --out "$RUN2" --resume --nproc "${DEMO_NPROC:-2}"
   fi
@@ -68,7 +69,7 @@ if [[ "${DEMO_STAGE2:-0}" == 1 ]]; then
 fi
 step "export"
 "$PY" examples/train/demo_model.py export --config "$CONFIG" --run "$RUN" --out "$MODEL" \
-  --label "${DEMO_LABEL:-early}" "${default[@]}"
+  --label "${DEMO_LABEL:-trained}" "${default[@]}"
 "$PY" examples/train/demo_model.py golden --model "$MODEL"
 step "held-out evaluation"
 "$K4D" eval run --model "$MODEL" --data "$WORK/data/heldout" --out "$WORK/eval" --no-progress

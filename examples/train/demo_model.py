@@ -106,11 +106,15 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
                      "global_batch_size": config.training.global_batch_size,
                      "vae_steps": 0 if config.model.init else config.vae.steps,
                      "refiner_steps": config.refiner.steps,
+                     **{f"{section}_refiner_steps": getattr(config.refiner, section).steps
+                        for section in ("geometry", "objects")
+                        if getattr(config.refiner, section) is not None},
                      "init": config.model.init, "init_version": started_from,
                      "changed_loss_weight": config.training.changed_loss_weight,
                      "robot_loss_weight": config.training.robot_loss_weight,
                      "train_seconds": round(sum(m.get("step_time_s", 0.0) for m in metrics), 1),
                      "last_loss": metrics[-1]["loss"] if metrics else None},
+        "fidelity": config.model.fidelity,
     })
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     if metrics:
