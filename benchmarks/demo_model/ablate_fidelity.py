@@ -52,6 +52,7 @@ def goal_figures(report: dict) -> dict:
         "whole_psnr": region(model, "whole", "psnr"),
         "depth_absrel": region(model, "whole", "depth_absrel"),
         "depth_absrel_floor": region(floor, "whole", "depth_absrel"),
+        "objects_depth_absrel": region(model, "objects", "depth_absrel"),
         "static_psnr_all_frames": region(model, "static", "psnr", "regions"),
         "robot_psnr_all_frames": region(model, "robot", "psnr", "regions"),
         "agreement": agreement.get("accuracy"),

@@ -227,6 +227,8 @@ def heldout_figures(report: dict) -> dict:
         "robot_psnr_floor": region(floor, "robot", "psnr"),
         "depth_absrel": region(model, "whole", "depth_absrel"),
         "depth_absrel_floor": region(floor, "whole", "depth_absrel"),
+        "objects_depth_absrel": region(model, "objects", "depth_absrel"),
+        "objects_depth_absrel_floor": region(floor, "objects", "depth_absrel"),
         "success_agreement": (policy.get("agreement") or {}).get("accuracy"),
         "judge_abstained": abstained.get("count", 0),
     }

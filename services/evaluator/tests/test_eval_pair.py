@@ -113,6 +113,28 @@ def test_moving_object_region_from_object_ids_and_poses(rng):
     assert not diff[0].any() and diff[1, 10:12, 20:30].mean() > 0.5 and not diff[:, 2:8, 2:12].any()
 
 
+def test_objects_region_holds_every_shown_object_outside_the_robot(rng):
+    rgb, pm, robot = _scene(rng)
+    ids = np.full((T, H, W), -1, np.int16)
+    ids[:, 15:20, 5:10] = 1            # object 1 stays
+    ids[:, 5:8, 10:14] = 2             # object 2 half behind the robot (2:8, 2:12)
+    gt = Clip(rgb=rgb, pointmap=pm, valid=np.ones((T, H, W), bool), depth=pm[..., 2].copy(),
+              robot_mask=robot, object_ids=ids)
+    region = build_regions(gt)["objects"]
+    assert region.sum() == T * (5 * 5 + 3 * 2)
+    assert region[2, 17, 7] and region[2, 6, 13] and not region[2, 6, 10]
+    assert "objects" not in build_regions(Clip(rgb=rgb, robot_mask=robot))
+    # An object pushed 6 cm back: 1 % of the frame, where its region sees all of it.
+    bad = pm.copy()
+    bad[:, 15:20, 5:10, 2] += 0.06
+    pred = Clip(rgb=rgb.copy(), pointmap=bad, valid=gt.valid, depth=bad[..., 2].copy())
+    result = evaluate_clips(pred, gt, Settings(geometry_pixels=0))
+    whole, objects = summarise(result.stats["whole"]), summarise(result.stats["objects"])
+    assert whole["depth_absrel"] < 0.2 * objects["depth_absrel"]
+    z = pm[0, 15:20, 5:10, 2]
+    assert objects["depth_absrel"] == pytest.approx(float((0.06 / z).sum()) / 31, rel=1e-4)
+
+
 def test_region_metrics_isolate_a_damaged_object(rng):
     rgb, pm, robot = _scene(rng)
     gt = Clip(rgb=rgb, pointmap=pm, valid=np.ones((T, H, W), bool),

@@ -16,6 +16,11 @@
                  definition. The trainer weights its loss by the same rule.
   static         the other pixels outside the robot (in frame t and in frame 0): where the
                  right answer is the input itself.
+  objects        episodes with object_ids: frame t's pixels that show an object (ids >= 1)
+                 outside the robot, moved or not. Objects are ~1 % of the frame, so the
+                 whole frame's depth AbsRel does not see them sit centimetres off (issue
+                 21, round 20), and everything a rollout does to an object starts from
+                 where it stands.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ from k4d import scene_change
 
 from k4d_eval.clip import Clip
 
-REGIONS = ("whole", "robot", "environment", "moving_object", "changed", "static")
+REGIONS = ("whole", "robot", "environment", "moving_object", "changed", "static",
+           "objects")
 MOVED_M = 0.005          # an object moved when its position changed by more than 5 mm
 MOVED_RAD = np.deg2rad(2.0)  # ... or its orientation by more than 2 degrees
 
@@ -33,7 +39,7 @@ MOVED_RAD = np.deg2rad(2.0)  # ... or its orientation by more than 2 degrees
 def build_regions(gt: Clip, condition_robot_mask: np.ndarray | None = None,
                   synthetic: bool = False) -> dict[str, np.ndarray]:
     """-> name -> (T, H, W) bool. `robot` and `environment` exist when a robot mask is
-    known, `moving_object` for synthetic ground truth."""
+    known, `moving_object` for synthetic ground truth, `objects` with object ids."""
     T, (H, W) = gt.frames, gt.size
     regions = {"whole": np.ones((T, H, W), dtype=bool)}
     robot = condition_robot_mask if condition_robot_mask is not None else gt.robot_mask
@@ -48,6 +54,9 @@ def build_regions(gt: Clip, condition_robot_mask: np.ndarray | None = None,
         changed = changed_from_first(gt) & outside
         regions["changed"] = changed
         regions["static"] = outside & ~changed
+    if gt.object_ids is not None:
+        shown = np.asarray(gt.object_ids) >= 1
+        regions["objects"] = shown & ~robot if robot is not None else shown
     return regions
 
 
