@@ -365,9 +365,12 @@ def k4d_train_demo(ctx: Context) -> dict:
     if recipe.get("refiner", {}).get("steps"):  # the change refiner's stage, as short
         refiner_steps = 2 if ctx.dry_run else 50
         # on the run's own clips: the recipe's clip-size renders are not on that machine;
-        # those synthetic clips carry no object ids for the object network to learn from
+        # those synthetic clips carry no object ids for the object network to learn from,
+        # nor for the geometry network to weight and label the object pixels by
         recipe["refiner"].pop("objects", None)
         recipe["model"].get("fidelity", {}).pop("object_pixels", None)
+        for key in ("object_weight", "object_planes"):
+            recipe["refiner"].get("geometry", {}).pop(key, None)
         for section in (recipe["refiner"], recipe["refiner"].get("geometry")):
             if section:
                 section.update(steps=refiner_steps, checkpoint_every=0, log_every=1,
