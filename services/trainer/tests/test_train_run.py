@@ -301,13 +301,13 @@ def test_sigterm_to_the_launcher_stops_its_torchrun_workers(tmp_path, overfit):
     ending the launcher alone and leaving them training."""
     with _two_ranks_at_step(tmp_path, overfit[0], 2) as (proc, run, below):
         proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=120)
+        _, stderr = proc.communicate(timeout=120)
         deadline = time.monotonic() + 30
         while any(alive(pid) for pid in below) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not [pid for pid in below if alive(pid)]
     status = read_status(str(run))
-    assert status.state == "failed" and "SIGTERM" in status.error
+    assert status.state == "failed" and "SIGTERM" in status.error, stderr[-4000:]
     assert (run / "checkpoints" / f"step-{status.step:08d}" / "COMMITTED").exists()
 
 

@@ -94,11 +94,15 @@ class RunReporter(NullReporter):
             self._event(status)
 
     def close(self, status: RunStatus) -> None:
+        """The metrics and the end state first, then the pictures and uploads: after a
+        SIGTERM the launcher kills what is still running when its grace period ends, and a
+        run killed while plotting must not stay `running` (status.json is the record)."""
         if self._bar is not None:
             self._bar.close()
+        self._write_metrics()
+        self.run.write_status(status)
         if self._tb is not None:
             self._tb.close()
-        self._write_metrics()
         try:
             write_loss_curves(self.lines, self.local)
         except Exception as exc:  # a plot must not turn a finished run into a failed one
@@ -107,7 +111,6 @@ class RunReporter(NullReporter):
             for path in self.local.rglob("*"):
                 if path.is_file() and path.name != METRICS_FILE:
                     self.run.put_file(str(path), path.relative_to(self.local).as_posix())
-        self.run.write_status(status)
         self._event(status)
         if self._prom is not None:
             self._prom.close()
