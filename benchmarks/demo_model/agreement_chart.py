@@ -19,11 +19,10 @@ from pathlib import Path
 
 
 def agreement(report_path: Path) -> tuple[int, int]:
-    """(episodes whose simulated success equals the true one, episodes judged)."""
-    report = json.loads(report_path.read_text())
-    verdicts = [(e["info"]["policy"]["simulated_success"], e["info"]["policy"]["true_success"])
-                for e in report["episodes"]]
-    return sum(s == t for s, t in verdicts), len(verdicts)
+    """(episodes whose simulated success equals the true one, episodes judged): the
+    report's own `policy.agreement` confusion matrix."""
+    agreed = json.loads(report_path.read_text())["policy"]["agreement"]
+    return agreed["confusion"]["tp"] + agreed["confusion"]["tn"], agreed["episodes"]
 
 
 def main() -> None:

@@ -46,9 +46,11 @@ CONFIG = "examples/train/demo-model.yaml"
 CLIP = (13, 96, 144)  # the recipe's clip: frames, height, width
 
 
-# network -> (its section in the recipe, the refiner stage's seed offset for it)
-SECTIONS = {"colour": ("refiner", 0), "geometry": ("refiner.geometry", 1),
-            "objects": ("refiner.objects", 2)}
+# network -> (its section in the recipe, the refiner stage's seed offset and stage folder
+# for it: k4d_trainer.refiner_stage.refiner_stage)
+SECTIONS = {"colour": ("refiner", 0, "STAGE_FOLDER"),
+            "geometry": ("refiner.geometry", 1, "GEOMETRY_STAGE_FOLDER"),
+            "objects": ("refiner.objects", 2, "OBJECTS_STAGE_FOLDER")}
 
 
 def recipe_section(config, kind: str):
@@ -77,25 +79,18 @@ def with_network(refiner, kind: str, network):
 def train(args: argparse.Namespace) -> None:
     import yaml
     from k4d_model.refiner import load_refiner, save_refiner
+    from k4d_trainer import refiner_stage
     from k4d_trainer.clips import ClipSpec
     from k4d_trainer.config import load_config_file, resolve_degrees
     from k4d_trainer.data import open_source, select_episodes
     from k4d_trainer.parallel import init_distributed, stage_dtype
-    from k4d_trainer.refiner_stage import (
-        GEOMETRY_STAGE_FOLDER,
-        OBJECTS_STAGE_FOLDER,
-        STAGE_FOLDER,
-        network_dtype,
-        refiner_episodes,
-        train_refiner,
-    )
+    from k4d_trainer.refiner_stage import network_dtype, refiner_episodes, train_refiner
 
     config = load_config_file(args.config)
     info = init_distributed(lambda world_size: resolve_degrees(config.parallelism, world_size))
     clip = ClipSpec(*CLIP)
-    field, seed_offset = SECTIONS[args.section]
-    stage_folder = {"colour": STAGE_FOLDER, "geometry": GEOMETRY_STAGE_FOLDER,
-                    "objects": OBJECTS_STAGE_FOLDER}[args.section]  # names bad input's field
+    field, seed_offset, folder = SECTIONS[args.section]
+    stage_folder = getattr(refiner_stage, folder)  # names the field of a bad input
     section = recipe_section(config, args.section)
     changes = {"precision": args.precision}
     if args.steps:
