@@ -26,47 +26,16 @@ from pathlib import Path
 
 import numpy as np
 
-
-def goal_figures(report: dict) -> dict:
-    """The issue-21 goal figures of a `k4d eval` report (model and floor)."""
-    model, floor = report, report.get("baseline") or {}
-
-    def region(sec, name, key, frames="regions_generated"):
-        # Generated frames only (t >= 1): frame 0 is the given image (k4d_eval.report).
-        return ((sec.get(frames) or sec.get("regions", {})).get(name) or {}).get(key)
-
-    agreement = (report.get("policy") or {}).get("agreement") or {}
-    abstained = ((report.get("policy") or {}).get("judge_abstentions") or {}).get(
-        "prediction") or {}
-    return {
-        "frame0_psnr_mean": (model.get("first_frame") or {}).get("psnr_mean"),
-        "frame0_psnr_min": (model.get("first_frame") or {}).get("psnr_min"),
-        "static_psnr": region(model, "static", "psnr"),
-        "changed_mse": region(model, "changed", "mse"),
-        "changed_mse_floor": region(floor, "changed", "mse"),
-        "changed_cd_l1": region(model, "changed", "chamfer_l1"),
-        "changed_cd_l1_floor": region(floor, "changed", "chamfer_l1"),
-        "robot_psnr": region(model, "robot", "psnr"),
-        "robot_psnr_floor": region(floor, "robot", "psnr"),
-        "environment_psnr": region(model, "environment", "psnr"),
-        "whole_psnr": region(model, "whole", "psnr"),
-        "depth_absrel": region(model, "whole", "depth_absrel"),
-        "depth_absrel_floor": region(floor, "whole", "depth_absrel"),
-        "objects_depth_absrel": region(model, "objects", "depth_absrel"),
-        "static_psnr_all_frames": region(model, "static", "psnr", "regions"),
-        "robot_psnr_all_frames": region(model, "robot", "psnr", "regions"),
-        "agreement": agreement.get("accuracy"),
-        "abstained": abstained.get("count"),
-    }
-
-
 TABLE_COLUMNS = (("frame 0 dB (min)", "frame0_psnr_min", ".1f"),
                  ("static dB", "static_psnr", ".2f"),
                  ("changed MSE (x floor)", "changed_mse", ".0f"),
-                 ("changed CD-L1 m", "changed_cd_l1", ".3f"),
+                 ("changed CD-L1 m", "changed_cd_l1_m", ".3f"),
                  ("robot dB", "robot_psnr", ".2f"),
                  ("depth AbsRel", "depth_absrel", ".3f"),
-                 ("agreement (abstained)", "agreement", ".2f"))
+                 ("agreement (abstained)", "success_agreement", ".2f"))
+# What ablation.json files written before k4d_eval.report.goal_figures called them.
+FORMER_NAMES = {"changed_cd_l1_m": "changed_cd_l1", "success_agreement": "agreement",
+                "judge_abstained": "abstained"}
 
 
 def markdown_table(rows: dict) -> str:
@@ -75,13 +44,14 @@ def markdown_table(rows: dict) -> str:
     lines = [head, "|---" * (len(TABLE_COLUMNS) + 1) + "|"]
     for name, r in rows.items():
         cells = []
+        r = {**{new: r[old] for new, old in FORMER_NAMES.items() if old in r}, **r}
         for _, key, fmt in TABLE_COLUMNS:
             v = r.get(key)
             text = "-" if v is None else format(v, fmt)
             if key == "changed_mse" and v is not None and r.get("changed_mse_floor"):
                 text += f" ({v / r['changed_mse_floor']:.2f})"
-            if key == "agreement" and v is not None:
-                text += f" ({r.get('abstained', 0)})"
+            if key == "success_agreement" and v is not None:
+                text += f" ({r.get('judge_abstained') or 0})"
             cells.append(text)
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -138,6 +108,7 @@ def main() -> None:
     from k4d_embedded.outputs import world_point_mask, write_pointmap_npz
     from k4d_eval.eval_runs import eval_dataset
     from k4d_eval.evaluate import Settings
+    from k4d_eval.report import goal_figures
     from k4d_generator.pipeline import Kinema4DPipeline
     from k4d_model.conditions import PointmapNormalization
 

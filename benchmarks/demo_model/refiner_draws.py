@@ -62,18 +62,10 @@ def recipe_section(config, kind: str):
 
 def with_network(refiner, kind: str, network):
     """`refiner` with `network` in place of its `kind` network, the others kept exactly."""
-    from k4d_model.refiner import ChangeRefiner, with_geometry, with_objects
+    from k4d_model.refiner import with_colour, with_geometry, with_objects
 
-    if kind == "geometry":
-        return with_geometry(refiner, network)
-    if kind == "objects":
-        return with_objects(refiner, network)
-    combined = ChangeRefiner(dataclasses.replace(network.config, geometry=refiner.config.geometry,
-                                                 objects=refiner.config.objects))
-    kept = {k: v for k, v in refiner.state_dict().items()
-            if k.startswith(("geometry.", "objects."))}
-    combined.load_state_dict({**network.state_dict(), **kept})
-    return combined.eval()
+    put = {"colour": with_colour, "geometry": with_geometry, "objects": with_objects}[kind]
+    return put(refiner, network).eval()
 
 
 def train(args: argparse.Namespace) -> None:

@@ -199,39 +199,21 @@ def add_refiner(config_path: str, run: Path, model: Path, processes: int = 2) ->
     return {"model": str(model), "refiner": str(model / WEIGHTS / "refiner")}
 
 
+# The manifest's `heldout` figures (what `make demo` prints), in this order.
+HELDOUT_KEYS = ("episodes", "frames", "given", "frame0_psnr_min", "static_psnr",
+                "static_psnr_floor", "changed_mse", "changed_mse_floor", "changed_cd_l1_m",
+                "changed_cd_l1_m_floor", "robot_psnr", "robot_psnr_floor", "depth_absrel",
+                "depth_absrel_floor", "objects_depth_absrel", "objects_depth_absrel_floor",
+                "success_agreement", "judge_abstained")
+
+
 def heldout_figures(report: dict) -> dict:
     """The model card's held-out figures of a `k4d eval run` report (issue 21's goals),
     the floor's beside each."""
-    model, floor = report, report.get("baseline") or {}
+    from k4d_eval.report import goal_figures
 
-    def region(sec, name, key):
-        # Generated frames (t >= 1): frame 0 is the given image (k4d_eval.report).
-        regions = sec.get("regions_generated") or sec.get("regions", {})
-        value = (regions.get(name) or {}).get(key)
-        return None if value is None else round(float(value), 4)
-
-    policy = report.get("policy") or {}
-    abstained = (policy.get("judge_abstentions") or {}).get("prediction") or {}
-    return {
-        "episodes": report["counts"]["episodes"],
-        "frames": "generated frames t >= 1 (frame 0: frame0_psnr_min)",
-        "given": (report.get("inputs") or {}).get("given", "first frame RGB"),
-        "frame0_psnr_min": (model.get("first_frame") or {}).get("psnr_min"),
-        "static_psnr": region(model, "static", "psnr"),
-        "static_psnr_floor": region(floor, "static", "psnr"),
-        "changed_mse": region(model, "changed", "mse"),
-        "changed_mse_floor": region(floor, "changed", "mse"),
-        "changed_cd_l1_m": region(model, "changed", "chamfer_l1"),
-        "changed_cd_l1_m_floor": region(floor, "changed", "chamfer_l1"),
-        "robot_psnr": region(model, "robot", "psnr"),
-        "robot_psnr_floor": region(floor, "robot", "psnr"),
-        "depth_absrel": region(model, "whole", "depth_absrel"),
-        "depth_absrel_floor": region(floor, "whole", "depth_absrel"),
-        "objects_depth_absrel": region(model, "objects", "depth_absrel"),
-        "objects_depth_absrel_floor": region(floor, "objects", "depth_absrel"),
-        "success_agreement": (policy.get("agreement") or {}).get("accuracy"),
-        "judge_abstained": abstained.get("count", 0),
-    }
+    figures = goal_figures(report)
+    return {key: figures[key] for key in HELDOUT_KEYS}
 
 
 def headline(model: Path, report_path: Path) -> dict:

@@ -31,6 +31,7 @@ from k4d_model.refiner import (
     refiner_inputs,
     save_refiner,
     snap_planes,
+    with_colour,
     with_geometry,
     with_objects,
 )
@@ -298,6 +299,24 @@ def test_a_geometry_network_gives_the_depths_and_the_points_probability(tmp_path
     _assert_same_weights(combined, loaded)
     with pytest.raises(InvalidArgument, match="refiner.geometry"):
         with_geometry(colour, combined)
+
+
+def test_with_colour_swaps_the_colour_network_and_keeps_the_others(tmp_path):
+    image, robot = _ray_cast_robot()
+    model = with_geometry(_constant_refiner(20.0, 3.0),
+                          _constant_refiner(0.0, -2.0, depth=0.5, first=0.0))
+    swapped = with_colour(model, _constant_refiner(-10.0, 1.0))
+    assert swapped.config.geometry == model.config.geometry
+    assert torch.equal(swapped.geometry.head.bias, model.geometry.head.bias)
+    change = predict_change(swapped, image, robot, batch=3)
+    assert np.allclose(change.colour[1:], -10.0, atol=1e-4)            # the new colour
+    assert np.allclose(change.probability[1:], 1 / (1 + np.exp(-1.0)))
+    assert np.allclose(change.point_probability[1:], 1 / (1 + np.exp(2.0)))  # kept geometry
+    assert np.allclose(change.depth_m[1:], 0.5 * 0.8 / DEPTH_GAIN, atol=1e-6)
+    save_refiner(swapped, tmp_path)
+    _assert_same_weights(swapped, load_refiner(tmp_path))
+    with pytest.raises(InvalidArgument, match="refiner.colour"):
+        with_colour(model, model)
 
 
 def test_depth_options_read_the_geometry_networks_heads(make_tiny):

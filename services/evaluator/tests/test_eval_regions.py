@@ -6,7 +6,7 @@ import numpy as np
 from k4d_eval.clip import Clip
 from k4d_eval.evaluate import Settings, evaluate_clips
 from k4d_eval.regions import build_regions
-from k4d_eval.report import build_report
+from k4d_eval.report import build_report, goal_figures
 
 
 def _scene(T=4, H=12, W=16):
@@ -63,3 +63,20 @@ def test_generated_frames_only_leave_frame_0_out():
     generated = report["regions_generated"]["static"]["psnr"]
     assert all_frames > generated + 10  # frame 0's capped 100 dB lifts the all-frame mean
     assert generated < 30
+
+
+def test_goal_figures_read_the_generated_frames_beside_the_floor():
+    gt = _scene()
+    pred = _scene()
+    pred.rgb = pred.rgb.copy()
+    pred.rgb[1:] = pred.rgb[1:] // 2 + 40
+    settings = Settings(geometry_pixels=0)
+    report = build_report([evaluate_clips(pred, gt, settings)], {"psnr_max_db": 100.0},
+                          baseline=[evaluate_clips(_scene(), gt, settings)])
+    figures = goal_figures(report)
+    assert figures["episodes"] == 1 and figures["frame0_psnr_min"] == 100.0
+    assert figures["static_psnr"] == round(report["regions_generated"]["static"]["psnr"], 4)
+    assert figures["static_psnr_all_frames"] > figures["static_psnr"] + 10
+    assert figures["static_psnr_floor"] == 100.0  # the true scene as the "floor"
+    assert figures["changed_mse"] > 0 and figures["changed_mse_floor"] == 0
+    assert figures["success_agreement"] is None and figures["judge_abstained"] == 0

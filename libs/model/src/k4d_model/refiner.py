@@ -507,10 +507,27 @@ def with_objects(refiner: ChangeRefiner, objects: ChangeRefiner) -> ChangeRefine
     return _with_network(refiner, "objects", objects)
 
 
-def _with_network(refiner: ChangeRefiner, name: str, network: ChangeRefiner) -> ChangeRefiner:
+def with_colour(refiner: ChangeRefiner, colour: ChangeRefiner) -> ChangeRefiner:
+    """`colour` as the main (colour) network of `refiner`, whose geometry and object
+    networks are kept, weights copied exactly: a colour network trained alone (the recipe's
+    `refiner` section without its children) put into a model's refiner."""
+    _check_alone(colour, "colour")
+    combined = ChangeRefiner(replace(colour.config, geometry=refiner.config.geometry,
+                                     objects=refiner.config.objects))
+    kept = {k: v for k, v in refiner.state_dict().items()
+            if k.startswith(("geometry.", "objects."))}
+    combined.load_state_dict({**colour.state_dict(), **kept})
+    return combined.train(refiner.training)
+
+
+def _check_alone(network: ChangeRefiner, name: str) -> None:
     if network.geometry is not None or network.objects is not None:
         raise InvalidArgument.for_field(f"refiner.{name}", f"a {name} network has no networks "
                                                            "of its own")
+
+
+def _with_network(refiner: ChangeRefiner, name: str, network: ChangeRefiner) -> ChangeRefiner:
+    _check_alone(network, name)
     combined = ChangeRefiner(replace(refiner.config, **{name: network.config}))
     main = {k: v for k, v in refiner.state_dict().items() if not k.startswith(f"{name}.")}
     combined.load_state_dict({**main, **{f"{name}.{k}": v

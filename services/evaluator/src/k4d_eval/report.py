@@ -131,6 +131,48 @@ def build_report(results: list[EpisodeResult], settings: Mapping, *, method: str
     return report
 
 
+def goal_figures(report: Mapping) -> dict:
+    """Issue 21's goal figures of a report, each beside the static-world floor's: what the
+    model card, the shipped model's manifest (`heldout`) and the ablations read. Region
+    figures are over the generated frames (t >= 1; frame 0 is the given image and has its
+    own figure), `*_all_frames` over every frame."""
+    floor = report.get("baseline") or {}
+
+    def region(sec, name, key, frames="regions_generated"):
+        regions = sec.get(frames) or sec.get("regions") or {}
+        value = (regions.get(name) or {}).get(key)
+        return None if value is None else round(float(value), 4)
+
+    policy = report.get("policy") or {}
+    abstained = (policy.get("judge_abstentions") or {}).get("prediction") or {}
+    first = report.get("first_frame") or {}
+    return {
+        "episodes": report["counts"]["episodes"],
+        "frames": "generated frames t >= 1 (frame 0: frame0_psnr_min)",
+        "given": (report.get("inputs") or {}).get("given", "first frame RGB"),
+        "frame0_psnr_min": first.get("psnr_min"),
+        "frame0_psnr_mean": first.get("psnr_mean"),
+        "static_psnr": region(report, "static", "psnr"),
+        "static_psnr_floor": region(floor, "static", "psnr"),
+        "changed_mse": region(report, "changed", "mse"),
+        "changed_mse_floor": region(floor, "changed", "mse"),
+        "changed_cd_l1_m": region(report, "changed", "chamfer_l1"),
+        "changed_cd_l1_m_floor": region(floor, "changed", "chamfer_l1"),
+        "robot_psnr": region(report, "robot", "psnr"),
+        "robot_psnr_floor": region(floor, "robot", "psnr"),
+        "environment_psnr": region(report, "environment", "psnr"),
+        "whole_psnr": region(report, "whole", "psnr"),
+        "depth_absrel": region(report, "whole", "depth_absrel"),
+        "depth_absrel_floor": region(floor, "whole", "depth_absrel"),
+        "objects_depth_absrel": region(report, "objects", "depth_absrel"),
+        "objects_depth_absrel_floor": region(floor, "objects", "depth_absrel"),
+        "static_psnr_all_frames": region(report, "static", "psnr", "regions"),
+        "robot_psnr_all_frames": region(report, "robot", "psnr", "regions"),
+        "success_agreement": (policy.get("agreement") or {}).get("accuracy"),
+        "judge_abstained": abstained.get("count", 0),
+    }
+
+
 def _finite(value):
     """JSON without NaN/Infinity: non-finite numbers become null."""
     if isinstance(value, float) and not math.isfinite(value):
