@@ -13,7 +13,15 @@ from k4d_trainer.clips import ClipSpec
 from k4d_trainer.config import VaeSection
 from k4d_trainer.parallel import DistInfo
 from k4d_trainer.runs import RunDir
-from k4d_trainer.vae import STAGE_FOLDER, random_crops, train_vae, vae_phases
+from k4d_trainer.vae import (
+    FOLDER,
+    STAGE_FOLDER,
+    load_saved_vae,
+    random_crops,
+    save_vae,
+    train_vae,
+    vae_phases,
+)
 
 CLIP = ClipSpec(num_frames=5, height=32, width=48)
 
@@ -78,6 +86,19 @@ def test_vae_stage_resumes_to_the_same_weights(tmp_path, make_dataset, stop_at):
     for (name, a), (_, b) in zip(straight.state_dict().items(), resumed.state_dict().items(),
                                  strict=True):
         assert torch.equal(a, b), name
+
+
+def test_a_saved_vae_loads_and_saves_again_to_the_same_bytes(tmp_path):
+    run = RunDir(str(tmp_path / "run"))
+    assert load_saved_vae(run) is None  # nothing committed yet
+    save_vae(_vae(), run)
+    for attempt in ("a", "b"):  # each load reads its own temporary folder
+        load_saved_vae(run).save_pretrained(str(tmp_path / attempt))
+    config = (tmp_path / "a" / "config.json").read_text()
+    assert config == (tmp_path / "b" / "config.json").read_text()
+    assert f'"_name_or_path": "{FOLDER}"' in config
+    assert ((tmp_path / "a" / "diffusion_pytorch_model.safetensors").read_bytes()
+            == (tmp_path / "b" / "diffusion_pytorch_model.safetensors").read_bytes())
 
 
 def test_vae_phases():

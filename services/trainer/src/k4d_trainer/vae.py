@@ -193,7 +193,12 @@ def load_saved_vae(run: RunDir):
 
     with tempfile.TemporaryDirectory(prefix="k4d-vae-") as tmp:
         run.fs.get(f"{run.path}/{FOLDER}/", tmp + "/", recursive=True)
-        return AutoencoderKLWan.from_pretrained(tmp, local_files_only=True).eval()
+        vae = AutoencoderKLWan.from_pretrained(tmp, local_files_only=True).eval()
+    # from_pretrained records the temporary folder it read as _name_or_path, which a model
+    # exported from this VAE would then carry: the run's folder name instead, so the same
+    # run exports the same bytes every time (make demo-model's shipped files).
+    vae.register_to_config(_name_or_path=FOLDER)
+    return vae
 
 
 def vae_stage(components, dataset, episode_ids, clip, section: VaeSection, info: DistInfo,
