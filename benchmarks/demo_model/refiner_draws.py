@@ -4,8 +4,9 @@ the recipe's section, the stage's seed for that network), at a chosen precision,
 seed and process layout, and put it into a copy of a model's weights in place of that model's
 network of the same kind; then compare it with the shipped network.
 
-The sections and the stage's seeds: `colour` is `refiner` (seed), `geometry` is
-`refiner.geometry` (seed + 1), `objects` is `refiner.objects` (seed + 2).
+The sections and the stage's seeds (k4d_trainer.refiner_stage.NETWORKS): `colour` is
+`refiner` (seed), `geometry` is `refiner.geometry` (seed + 1), `objects` is
+`refiner.objects` (seed + 2).
 
     # the recipe's own geometry draw (2 processes of 1 thread, as `make demo-model` runs):
     OMP_NUM_THREADS=1 torchrun --nproc_per_node 2 benchmarks/demo_model/refiner_draws.py \
@@ -46,13 +47,6 @@ CONFIG = "examples/train/demo-model.yaml"
 CLIP = (13, 96, 144)  # the recipe's clip: frames, height, width
 
 
-# network -> (its section in the recipe, the refiner stage's seed offset and stage folder
-# for it: k4d_trainer.refiner_stage.refiner_stage)
-SECTIONS = {"colour": ("refiner", 0, "STAGE_FOLDER"),
-            "geometry": ("refiner.geometry", 1, "GEOMETRY_STAGE_FOLDER"),
-            "objects": ("refiner.objects", 2, "OBJECTS_STAGE_FOLDER")}
-
-
 def recipe_section(config, kind: str):
     """The recipe's section that trains the `kind` network (colour: without its children)."""
     if kind == "colour":
@@ -71,18 +65,21 @@ def with_network(refiner, kind: str, network):
 def train(args: argparse.Namespace) -> None:
     import yaml
     from k4d_model.refiner import load_refiner, save_refiner
-    from k4d_trainer import refiner_stage
     from k4d_trainer.clips import ClipSpec
     from k4d_trainer.config import load_config_file, resolve_degrees
     from k4d_trainer.data import open_source, select_episodes
     from k4d_trainer.parallel import init_distributed, stage_dtype
-    from k4d_trainer.refiner_stage import network_dtype, refiner_episodes, train_refiner
+    from k4d_trainer.refiner_stage import (
+        NETWORKS,
+        network_dtype,
+        refiner_episodes,
+        train_refiner,
+    )
 
     config = load_config_file(args.config)
     info = init_distributed(lambda world_size: resolve_degrees(config.parallelism, world_size))
     clip = ClipSpec(*CLIP)
-    field, seed_offset, folder = SECTIONS[args.section]
-    stage_folder = getattr(refiner_stage, folder)  # names the field of a bad input
+    network = NETWORKS[args.section]
     section = recipe_section(config, args.section)
     changes = {"precision": args.precision}
     if args.steps:
@@ -93,15 +90,14 @@ def train(args: argparse.Namespace) -> None:
         key, _, value = item.partition("=")
         changes[key] = yaml.safe_load(value)
     section = dataclasses.replace(section, **changes)
-    section.validate(field)
+    section.validate(network.field)
     dataset, ids = refiner_episodes(section.data_uri, select_episodes(
         open_source(config.data), config.data, clip))
-    seed = config.seed + seed_offset if args.seed is None else args.seed
+    seed = config.seed + network.seed_offset if args.seed is None else args.seed
     started = time.perf_counter()
     log = (lambda line: print(line, flush=True)) if info.is_main else (lambda line: None)
     network, losses = train_refiner(
-        dataset, ids, clip, section, info, seed, None, log=log, stage_folder=stage_folder,
-        name=f"{args.section} network",
+        dataset, ids, clip, section, info, seed, None, log=log, network=network,
         compute_dtype=network_dtype(section, stage_dtype(config.model.precision)))
     if info.is_main:
         out = Path(args.out)
@@ -163,12 +159,14 @@ def compare(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
+    from k4d_trainer.refiner_stage import NETWORKS
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("train", help="train one of the recipe's refiner networks into a model "
                                       "copy")
     p.add_argument("--config", default=CONFIG)
-    p.add_argument("--section", choices=sorted(SECTIONS), default="geometry")
+    p.add_argument("--section", choices=sorted(NETWORKS), default="geometry")
     p.add_argument("--seed", type=int, help="the network's seed; default: the stage's")
     p.add_argument("--precision", choices=["model", "fp32", "bf16"], default="model")
     p.add_argument("--steps", type=int, default=0, help="0: the recipe's")
@@ -181,7 +179,7 @@ def main() -> None:
     p.set_defaults(run=train)
     p = sub.add_parser("compare", help="weight distance and frame 0's point errors")
     p.add_argument("models", nargs="+")
-    p.add_argument("--section", choices=sorted(SECTIONS), default="geometry")
+    p.add_argument("--section", choices=sorted(NETWORKS), default="geometry")
     p.add_argument("--split", help="the episodes the predictions were made on")
     p.add_argument("--predictions", action="append", help="one per model, in order")
     p.set_defaults(run=compare)

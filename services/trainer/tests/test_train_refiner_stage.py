@@ -15,6 +15,7 @@ from k4d_trainer.config import RefinerSection
 from k4d_trainer.parallel import DistInfo
 from k4d_trainer.refiner_stage import (
     COORDINATE_GAIN,
+    NETWORKS,
     STAGE_FOLDER,
     RefinerClip,
     RefinerExample,
@@ -201,6 +202,18 @@ def _with_geometry_stage(dataset, run, log):
     losses = refiner_stage(components, dataset, sorted(dataset.episode_ids), CLIP, section,
                            DistInfo(), run, 3, log=log)
     return components.refiner, losses
+
+
+def test_a_network_trained_alone_by_its_table_entry_is_the_stages_own(tmp_path, make_dataset):
+    # What benchmarks/demo_model/refiner_draws.py relies on: NETWORKS gives each network's
+    # seed and stage folder as the stage itself uses them.
+    dataset = open_dataset(make_dataset(tmp_path / "ds", count=2, frames=5, height=32, width=48))
+    staged, _ = _with_geometry_stage(dataset, RunDir(str(tmp_path / "a")), lambda _: None)
+    network = NETWORKS["geometry"]
+    alone, _ = train_refiner(dataset, sorted(dataset.episode_ids), CLIP, GEOMETRY, DistInfo(),
+                             seed=3 + network.seed_offset, log=lambda _: None, network=network)
+    for name, value in alone.state_dict().items():
+        assert torch.equal(value, staged.geometry.state_dict()[name]), name
 
 
 def test_a_geometry_network_is_trained_after_the_refiner_and_stored_inside_it(tmp_path,

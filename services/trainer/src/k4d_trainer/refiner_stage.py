@@ -74,6 +74,22 @@ STAGE_FOLDER = "refiner_stage"
 GEOMETRY_STAGE_FOLDER = "geometry_refiner_stage"
 OBJECTS_STAGE_FOLDER = "objects_refiner_stage"
 COMMITTED = "COMMITTED"
+
+
+class RefinerNetwork(NamedTuple):
+    """One network of the stage: the recipe field of its section (what a bad input names),
+    its seed's offset from the stage's, the run folder of its partial state, its log name."""
+    field: str
+    seed_offset: int
+    stage_folder: str
+    name: str
+
+
+NETWORKS = {"colour": RefinerNetwork("refiner", 0, STAGE_FOLDER, "refiner"),
+            "geometry": RefinerNetwork("refiner.geometry", 1, GEOMETRY_STAGE_FOLDER,
+                                       "geometry refiner"),
+            "objects": RefinerNetwork("refiner.objects", 2, OBJECTS_STAGE_FOLDER,
+                                      "object refiner")}
 PLANE_TOLERANCE_M = 0.003  # a plane's coordinate varies less than this over 3x3 pixels
 Z_PLANE = 3  # planes_of's label of a plane z = const
 COORDINATE_GAIN = 10.0  # 1 cm of a plane's coordinate weighs as 0.1 of cross-entropy
@@ -267,11 +283,11 @@ def refiner_config(section: RefinerSection) -> RefinerConfig:
 
 def train_refiner(dataset, episode_ids: list[str], clip: ClipSpec, section: RefinerSection,
                   info: DistInfo, seed: int, run: RunDir | None = None, log=print,
-                  stage_folder: str = STAGE_FOLDER, name: str = "refiner",
-                  compute_dtype: torch.dtype | None = None
+                  network: RefinerNetwork = NETWORKS["colour"], compute_dtype: torch.dtype | None = None
                   ) -> tuple[ChangeRefiner, list[float]]:
     """A refiner trained on the episodes (data-parallel over ranks), and its loss per step.
-    With a run and `section.checkpoint_every`, the stage saves its state in RUN/stage_folder
+    With a run and `section.checkpoint_every`, the stage saves its state in
+    RUN/network.stage_folder
     every so many steps and at the end, and continues from the newest one when started
     again (a network that finished is not trained again when the next one is interrupted).
     compute_dtype: the autocast dtype of the forward pass (None: fp32; the loss is fp32)."""
@@ -284,11 +300,9 @@ def train_refiner(dataset, episode_ids: list[str], clip: ClipSpec, section: Refi
     for eid in episode_ids[info.rank::info.world_size]:
         episode = dataset.open(eid)
         if extra and OBJECT_IDS not in episode:
-            prefix = {GEOMETRY_STAGE_FOLDER: "refiner.geometry",
-                      OBJECTS_STAGE_FOLDER: "refiner.objects"}.get(stage_folder, "refiner")
             key = next(name for name, needed in needs_ids.items() if needed)
             raise InvalidArgument.for_field(
-                f"{prefix}.{key}", f"episode {eid!r} has no {OBJECT_IDS} array to find its "
+                f"{network.field}.{key}", f"episode {eid!r} has no {OBJECT_IDS} array to find its "
                                    "objects by")
         pose = episode.meta.camera_at(0).T_cam_from_base if planes else None
         clips.append(RefinerClip(read_clip(episode, clip, extra), pose,
@@ -301,7 +315,8 @@ def train_refiner(dataset, episode_ids: list[str], clip: ClipSpec, section: Refi
         optimizer, lr_lambda(section.warmup_steps, section.steps, section.lr_schedule))
     saved = None
     if run is not None and section.checkpoint_every:
-        saved = load_stage_state(run, stage_folder, model, generator, info, log, f"{name} stage")
+        saved = load_stage_state(run, network.stage_folder, model, generator, info, log,
+                                 f"{network.name} stage")
     start = saved["step"] if saved else 0
     losses: list[float] = list(saved["losses"]) if saved else []
     if saved:
@@ -333,12 +348,12 @@ def train_refiner(dataset, episode_ids: list[str], clip: ClipSpec, section: Refi
         if done % log_every == 0 or done == section.steps:
             means = ", ".join(f"{key} {sum(p[key] for p in recent) / len(recent):.4f}"
                               for key in recent[0])
-            log(f"{name} step {done}/{section.steps} loss {losses[-1]:.4f} ({means}, last "
+            log(f"{network.name} step {done}/{section.steps} loss {losses[-1]:.4f} ({means}, last "
                 f"{len(recent)} steps) lr {scheduler.get_last_lr()[0]:.2e}")
             recent = []
         if (run is not None and section.checkpoint_every
                 and (done % section.checkpoint_every == 0 or done == section.steps)):
-            save_stage_state(run, stage_folder, done, {"losses": losses}, model, optimizer,
+            save_stage_state(run, network.stage_folder, done, {"losses": losses}, model, optimizer,
                              scheduler, generator, info)
     return model.cpu().eval(), losses
 
@@ -400,34 +415,34 @@ def refiner_stage(components, dataset, episode_ids, clip: ClipSpec, section: Ref
             log("refiner: loaded the committed refiner of this run; training its object network")
         else:
             refiner, losses = _train_network(dataset, episode_ids, clip, section, info, seed,
-                                             run, log, STAGE_FOLDER, "refiner", compute_dtype)
+                                             run, log, NETWORKS["colour"], compute_dtype)
             if section.geometry is not None and section.geometry.steps:
                 geometry, more = _train_network(dataset, episode_ids, clip, section.geometry,
-                                                info, seed + 1, run, log, GEOMETRY_STAGE_FOLDER,
-                                                "geometry refiner", compute_dtype)
+                                                info, seed, run, log, NETWORKS["geometry"],
+                                                compute_dtype)
                 refiner, losses = with_geometry(refiner, geometry), losses + more
         if wants_objects:
             objects, more = _train_network(dataset, episode_ids, clip, section.objects, info,
-                                           seed + 2, run, log, OBJECTS_STAGE_FOLDER,
-                                           "object refiner", compute_dtype)
+                                           seed, run, log, NETWORKS["objects"], compute_dtype)
             refiner, losses = with_objects(refiner, objects), losses + more
     if info.is_main:
         save_run_refiner(refiner, run)
-        for folder in (STAGE_FOLDER, GEOMETRY_STAGE_FOLDER, OBJECTS_STAGE_FOLDER):
-            run.remove(folder)  # the committed refiner supersedes the partial states
+        for network in NETWORKS.values():
+            run.remove(network.stage_folder)  # the committed refiner supersedes them
     barrier(info)
     components.refiner = refiner
     return losses
 
 
-def _train_network(dataset, episode_ids, clip, section, info, seed, run, log, stage_folder,
-                   name, compute_dtype):
+def _train_network(dataset, episode_ids, clip, section, info, stage_seed, run, log,
+                   network: RefinerNetwork, compute_dtype):
     compute_dtype = network_dtype(section, compute_dtype)
     if section.data_uri:
         dataset, episode_ids = refiner_episodes(section.data_uri, episode_ids)
-        log(f"{name}: {len(episode_ids)} of the run's episodes from {section.data_uri}")
-    return train_refiner(dataset, episode_ids, clip, section, info, seed, run, log,
-                         stage_folder=stage_folder, name=name, compute_dtype=compute_dtype)
+        log(f"{network.name}: {len(episode_ids)} of the run's episodes from {section.data_uri}")
+    return train_refiner(dataset, episode_ids, clip, section, info,
+                         stage_seed + network.seed_offset, run, log, network=network,
+                         compute_dtype=compute_dtype)
 
 
 def network_dtype(section: RefinerSection, model_dtype: torch.dtype | None
