@@ -141,6 +141,10 @@ def test_simulate_replays_the_exported_episode(dataset, tmp_path):
     (["--width", "8"], "--width"),
     (["--shard-index", "3"], "together"),
     (["--shard-index", "3", "--shard-count", "2"], "--shard-index"),
+    (["--framing", "close"], "--framing"),
+    (["--scene-shift", "objects=3"], "--scene-shift"),
+    (["--scene-shift", "size=1.2"], "expected objects=S,camera=D"),
+    (["--scene-shift", "camera=far"], "camera must be a number"),
 ])
 def test_bad_synthetic_input(tmp_path, capsys, argv, message):
     base = {"--episodes": "2", "--seed": "0", "--out": str(tmp_path / "ds")}

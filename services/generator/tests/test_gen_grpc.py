@@ -276,3 +276,26 @@ def test_gen_grpc_list_models_reads_the_store_linearly(tmp_path, tiny_model_dir)
     finally:
         channel.close()
         server.stop(0)
+
+
+@pytest.mark.parametrize("edit, field", [
+    ({"extra": {"grasp": "rigdi"}}, "k4d_model.json.extra.grasp"),
+    ({"extra": {"grasp_strength": 1.0}}, "k4d_model.json.extra.grasp_strength"),
+    ({"num_inference_step": 4}, "k4d_model.json.num_inference_step"),
+])
+def test_gen_grpc_misspelt_model_option_is_invalid_argument(channel, tiny_model_dir, tmp_path,
+                                                            edit, field):
+    """LoadModel of a model whose k4d_model.json misspells an option or a value: refused,
+    with the field named, instead of loading and running without it."""
+    import json
+    import shutil
+
+    model = tmp_path / "misspelt"
+    shutil.copytree(tiny_model_dir, model)
+    meta = json.loads((model / "k4d_model.json").read_text())
+    (model / "k4d_model.json").write_text(json.dumps({**meta, **edit}))
+    stub = generator_pb2_grpc.GeneratorServiceStub(channel)
+    with pytest.raises(grpc.RpcError) as err:
+        stub.LoadModel(generator_pb2.LoadModelRequest(model=common_pb2.ModelRef(uri=str(model))))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert field in [v.field for v in field_violations(err.value)]

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 from k4d.errors import FailedPrecondition, InvalidArgument, K4DError, NotFound
+from k4d.generation import check_model_extra
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
@@ -440,8 +441,10 @@ def load_k4d(model_dir: str | Path, num_frames: int | None = None, height: int |
     if not meta_path.exists():
         raise NotFound(f"{model_dir} is not a k4d model directory ({K4D_MODEL_FILE} missing)")
     meta = json.loads(meta_path.read_text())
-    if meta.get("format") != K4D_FORMAT:
-        raise InvalidArgument.for_field("model", f"{meta_path}: unknown format {meta.get('format')}")
+    if not isinstance(meta, dict) or meta.get("format") != K4D_FORMAT:
+        raise InvalidArgument.for_field("model", f"{meta_path}: unknown format "
+                                                 f"{meta.get('format') if isinstance(meta, dict) else meta!r}")
+    check_model_meta(meta, meta_path)
     requested = {"num_frames": num_frames, "height": height, "width": width}
     for key, value in requested.items():
         if value is not None and value != meta[key]:
@@ -463,6 +466,46 @@ def load_k4d(model_dir: str | Path, num_frames: int | None = None, height: int |
     image_encoder, image_processor = _load_image_encoder(model_dir)
     return ModelComponents(transformer, _load_vae(model_dir), image_encoder, image_processor,
                            _load_scheduler(model_dir), info, load_refiner(model_dir))
+
+
+_META_FORMAT_KEYS = ("format", "format_version")
+_META_TYPES: dict[str, tuple[type, ...]] = {
+    "name": (str,), "version": (str,), "layout": (str,), "variant": (str,),
+    "num_frames": (int,), "height": (int,), "width": (int,), "num_inference_steps": (int,),
+    "guidance_scale": (int, float), "flow_shift": (int, float), "fps": (int,),
+    "lora": (dict, type(None)), "source": (str,), "extra": (dict,), "format_version": (int,)}
+
+
+def check_model_meta(meta: dict[str, Any], meta_path: Path | str = K4D_MODEL_FILE) -> None:
+    """`k4d_model.json` as a typed schema (ModelInfo's fields, `extra` as
+    k4d.generation.check_model_extra): an unknown key, a value of the wrong type or out of
+    range is refused with one line naming it (a misspelt option must not load and run)."""
+    name = Path(meta_path).name
+    known = set(ModelInfo.__dataclass_fields__) | set(_META_FORMAT_KEYS)
+    unknown = sorted(set(meta) - known)
+    if unknown:
+        raise InvalidArgument.for_field(f"{name}.{unknown[0]}", "is not a model field (known: "
+                                                                f"{', '.join(sorted(known))})")
+    for key in ("name", "version", "variant", "num_frames", "height", "width"):
+        if key not in meta:
+            raise InvalidArgument.for_field(f"{name}.{key}", "is required")
+    for key, types in _META_TYPES.items():
+        value = meta.get(key)
+        if key in meta and (not isinstance(value, types) or isinstance(value, bool)):
+            raise InvalidArgument.for_field(f"{name}.{key}", f"must be {' or '.join(t.__name__ for t in types)}, "
+                                                             f"got {value!r}")
+    if meta["variant"] not in ("act", "pmcond"):
+        raise InvalidArgument.for_field(f"{name}.variant", f"must be 'act' or 'pmcond', got {meta['variant']!r}")
+    for key in ("num_frames", "height", "width", "fps"):
+        if key in meta and meta[key] < 1:
+            raise InvalidArgument.for_field(f"{name}.{key}", f"must be >= 1, got {meta[key]}")
+    if not 1 <= meta.get("num_inference_steps", 50) <= 1000:
+        raise InvalidArgument.for_field(f"{name}.num_inference_steps", "must be in [1, 1000]")
+    if not (math.isfinite(meta.get("guidance_scale", 0.0)) and meta.get("guidance_scale", 0.0) >= 0):
+        raise InvalidArgument.for_field(f"{name}.guidance_scale", "must be a finite number >= 0")
+    if not (math.isfinite(meta.get("flow_shift", 1.0)) and meta.get("flow_shift", 1.0) > 0):
+        raise InvalidArgument.for_field(f"{name}.flow_shift", "must be a finite number > 0")
+    check_model_extra(meta.get("extra", {}), f"{name}.extra")
 
 
 # ---------------------------------------------------------------- resolution of a reference

@@ -44,6 +44,8 @@ from k4d.generation import (
     ROBOT_RGB_CALIBRATED,
     ROBOT_RGB_SHADED,
     UNCOVERED_FILLED,
+    VAE_DECODE_KEY,
+    VAE_DECODE_SPLIT,
     FidelityOptions,
 )
 from k4d.tool import ToolTrack
@@ -98,10 +100,6 @@ def model_id_of(components: ModelComponents) -> str:
         digest.update(sample.tobytes())
     return digest.hexdigest()[:16]
 
-
-# ModelInfo.extra[VAE_DECODE_KEY] = VAE_DECODE_SPLIT: decode RGB and pointmap separately.
-VAE_DECODE_KEY = "vae_decode"
-VAE_DECODE_SPLIT = "split"
 
 
 class Kinema4DPipeline:

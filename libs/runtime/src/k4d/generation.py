@@ -206,6 +206,7 @@ is the input, not a VAE reconstruction of it:
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -237,6 +238,47 @@ ESTIMATED_OBJECTS_STANDING = "standing"
 ESTIMATED_OBJECTS_FITTED = "fitted"
 REFINER_OBJECTS_KEPT = "kept"
 OBJECT_PIXELS_LEARNED = "learned"
+
+
+_CHOICES = {"first_frame": ("", FIRST_FRAME_GIVEN),
+            "decode": ("", DECODE_RELATIVE, DECODE_COMPOSITE, DECODE_INPUT),
+            "robot_pointmap": ("", ROBOT_POINTMAP_KINEMATICS),
+            "robot_rgb": ("", ROBOT_RGB_CALIBRATED, ROBOT_RGB_SHADED),
+            "uncovered": ("", UNCOVERED_FILLED),
+            "uncovered_pointmap": ("", UNCOVERED_FILLED),
+            "refiner": ("", REFINER_CHANGE),
+            "refiner_pointmap": ("", REFINER_CHANGE, REFINER_DRAWN),
+            "refiner_first_depth": ("", REFINER_FIRST_DEPTH_ESTIMATED),
+            "grasp": ("", GRASP_RIGID),
+            "grasp_release": ("", GRASP_RELEASE_SETTLE),
+            "push": ("", PUSH_QUASI_STATIC),
+            "estimated_objects": ("", ESTIMATED_OBJECTS_STANDING, ESTIMATED_OBJECTS_FITTED),
+            "refiner_objects": ("", REFINER_OBJECTS_KEPT),
+            "object_pixels": ("", OBJECT_PIXELS_LEARNED)}
+# ModelInfo.extra keys of a model directory's k4d_model.json beside the output options:
+# VAE_DECODE_KEY = VAE_DECODE_SPLIT decodes the RGB and pointmap halves apart.
+VAE_DECODE_KEY = "vae_decode"
+VAE_DECODE_SPLIT = "split"
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_model_extra(extra: Any, prefix: str = "extra") -> dict[str, Any]:
+    """A model's `extra` (k4d_model.json), checked as a typed schema: the output options
+    (`FidelityOptions.check`) and `vae_decode`; anything else is refused with one line
+    naming the key. Returns `extra`."""
+    from k4d.errors import InvalidArgument
+
+    if not isinstance(extra, dict):
+        raise InvalidArgument.for_field(prefix, f"must be an object, got {type(extra).__name__}")
+    options = {k: v for k, v in extra.items() if k != VAE_DECODE_KEY}
+    if extra.get(VAE_DECODE_KEY, VAE_DECODE_SPLIT) != VAE_DECODE_SPLIT:
+        raise InvalidArgument.for_field(f"{prefix}.{VAE_DECODE_KEY}",
+                                        f"must be {VAE_DECODE_SPLIT!r}, got {extra[VAE_DECODE_KEY]!r}")
+    FidelityOptions.check(options, prefix)
+    return extra
 
 
 @dataclass(frozen=True)
@@ -312,51 +354,43 @@ class FidelityOptions:
 
     @classmethod
     def check(cls, extra: dict[str, Any], prefix: str = "extra") -> FidelityOptions:
-        """The options of `extra` (other keys ignored), or InvalidArgument naming the key."""
+        """The options of `extra`, or InvalidArgument naming the first bad key: one that is
+        not an option (`FIDELITY_KEYS`), a value of the wrong type or out of range."""
         from k4d.errors import InvalidArgument
 
-        choices = {"first_frame": ("", FIRST_FRAME_GIVEN),
-                   "decode": ("", DECODE_RELATIVE, DECODE_COMPOSITE, DECODE_INPUT),
-                   "robot_pointmap": ("", ROBOT_POINTMAP_KINEMATICS),
-                   "robot_rgb": ("", ROBOT_RGB_CALIBRATED, ROBOT_RGB_SHADED),
-                   "uncovered": ("", UNCOVERED_FILLED),
-                   "uncovered_pointmap": ("", UNCOVERED_FILLED),
-                   "refiner": ("", REFINER_CHANGE),
-                   "refiner_pointmap": ("", REFINER_CHANGE, REFINER_DRAWN),
-                   "refiner_first_depth": ("", REFINER_FIRST_DEPTH_ESTIMATED),
-                   "grasp": ("", GRASP_RIGID),
-                   "grasp_release": ("", GRASP_RELEASE_SETTLE),
-                   "push": ("", PUSH_QUASI_STATIC),
-                   "estimated_objects": ("", ESTIMATED_OBJECTS_STANDING,
-                                         ESTIMATED_OBJECTS_FITTED),
-                   "refiner_objects": ("", REFINER_OBJECTS_KEPT),
-                   "object_pixels": ("", OBJECT_PIXELS_LEARNED)}
-        for key, allowed in choices.items():
+        unknown = sorted(set(extra) - set(FIDELITY_KEYS))
+        if unknown:
+            raise InvalidArgument.for_field(f"{prefix}.{unknown[0]}",
+                                            "is not an output option (known: "
+                                            f"{', '.join(FIDELITY_KEYS)})")
+        for key, allowed in _CHOICES.items():
             if key in extra and extra[key] not in allowed:
-                raise InvalidArgument.for_field(f"{prefix}.{key}", f"must be one of {allowed}")
+                raise InvalidArgument.for_field(f"{prefix}.{key}",
+                                                f"must be one of {allowed}, got {extra[key]!r}")
         for key in ("change_threshold", "change_depth_m", "change_dilate",
                     "change_near_robot_px", "change_ramp", "grasp_centre_m"):
             value = extra.get(key, 0)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise InvalidArgument.for_field(f"{prefix}.{key}", "must be a number >= 0")
+            if not _is_number(value) or value < 0:
+                raise InvalidArgument.for_field(f"{prefix}.{key}", f"must be a number >= 0, got {value!r}")
+        for key in ("change_dilate", "change_near_robot_px"):
+            if key in extra and not isinstance(extra[key], int):
+                raise InvalidArgument.for_field(f"{prefix}.{key}", f"must be a whole number, got {extra[key]!r}")
         for key in ("refiner_threshold", "refiner_pointmap_threshold", "plane_mode_share"):
             threshold = extra.get(key, 0.5)
-            if (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
-                    or not 0 <= threshold < 1):
-                raise InvalidArgument.for_field(f"{prefix}.{key}", "must be in [0, 1)")
+            if not _is_number(threshold) or not 0 <= threshold < 1:
+                raise InvalidArgument.for_field(f"{prefix}.{key}", f"must be in [0, 1), got {threshold!r}")
         power = extra.get("refiner_power", 1.0)
-        if isinstance(power, bool) or not isinstance(power, (int, float)) or not 0 < power <= 8:
-            raise InvalidArgument.for_field(f"{prefix}.refiner_power", "must be in (0, 8]")
+        if not _is_number(power) or not 0 < power <= 8:
+            raise InvalidArgument.for_field(f"{prefix}.refiner_power", f"must be in (0, 8], got {power!r}")
         radius = extra.get("object_radius_m")
         if radius is not None and not (
                 isinstance(radius, (list, tuple)) and len(radius) == 2
-                and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in radius)
-                and 0 < radius[0] <= radius[1]):
+                and all(_is_number(v) for v in radius) and 0 < radius[0] <= radius[1]):
             raise InvalidArgument.for_field(f"{prefix}.object_radius_m",
                                             "must be [min, max] metres with 0 < min <= max")
         for key in ("latent_anchor", "push_estimated", "push_colour", "plane_top_convex"):
             if not isinstance(extra.get(key, False), bool):
-                raise InvalidArgument.for_field(f"{prefix}.{key}", "must be true or false")
+                raise InvalidArgument.for_field(f"{prefix}.{key}", f"must be true or false, got {extra[key]!r}")
         if extra.get("plane_top_convex") and not extra.get("plane_mode_share"):
             raise InvalidArgument.for_field(f"{prefix}.plane_top_convex",
                                             "needs plane_mode_share > 0 (the snapped planes)")

@@ -32,6 +32,12 @@ def register(subparsers) -> None:
     s.add_argument("--width", type=int, default=720, help="image width (default 720)")
     s.add_argument("--workers", type=int, default=1, help="parallel processes (default 1)")
     s.add_argument("--robot", default="panda", help="builtin robot (default panda; the scripts drive a Panda)")
+    s.add_argument("--framing", default="wide", help="camera framing: wide (the whole robot and table, "
+                   "the default) | workspace (the table's task region fills the view: objects >= 12 px "
+                   "across at 96x144)")
+    s.add_argument("--scene-shift", default="", metavar="objects=S,camera=D",
+                   help="a shifted scene distribution: object sizes times S, camera distance times D "
+                        "(each in [0.5, 2]; default 1, the training distribution)")
     s.add_argument("--shard-index", type=int, default=None, help="generate only indices i with i %% shard-count == this")
     s.add_argument("--shard-count", type=int, default=None, help="number of shards (Kubernetes Indexed Job)")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -85,6 +91,7 @@ def _positive(name: str, value: int, upper: int | None = None) -> int:
 
 
 def _synthetic(args: argparse.Namespace) -> int:
+    from k4d.tabletop.scene import FRAMINGS, SceneShift
     from k4d.tabletop.tasks import check_task
 
     from k4d_datagen.engine import EpisodeConfig
@@ -104,6 +111,9 @@ def _synthetic(args: argparse.Namespace) -> int:
     _positive("--workers", args.workers, 64)
     if args.robot != "panda":
         raise InvalidArgument.for_field("--robot", f"the scripted tasks drive a Panda; got {args.robot!r}")
+    if args.framing not in FRAMINGS:
+        raise InvalidArgument.for_field("--framing", f"must be one of {list(FRAMINGS)}, got {args.framing!r}")
+    shift = SceneShift.parse(args.scene_shift)
     if (args.shard_index is None) != (args.shard_count is None):
         raise InvalidArgument.for_field("--shard-index", "give --shard-index and --shard-count together")
     if args.shard_count is not None:
@@ -111,7 +121,8 @@ def _synthetic(args: argparse.Namespace) -> int:
         if not 0 <= args.shard_index < args.shard_count:
             raise InvalidArgument.for_field("--shard-index", f"must be in [0, {args.shard_count}), got {args.shard_index}")
     template = EpisodeConfig(index=0, seed=args.seed, task=args.task, failures=args.failures,
-                             frames=args.frames, height=args.height, width=args.width, robot=args.robot)
+                             frames=args.frames, height=args.height, width=args.width, robot=args.robot,
+                             framing=args.framing, scene_shift=shift)
     # 2. generate
     summary = generate_dataset(args.out, template, shard_indices(args.episodes, args.shard_index, args.shard_count),
                                workers=args.workers, progress=not args.no_progress)

@@ -21,7 +21,7 @@ from k4d.tabletop.physics import (
     object_id_image,
 )
 from k4d.tabletop.physics import Simulation as _PhysicsSimulation
-from k4d.tabletop.scene import SceneSpec, sample_scene
+from k4d.tabletop.scene import SceneShift, SceneSpec, sample_scene
 from k4d.tabletop.tasks import (
     DURATION_S,
     HOME_JOINTS,
@@ -50,6 +50,8 @@ class EpisodeConfig:
     height: int = 480
     width: int = 720
     robot: str = "panda"
+    framing: str = "wide"  # k4d.tabletop.scene.FRAMINGS
+    scene_shift: SceneShift = SceneShift()
 
     @property
     def episode_id(self) -> str:
@@ -108,7 +110,8 @@ def plan_episode(config: EpisodeConfig, rng) -> Rollout:
     gripper = model.joint_names.index(model.gripper_joints[0])
     travel = float(model.upper[gripper] - model.lower[gripper])
     for _ in range(MAX_ATTEMPTS):
-        scene = sample_scene(rng, task, config.width, config.height)
+        scene = sample_scene(rng, task, config.width, config.height, config.framing,
+                             config.scene_shift)
         plan = plan_task(scene, task, rng, kind == "near_miss", travel, start[:3, 3])
         noise = sample_noise(rng) if kind == "noise" else None
         times, targets, opening = dense_targets(plan, start, noise)
@@ -190,6 +193,7 @@ def generate_episode(config: EpisodeConfig, *, verify: bool = False) -> tuple[Ep
         object_names=[o.label for o in rollout.scene.objects],
         source={"kind": "synthetic", "seed": config.seed, "index": config.index, "generator": GENERATOR,
                 "failure": rollout.kind, "physics_dt": PHYSICS_DT, "duration_s": DURATION_S,
+                "framing": config.framing, "scene_shift": str(config.scene_shift),
                 "simulator": f"mujoco {sim.mujoco.__version__}",
                 # the task's goal (world x, y): a judge of a rollout checks it as the data
                 # engine's own judge does (k4d.judge's goal_xy; k4d_eval.policy)

@@ -215,3 +215,18 @@ def test_simulate_with_depth_keeps_the_observed_scene(tmp_path, capsys):
                  "--out", str(tmp_path / "bad"), *QUICK]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--depth" in err[-1] and "must match" in err[-1]
+
+
+def test_simulate_refuses_a_misspelt_model_option(tmp_path, capsys):
+    """A model whose k4d_model.json misspells an option value, or carries a key no model
+    reads, is refused at load with one line naming it (exit 2), not run without it."""
+    model = tmp_path / "model"
+    assert main(["generate", "init-model", "--config", "tiny", "--out", str(model)]) == 0
+    meta = json.loads((model / "k4d_model.json").read_text())
+    for extra, field in (({"grasp": "rigdi"}, "extra.grasp"), ({"grasp_strength": 2}, "extra.grasp_strength")):
+        (model / "k4d_model.json").write_text(json.dumps({**meta, "extra": extra}))
+        capsys.readouterr()
+        assert main(["simulate", *_example_args(), "--model", str(model),
+                     "--out", str(tmp_path / "o"), *QUICK]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and field in err[0], err

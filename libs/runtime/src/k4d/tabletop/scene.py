@@ -1,22 +1,37 @@
 """Randomised tabletop scenes: what is on the table, how it looks, where the camera is.
 
-`sample_scene(rng, task, robot_meshes)` draws a `SceneSpec` (plain data); `build_model`
+`sample_scene(rng, task, width, height)` draws a `SceneSpec` (plain data); `build_model`
 turns it into a MuJoCo model in which the robot's links are mocap bodies carrying the
 SAME visual meshes our projection renders (from the kinematics robot description), the
 objects are free bodies that move under contact and gravity, and one camera equals the
 OpenCV camera of the episode. World = robot base frame; the table top is z = 0.
+
+Two framings of the camera (`FRAMINGS`):
+  wide        third-person views of the whole robot and table from 1.25-1.8 m (LIBERO's
+              agentview, DROID's side cameras). At 96x144 an object is 3-6 pixels across.
+  workspace   the table's workspace filling the view (objects >= 12 pixels across at 96x144),
+              the arm reaching into it: what a world model must see to learn how objects move.
+A `SceneShift` scales the objects' sizes and the camera's distance from what it looks at:
+a split drawn from a shifted distribution (`k4d datagen synthetic --scene-shift`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from k4d.camera import Camera
+from k4d.errors import InvalidArgument
 
 TABLE_TOP_Z = 0.0
+FRAMINGS = ("wide", "workspace")
+# The workspace framing's view: the table region the tasks use (k4d.tabletop.tasks: objects
+# at x 0.38-0.62, y -0.22-0.22) is about this wide at the target, in metres.
+WORKSPACE_VIEW_M = (0.44, 0.56)
+WORKSPACE_TARGET = (0.50, 0.0, 0.08)
+SCENE_SHIFT_RANGE = (0.5, 2.0)
 SHAPES = ("box", "cylinder", "mug", "bowl")
 BOWL_SEGMENTS = 12
 COLOURS = {  # name -> rgb; task texts name objects by colour + shape
@@ -67,6 +82,40 @@ class CameraSpec:
                               fovy_deg=self.fovy_deg)
 
 
+@dataclass(frozen=True)
+class SceneShift:
+    """Scale factors of a shifted scene distribution: object sizes and camera distance."""
+
+    objects: float = 1.0
+    camera: float = 1.0
+
+    @classmethod
+    def parse(cls, text: str, field_name: str = "--scene-shift") -> SceneShift:
+        """`objects=S,camera=D` (either may be left out) -> SceneShift; InvalidArgument
+        naming the part that is wrong."""
+        values: dict[str, float] = {}
+        for part in (p.strip() for p in text.split(",") if p.strip()):
+            key, sep, value = part.partition("=")
+            if not sep or key.strip() not in ("objects", "camera"):
+                raise InvalidArgument.for_field(field_name, f"expected objects=S,camera=D, got {part!r}")
+            try:
+                number = float(value)
+            except ValueError:
+                raise InvalidArgument.for_field(field_name, f"{key.strip()} must be a number, got {value!r}") from None
+            lo, hi = SCENE_SHIFT_RANGE
+            if not (math.isfinite(number) and lo <= number <= hi):
+                raise InvalidArgument.for_field(field_name, f"{key.strip()} must be in [{lo}, {hi}], got {value}")
+            values[key.strip()] = number
+        return cls(**values)
+
+    @property
+    def is_identity(self) -> bool:
+        return self.objects == 1.0 and self.camera == 1.0
+
+    def __str__(self) -> str:
+        return f"objects={self.objects:g},camera={self.camera:g}"
+
+
 @dataclass
 class SceneSpec:
     objects: list[ObjectSpec]
@@ -105,17 +154,47 @@ def sample_object(rng, name: str, colour: str, xy, shape: str | None = None) -> 
                       float(rng.uniform(-math.pi / 4, math.pi / 4)), float(rng.uniform(0.05, 0.2)))
 
 
-def sample_camera(rng, width: int, height: int) -> CameraSpec:
+def sample_camera(rng, width: int, height: int, framing: str = "wide",
+                  distance_scale: float = 1.0) -> CameraSpec:
+    """A view of `framing` (FRAMINGS), its distance to the target times `distance_scale`."""
+    if framing == "workspace":
+        return _workspace_camera(rng, width, height, distance_scale)
+    if framing != "wide":
+        raise InvalidArgument.for_field("framing", f"must be one of {FRAMINGS}, got {framing!r}")
+    return _wide_camera(rng, width, height, distance_scale)
+
+
+def _look_from(target: np.ndarray, distance: float, azimuth: float, elevation: float) -> np.ndarray:
+    return target + distance * np.array([math.cos(elevation) * math.cos(azimuth),
+                                         math.cos(elevation) * math.sin(azimuth), math.sin(elevation)])
+
+
+def _wide_camera(rng, width: int, height: int, distance_scale: float) -> CameraSpec:
     """Third-person views around the workspace: in front of the robot (LIBERO agentview)
     or over its shoulders (DROID's side cameras)."""
     azimuth = math.radians(rng.uniform(-110.0, 110.0))  # 0 = facing the robot from its front
     elevation = math.radians(rng.uniform(20.0, 50.0))
-    distance = rng.uniform(1.25, 1.8)
+    distance = rng.uniform(1.25, 1.8) * distance_scale
     target = np.array([0.42, 0.0, 0.22]) + rng.normal(0, [0.05, 0.05, 0.03])
-    eye = target + distance * np.array([math.cos(elevation) * math.cos(azimuth),
-                                        math.cos(elevation) * math.sin(azimuth), math.sin(elevation)])
+    eye = _look_from(target, distance, azimuth, elevation)
     return CameraSpec(tuple(float(v) for v in eye), tuple(float(v) for v in target),
                       float(rng.uniform(42.0, 58.0)), width, height)
+
+
+def _workspace_camera(rng, width: int, height: int, distance_scale: float) -> CameraSpec:
+    """The workspace filling the view: looking down at the table's task region from in front
+    of the robot or beside it, at the distance where the view is WORKSPACE_VIEW_M wide
+    (objects 3.6-5.6 cm across then span >= 12 of 144 pixels)."""
+    azimuth = math.radians(rng.uniform(-100.0, 100.0))
+    elevation = math.radians(rng.uniform(30.0, 50.0))
+    fovy_deg = float(rng.uniform(38.0, 52.0))
+    view_m = rng.uniform(*WORKSPACE_VIEW_M)
+    half_fov_x = math.atan(math.tan(math.radians(fovy_deg) / 2) * width / height)
+    distance = view_m / 2 / math.tan(half_fov_x) * distance_scale
+    target = np.array(WORKSPACE_TARGET) + rng.normal(0, [0.02, 0.02, 0.01])
+    eye = _look_from(target, distance, azimuth, elevation)
+    return CameraSpec(tuple(float(v) for v in eye), tuple(float(v) for v in target),
+                      fovy_deg, width, height)
 
 
 def _grey(rng, lo, hi):
@@ -123,18 +202,23 @@ def _grey(rng, lo, hi):
     return tuple(float(np.clip(g + d, 0, 1)) for d in rng.normal(0, 0.05, 3))
 
 
-def sample_scene(rng: np.random.Generator, task: str, width: int, height: int) -> SceneSpec:
+def sample_scene(rng: np.random.Generator, task: str, width: int, height: int,
+                 framing: str = "wide", shift: SceneShift | None = None) -> SceneSpec:
     """Objects for `task` (pick: 1 object + a distractor + a marker; push: 1 + a distractor;
-    stack: 2 boxes + a distractor), a random look and a random camera."""
+    stack: 2 boxes + a distractor), a random look and a random camera of `framing`, with
+    the object sizes and the camera distance scaled by `shift`. The draws are the same for
+    every framing and shift (a shifted split is the same scenes, scaled)."""
+    shift = shift or SceneShift()
     from k4d.tabletop.tasks import sample_layout
 
     colours = _colour_names(rng, 4)
     layout = sample_layout(rng, task)
     objects = []
     for i, (xy, shape) in enumerate(layout.objects):
-        objects.append(sample_object(rng, f"object{i + 1}", colours[i], xy, shape))
+        obj = sample_object(rng, f"object{i + 1}", colours[i], xy, shape)
+        objects.append(replace(obj, half_size=tuple(v * shift.objects for v in obj.half_size)))
     return SceneSpec(
-        objects=objects, camera=sample_camera(rng, width, height),
+        objects=objects, camera=sample_camera(rng, width, height, framing, shift.camera),
         table_rgb=_grey(rng, 0.3, 0.8), table_rgb2=_grey(rng, 0.2, 0.7),
         table_texture=("checker", "flat", "gradient")[int(rng.integers(3))],
         table_half_size=(float(rng.uniform(0.55, 0.75)), float(rng.uniform(0.6, 0.9))),
