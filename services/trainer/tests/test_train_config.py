@@ -38,6 +38,7 @@ def _error_lines(capsys) -> list[str]:
     ({"training": {"changed_loss_weight": -2}}, "training.changed_loss_weight"),
     ({"training": {"robot_loss_weight": "heavy"}}, "training.robot_loss_weight"),
     ({"model": {"init": "elsewhere"}}, "model.init"),
+    ({"training": {"latent_target": "delta"}}, "training.latent_target"),
 ])
 def test_bad_recipe_is_one_error_naming_the_field(tmp_path, capsys, recipe, change, field):
     path = recipe(tmp_path, str(tmp_path / "data"), str(tmp_path / "base"), **change)
@@ -67,6 +68,20 @@ def test_fidelity_options_reach_the_published_model():
     components = load_components("from-scratch", config.model, seed=0)
     assert {k: components.info.extra[k] for k in fidelity} == fidelity
     assert components.info.extra["vae_decode"] == "split"
+
+
+def test_change_target_needs_a_per_frame_vae():
+    from k4d_trainer.model import load_components, set_latent_target
+
+    config = config_from_dict({"recipe": "from-scratch", "model": {"size": "tiny"}})
+    components = load_components("from-scratch", config.model, seed=0)
+    with pytest.raises(InvalidArgument, match="training.latent_target"):
+        set_latent_target(components, "change")
+    config = config_from_dict({"recipe": "from-scratch", "model": {"size": "small-f4"},
+                               "training": {"latent_target": "change"}})
+    components = load_components("from-scratch", config.model, seed=0)
+    set_latent_target(components, config.training.latent_target)
+    assert components.info.extra["latent_target"] == "change"
 
 
 def test_init_model_starts_from_its_weights(tmp_path):

@@ -89,6 +89,24 @@ def test_noise_depends_only_on_the_sample_number():
     assert ((both.timestep >= 1) & (both.timestep <= 1000)).all() and s.shape == (2,)
 
 
+def test_change_target_of_a_static_clip_is_the_noise():
+    """latent_target change: a clip whose RGB latents never leave frame 0's has a zero clean
+    sample on the RGB half, so the target there is the noise itself; the pointmap half
+    keeps the official target (eps - x)."""
+    schedule = training_schedule(3.0)
+    first = torch.randn(1, 16, 1, 4, 6)
+    latents = torch.cat([first.expand(-1, -1, 3, -1, -1), torch.randn(1, 16, 3, 4, 6)], dim=-1)
+    batch = {"latents": latents, "condition": torch.randn(1, 17, 3, 4, 12),
+             "arm_cond": torch.ones(1, 17, 3, 4, 12)}
+    absolute = noise_batch(batch, [5], 3, schedule, 0.0, 1)
+    change = noise_batch(batch, [5], 3, schedule, 0.0, 1, change_target=True)
+    eps = change.target + torch.cat([torch.zeros_like(first.expand(-1, -1, 3, -1, -1)),
+                                     latents[..., 6:]], dim=-1)
+    torch.testing.assert_close(change.target[..., 6:], absolute.target[..., 6:])
+    torch.testing.assert_close(eps, absolute.target + latents)  # the same noise drawn
+    assert change.model_input.shape == (1, 33, 3, 4, 12)
+
+
 def test_soft_mask_sets_about_ten_percent_of_the_ones_to_half():
     arm = torch.zeros(20, 4, 30, 30)
     arm[:4, :, :, :15] = 1.0

@@ -37,6 +37,7 @@ from k4d.generation import check_model_extra
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from k4d_model.frame_vae import build_vae, load_vae
 from k4d_model.lora import (
     LORA_FILE_NAME,
     OFFICIAL_LORA_SCALE,
@@ -103,7 +104,6 @@ def build_components(config: ModelConfig, seed: int = 0, lora_fused: bool = True
     hide bugs in the conditioning). With `lora_fused=False` a random LoRA is also
     returned as `{module: (A, B)}` (not applied).
     """
-    from diffusers import AutoencoderKLWan
     from transformers import CLIPVisionConfig, CLIPVisionModel
 
     generator = torch.Generator().manual_seed(seed)
@@ -113,7 +113,7 @@ def build_components(config: ModelConfig, seed: int = 0, lora_fused: bool = True
         for pname, param in transformer.named_parameters():
             if pname.startswith(ADDED_PARAMETER_PREFIXES):
                 param.copy_(torch.randn(param.shape, generator=generator) * 0.05)
-    vae = AutoencoderKLWan(**config.vae).eval()
+    vae = build_vae(config.vae).eval()
     image_encoder = CLIPVisionModel(CLIPVisionConfig(**config.image_encoder)).eval()
     lora = None
     if not lora_fused:
@@ -333,9 +333,7 @@ def _clip_processor_class():
 
 
 def _load_vae(directory: Path):
-    from diffusers import AutoencoderKLWan
-
-    return AutoencoderKLWan.from_pretrained(str(directory / "vae"), **_LOCAL_ONLY).eval()
+    return load_vae(directory / "vae", **_LOCAL_ONLY)
 
 
 def _load_image_encoder(directory: Path):

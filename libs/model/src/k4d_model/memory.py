@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 from k4d.errors import ResourceExhausted
 
+from k4d_model.frame_vae import vae_strides, widest_channels
 from k4d_model.model.configs import latent_shape
 
 _GIB = 1024**3
@@ -48,7 +49,7 @@ def estimate(transformer_config, vae_config, num_frames: int, height: int, width
              batch: int, bytes_per_element: int, device: str,
              available: int | None = None) -> MemoryEstimate:
     """Estimate sampling memory for one request; `batch` is 2 for batched two-pass guidance."""
-    lf, lh, lw = latent_shape(num_frames, height, width)
+    lf, lh, lw = latent_shape(num_frames, height, width, vae_strides(vae_config))
     lw *= 2  # RGB and pointmap side by side
     pt, ph, pw = transformer_config.patch_size
     tokens = (lf // pt) * (lh // ph) * (lw // pw)
@@ -60,7 +61,7 @@ def estimate(transformer_config, vae_config, num_frames: int, height: int, width
     # frames, with its caches and the residual branch (x8, calibrated on the `small` config
     # where sampling grew RSS by ~190 MiB), plus the decoded clip itself, in float32; and a
     # fixed 256 MiB for allocator and kernel workspaces.
-    widest = vae_config.base_dim * max(vae_config.dim_mult)
+    widest = widest_channels(vae_config)
     pixels = height * 2 * width
     vae = 8 * (widest * pixels * 4 * 3) + 4 * 3 * num_frames * pixels + 256 * 2**20
     return MemoryEstimate(int(denoiser), int(vae),

@@ -75,6 +75,8 @@ from k4d_model.fidelity import (
     show_refined_change,
     uncovered_by_robot,
 )
+from k4d_model.frame_vae import temporal_stride
+from k4d_model.latent_target import add_first, repeat_first_frame, samples_change
 from k4d_model.memory import ensure_fits, estimate
 from k4d_model.refiner import PLANE_HORIZONTAL, keep_objects, predict_change
 from k4d_model.results import GenerationResult, RobotCondition, check_robot
@@ -83,6 +85,7 @@ from k4d_model.surface import object_pieces, standing_objects
 ProgressCallback = Callable[[int, int], None]  # (steps done, total steps)
 CancelCheck = Callable[[], bool]
 GUIDANCE_MODES = ("auto", "two-pass", "official")
+ABLATION_FIRST_FRAME = "first-frame"
 SCHEDULERS = ("unipc", "euler")
 
 
@@ -124,7 +127,7 @@ class Kinema4DPipeline:
         self.model_id = model_id or model_id_of(components)
         self.refiner = components.refiner.to(device) if components.refiner is not None else None
         self._check_refiner(FidelityOptions.from_extra(self.info.extra))
-        self.temporal_stride = 2 ** sum(self.vae.config.temperal_downsample)
+        self.temporal_stride = temporal_stride(self.vae)
 
     # ------------------------------------------------------------ 1. inputs
 
@@ -446,7 +449,7 @@ class Kinema4DPipeline:
                  should_cancel: CancelCheck | None = None,
                  initial_pointmap: np.ndarray | None = None,
                  T_cam_from_base: np.ndarray | None = None,
-                 tool: ToolTrack | None = None) -> GenerationResult:
+                 tool: ToolTrack | None = None, ablation: str | None = None) -> GenerationResult:
         """Sample one rollout. See the module docstring for the steps and guidance modes.
 
         initial_pointmap: optional (H, W, 3) float32 metres, camera frame: the scene's points
@@ -457,8 +460,13 @@ class Kinema4DPipeline:
         0's depth off the base frame's planes with it (k4d_model.refiner; ADR 017).
         tool: optional k4d.tool.ToolTrack of the rollout (the tool frame and the gripper's
         opening per frame): with the camera's pose, the `grasp` option moves what the
-        gripper holds with it (k4d_model.contact; ADR 018)."""
+        gripper holds with it (k4d_model.contact; ADR 018).
+        ablation: "first-frame" replaces the transformer's sample by frame 0's latent in every
+        frame (a sample that changes nothing), to measure what the transformer contributes;
+        None: the sample itself."""
         started = time.perf_counter()
+        if ablation not in (None, ABLATION_FIRST_FRAME):
+            raise InvalidArgument.for_field("ablation", f"must be None or {ABLATION_FIRST_FRAME!r}")
         robot = RobotCondition(robot_rgb, robot_pointmap, robot_mask)
         num_steps = self.info.num_inference_steps if num_steps is None else int(num_steps)
         guidance = self.info.guidance_scale if guidance is None else float(guidance)
@@ -487,7 +495,7 @@ class Kinema4DPipeline:
             rgb, pointmap, contacts, sampling, timings = self._sample_and_finish(
                 image, robot, norm, num_steps, seed, guidance, guidance_mode, negative,
                 scheduler, shift, callback, should_cancel, initial_pointmap, T_cam_from_base,
-                tool, opts, started)
+                tool, opts, started, ablation)
         metadata = {
             "generator": "kinema4d", "model": self.info.to_dict(), "model_id": self.model_id,
             "backend": self.backend.describe(), "seed": int(seed), **sampling,
@@ -514,10 +522,11 @@ class Kinema4DPipeline:
 
     def _sample_and_finish(self, image, robot, norm, num_steps, seed, guidance, guidance_mode,
                            negative, scheduler, shift, callback, should_cancel,
-                           initial_pointmap, T_cam_from_base, tool, opts, started):
+                           initial_pointmap, T_cam_from_base, tool, opts, started, ablation=None):
         """Steps 2-7: condition, sample and decode the transformer's rollout, then the
         output options. Returns rgb, pointmap, contacts, the sampling's metadata and the
-        timings."""
+        timings. A model that samples the change from frame 0 (k4d_model.latent_target) has
+        frame 0's RGB latent added back before decoding."""
         # 2.-4. conditioning
         image_embeds = self.encode_image(image)
         condition = self.prepare_condition(image)
@@ -548,6 +557,11 @@ class Kinema4DPipeline:
                 latents = anchor_first_latent(latents, *anchor, float(sampler.sigmas[step + 1]))
             if callback is not None:
                 callback(step + 1, num_steps)
+        if ablation == ABLATION_FIRST_FRAME:
+            latents = repeat_first_frame(add_first(latents, self.clean_first_latent(image))
+                                         if samples_change(self.info.extra) else latents)
+        elif samples_change(self.info.extra):
+            latents = add_first(latents, self.clean_first_latent(image))
         denoised = time.perf_counter()
         # 7. decode and de-normalise
         rgb, pointmap, contacts = self.finish_output(image, robot, *self.decode_float(latents),
@@ -556,7 +570,9 @@ class Kinema4DPipeline:
         sampling = {
             "num_steps": num_steps, "scheduler": type(sampler).__name__,
             "shift": float(sampler.config.get("flow_shift", sampler.config.get("shift", 0.0))),
-            "guidance": {k: v for k, v in plan.items() if not isinstance(v, torch.Tensor)}}
+            "guidance": {k: v for k, v in plan.items() if not isinstance(v, torch.Tensor)},
+            "latent_target": "change" if samples_change(self.info.extra) else "absolute",
+            "ablation": ablation}
         timings = {"conditioning": conditioned - started, "denoising": denoised - conditioned,
                    "decoding": time.perf_counter() - denoised}
         return rgb, pointmap, contacts, sampling, timings

@@ -259,6 +259,10 @@ _CHOICES = {"first_frame": ("", FIRST_FRAME_GIVEN),
 # VAE_DECODE_KEY = VAE_DECODE_SPLIT decodes the RGB and pointmap halves apart.
 VAE_DECODE_KEY = "vae_decode"
 VAE_DECODE_SPLIT = "split"
+# LATENT_TARGET_KEY: what the transformer samples, the clip's latents ("absolute", the
+# official objective) or their change from frame 0's ("change", k4d_model.latent_target).
+LATENT_TARGET_KEY = "latent_target"
+LATENT_TARGETS = ("absolute", "change")
 
 
 def _is_number(value: Any) -> bool:
@@ -267,16 +271,19 @@ def _is_number(value: Any) -> bool:
 
 def check_model_extra(extra: Any, prefix: str = "extra") -> dict[str, Any]:
     """A model's `extra` (k4d_model.json), checked as a typed schema: the output options
-    (`FidelityOptions.check`) and `vae_decode`; anything else is refused with one line
+    (`FidelityOptions.check`), `vae_decode` and `latent_target`; anything else is refused with one line
     naming the key. Returns `extra`."""
     from k4d.errors import InvalidArgument
 
     if not isinstance(extra, dict):
         raise InvalidArgument.for_field(prefix, f"must be an object, got {type(extra).__name__}")
-    options = {k: v for k, v in extra.items() if k != VAE_DECODE_KEY}
+    options = {k: v for k, v in extra.items() if k not in (VAE_DECODE_KEY, LATENT_TARGET_KEY)}
     if extra.get(VAE_DECODE_KEY, VAE_DECODE_SPLIT) != VAE_DECODE_SPLIT:
         raise InvalidArgument.for_field(f"{prefix}.{VAE_DECODE_KEY}",
                                         f"must be {VAE_DECODE_SPLIT!r}, got {extra[VAE_DECODE_KEY]!r}")
+    if extra.get(LATENT_TARGET_KEY, LATENT_TARGETS[0]) not in LATENT_TARGETS:
+        raise InvalidArgument.for_field(f"{prefix}.{LATENT_TARGET_KEY}",
+                                        f"must be one of {LATENT_TARGETS}, got {extra[LATENT_TARGET_KEY]!r}")
     FidelityOptions.check(options, prefix)
     return extra
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from k4d.errors import InvalidArgument
+from k4d.generation import LATENT_TARGETS
 
 RECIPES = ("finetune-lora", "from-scratch")
 VARIANTS = ("act", "pmcond")
@@ -151,9 +152,15 @@ class TrainingSection:
     # official objective.
     changed_loss_weight: float = 1.0
     robot_loss_weight: float = 1.0
+    # What the transformer learns to sample (k4d_model.latent_target, issue 45): the clip's
+    # latents (absolute, the official objective) or, with a per-frame VAE, their change from
+    # frame 0's RGB latent (change: zero wherever nothing moves)
+    latent_target: str = "absolute"
 
     def validate(self) -> None:
         _check(self.steps >= 1, "training.steps", f"must be >= 1, got {self.steps}")
+        _check(self.latent_target in LATENT_TARGETS, "training.latent_target",
+               f"must be one of {LATENT_TARGETS}, got {self.latent_target!r}")
         _check(self.global_batch_size >= 1, "training.global_batch_size", "must be >= 1")
         _check(math.isfinite(self.lr) and self.lr > 0, "training.lr",
                f"must be a finite number > 0, got {self.lr}")
@@ -205,6 +212,9 @@ class VaeSection:
     long_batch_size: int = 0
     checkpoint_every: int = 0       # steps between resumable VAE-stage checkpoints; 0 = none
     log_every: int = 0              # steps between log lines; 0 = five lines per stage
+    # Episodes the VAE never trains on: its reconstruction of their clips is measured after
+    # the stage (RUN/vae/heldout.json, k4d_trainer.vae.reconstruction_figures)
+    heldout_uri: str | None = None
 
     def validate(self) -> None:
         _check(self.steps >= 0, "vae.steps", "must be >= 0")

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import torch
 from k4d.errors import InvalidArgument, NotFound
-from k4d.generation import VAE_DECODE_KEY, VAE_DECODE_SPLIT
+from k4d.generation import LATENT_TARGET_KEY, VAE_DECODE_KEY, VAE_DECODE_SPLIT
 from k4d_model import checkpoints
 from k4d_model.checkpoints import ModelComponents, ModelInfo
+from k4d_model.frame_vae import temporal_stride
 from k4d_model.model.configs import arm_grid_for, get_model_config
 from k4d_model.model.transformer import Kinema4DTransformer3DModel
 
@@ -47,6 +48,18 @@ def load_components(recipe: str, section: ModelSection, seed: int) -> ModelCompo
         _finetune_base(section)
     components.info.extra.update(section.fidelity)  # published in k4d_model.json
     return components
+
+
+def set_latent_target(components: ModelComponents, target: str) -> None:
+    """Record what the transformer learns to sample (k4d_model.latent_target) in the model's
+    `extra`; the change from frame 0 needs a VAE that encodes each frame on its own."""
+    if target == "absolute":
+        return
+    if temporal_stride(components.vae) != 1:
+        raise InvalidArgument.for_field("training.latent_target", "'change' needs a per-frame "
+                                        "VAE (a size such as small-f4): a causal video VAE's "
+                                        "later latent frames are not frame 0's when nothing moves")
+    components.info.extra[LATENT_TARGET_KEY] = target
 
 
 def _from_scratch(section: ModelSection, seed: int) -> ModelComponents:

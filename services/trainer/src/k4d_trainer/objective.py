@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from k4d_model.latent_target import change_from_first
 
 
 def training_schedule(shift: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -57,13 +58,17 @@ class NoisedBatch:
 
 def noise_batch(batch: dict[str, torch.Tensor], sample_numbers: list[int], seed: int,
                 schedule: tuple[torch.Tensor, torch.Tensor], soft_mask_ratio: float,
-                mask_channels: int) -> NoisedBatch:
-    """Draw each sample's timestep, noise and soft mask; build the model input (CPU)."""
+                mask_channels: int, change_target: bool = False) -> NoisedBatch:
+    """Draw each sample's timestep, noise and soft mask; build the model input (CPU).
+    change_target: the clean sample is the latents' change from frame 0's RGB latent
+    (k4d_model.latent_target; a per-frame VAE), not the latents."""
     timesteps, sigmas = schedule
     inputs, ts, targets, arms = [], [], [], []
     for i, number in enumerate(sample_numbers):
         generator = sample_generator(seed, number)
         x = batch["latents"][i]
+        if change_target:
+            x = change_from_first(x[None], x[None, :, :1, :, : x.shape[-1] // 2])[0]
         index = int(torch.randint(0, len(timesteps), (1,), generator=generator))
         eps = torch.randn(x.shape, generator=generator, dtype=x.dtype)
         s = sigmas[index]

@@ -121,6 +121,7 @@ class Trainer:
         dataset = open_source(config.data, env_config)
         torch.manual_seed(config.seed)  # identical initial replicas on every rank
         components = model_lib.load_components(config.recipe, config.model, config.seed)
+        model_lib.set_latent_target(components, config.training.latent_target)
         clip = model_lib.clip_of(components)
         episode_ids = select_episodes(dataset, config.data, clip)
 
@@ -225,7 +226,7 @@ class Trainer:
         batch = collate([self.cache.load(episode_id) for _, episode_id in items])
         noised = noise_batch(batch, [number for number, _ in items], self.config.seed,
                              self.schedule, self.config.training.soft_mask_ratio,
-                             self.mask_channels)
+                             self.mask_channels, self.config.training.latent_target == "change")
         device = self.dist.device
         with autocast(self.compute_dtype, device):
             prediction = self.model(noised.model_input.to(device), noised.timestep.to(device),

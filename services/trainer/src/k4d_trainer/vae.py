@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from k4d_model.frame_vae import load_vae
 
 from k4d_trainer.clips import ClipSpec, read_clip
 from k4d_trainer.config import VaeSection
@@ -189,16 +190,61 @@ def load_saved_vae(run: RunDir):
     """The committed VAE of an earlier attempt of this run, or None."""
     if not run.exists(f"{FOLDER}/{COMMITTED}"):
         return None
-    from diffusers import AutoencoderKLWan
-
     with tempfile.TemporaryDirectory(prefix="k4d-vae-") as tmp:
         run.fs.get(f"{run.path}/{FOLDER}/", tmp + "/", recursive=True)
-        vae = AutoencoderKLWan.from_pretrained(tmp, local_files_only=True).eval()
+        vae = load_vae(tmp, local_files_only=True)
     # from_pretrained records the temporary folder it read as _name_or_path, which a model
     # exported from this VAE would then carry: the run's folder name instead, so the same
     # run exports the same bytes every time (make demo-model's shipped files).
     vae.register_to_config(_name_or_path=FOLDER)
     return vae
+
+
+@torch.no_grad()
+def reconstruction_figures(vae, dataset, episode_ids: list[str], clip: ClipSpec,
+                           device: str | torch.device = "cpu") -> dict:
+    """How well `vae` reconstructs the clips of `episode_ids` (held-out episodes): PSNR in dB
+    of the pooled squared error of the decoded latent mode, per video (RGB on 0-255 pixels,
+    the scene pointmap as the samples normalise it), over every frame and over frame 0
+    alone, and the worst clip's."""
+    vae = vae.to(device).eval()
+    sums = {"rgb": [0.0, 0.0, 0], "pointmap": [0.0, 0.0, 0]}  # all frames, frame 0, clips
+    worst = {"rgb": math.inf, "pointmap": math.inf}
+    for eid in episode_ids:
+        for name, video in zip(("rgb", "pointmap"), clip_videos(read_clip(dataset.open(eid), clip)),
+                               strict=True):
+            x = video[None].to(device)
+            recon = vae.decode(vae.encode(x).latent_dist.mode()).sample.float().clamp(-1.0, 1.0)
+            per_frame = (recon - x).square().mean(dim=(0, 1, 3, 4))  # (T,)
+            sums[name][0] += float(per_frame.mean())
+            sums[name][1] += float(per_frame[0])
+            sums[name][2] += 1
+            worst[name] = min(worst[name], psnr_of_mse(float(per_frame.mean())))
+    figures = {"episodes": len(episode_ids)}
+    for name, (all_frames, first, count) in sums.items():
+        figures[f"{name}_psnr"] = round(psnr_of_mse(all_frames / count), 2)
+        figures[f"{name}_frame0_psnr"] = round(psnr_of_mse(first / count), 2)
+        figures[f"{name}_worst_clip_psnr"] = round(worst[name], 2)
+    return figures
+
+
+def write_heldout_reconstruction(vae, section: VaeSection, clip: ClipSpec, run: RunDir, log=print) -> dict | None:
+    """Rank 0: `reconstruction_figures` on `section.heldout_uri`, written to
+    RUN/vae/heldout.json and logged; None without a held-out dataset."""
+    if not section.heldout_uri:
+        return None
+    import json
+
+    from k4d.episodes import open_dataset
+
+    dataset = open_dataset(section.heldout_uri)
+    figures = reconstruction_figures(vae, dataset, dataset.episode_ids, clip)
+    figures["uri"] = section.heldout_uri
+    run.write_bytes(f"{FOLDER}/heldout.json", json.dumps(figures, indent=2).encode())
+    log(f"vae held-out reconstruction ({figures['episodes']} clips): RGB {figures['rgb_psnr']} dB "
+        f"(frame 0 {figures['rgb_frame0_psnr']}), pointmap {figures['pointmap_psnr']} dB "
+        f"(frame 0 {figures['pointmap_frame0_psnr']})")
+    return figures
 
 
 def vae_stage(components, dataset, episode_ids, clip, section: VaeSection, info: DistInfo,
@@ -209,6 +255,9 @@ def vae_stage(components, dataset, episode_ids, clip, section: VaeSection, info:
     if saved is not None:
         components.vae = saved
         log("vae: loaded the committed VAE of this run")
+        if info.is_main and not run.exists(f"{FOLDER}/heldout.json"):
+            write_heldout_reconstruction(saved, section, clip, run, log)
+        barrier(info)
         return []
     torch.manual_seed(seed)
     losses = train_vae(components.vae, dataset, episode_ids, clip, section, info, seed, run,
@@ -216,6 +265,7 @@ def vae_stage(components, dataset, episode_ids, clip, section: VaeSection, info:
     if info.is_main:
         save_vae(components.vae, run)
         run.remove(STAGE_FOLDER)  # the committed VAE supersedes the partial state
+        write_heldout_reconstruction(components.vae.cpu(), section, clip, run, log)
     barrier(info)
     components.vae = components.vae.cpu().eval()
     for p in components.vae.parameters():

@@ -1,0 +1,48 @@
+"""What the transformer's sample is: the clip's latents (the official objective), or their
+change from frame 0 (`k4d_model.json` extra `latent_target: change`, issue 45).
+
+With a per-frame VAE (k4d_model.frame_vae) a scene that does not change has frame 0's RGB
+latent in every frame, so the change is zero wherever nothing moves: the transformer learns
+only what the robot and the objects change, and the static region comes back exactly as
+frame 0's. Only the RGB half is a change: frame 0's pointmap is not an input (the model
+draws it from the image, as Kinema4D does).
+
+Latents are normalised, (B, C, F, h, 2w): RGB on the left half, pointmap on the right.
+"""
+
+from __future__ import annotations
+
+import torch
+from k4d.generation import LATENT_TARGET_KEY
+
+LATENT_TARGET_CHANGE = "change"
+
+
+def samples_change(extra: dict) -> bool:
+    """Whether a model (its k4d_model.json `extra`) samples the change from frame 0."""
+    return extra.get(LATENT_TARGET_KEY) == LATENT_TARGET_CHANGE
+
+
+def _rgb_half(latents: torch.Tensor) -> torch.Tensor:
+    return latents[..., : latents.shape[-1] // 2]
+
+
+def change_from_first(latents: torch.Tensor, first_rgb: torch.Tensor) -> torch.Tensor:
+    """latents -> the training target: the RGB half minus frame 0's RGB latent
+    `first_rgb` (B, C, 1, h, w), repeated over the frames; the pointmap half as it is."""
+    out = latents.clone()
+    _rgb_half(out).sub_(first_rgb)
+    return out
+
+
+def add_first(change: torch.Tensor, first_rgb: torch.Tensor) -> torch.Tensor:
+    """The inverse of `change_from_first`: a sampled change -> the clip's latents."""
+    out = change.clone()
+    _rgb_half(out).add_(first_rgb)
+    return out
+
+
+def repeat_first_frame(latents: torch.Tensor) -> torch.Tensor:
+    """Each half's latent frame 0 in every frame: a sample that changes nothing (the
+    transformer ablation of issue 45)."""
+    return latents[:, :, :1].expand_as(latents).clone()

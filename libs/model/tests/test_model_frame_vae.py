@@ -1,0 +1,118 @@
+"""The per-frame VAE (k4d_model.frame_vae) and the change-from-frame-0 latent target
+(k4d_model.latent_target): shapes and strides, frames encoded independently, saving and
+loading by class name, and a tiny per-frame model sampled end to end."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from k4d_model.checkpoints import build_components, load_model, save_k4d
+from k4d_model.frame_vae import (
+    FrameAutoencoder,
+    load_vae,
+    spatial_stride,
+    temporal_stride,
+    vae_strides,
+)
+from k4d_model.latent_target import add_first, change_from_first, repeat_first_frame
+from k4d_model.model.configs import _transformer_kwargs, get_model_config
+from k4d_model.pipeline import Kinema4DPipeline
+from k4d_model.testing import CallableDenoiser, sliding_box_robot
+
+
+def _vae() -> FrameAutoencoder:
+    torch.manual_seed(0)
+    return FrameAutoencoder(z_dim=4, channels=(8, 16), num_res_blocks=1).eval()
+
+
+def test_shapes_and_strides():
+    vae = _vae()
+    video = torch.randn(2, 3, 5, 32, 48)
+    posterior = vae.encode(video).latent_dist
+    assert posterior.mode().shape == (2, 4, 5, 16, 24)
+    assert vae.decode(posterior.mode()).sample.shape == video.shape
+    assert (temporal_stride(vae), spatial_stride(vae)) == (1, 2)
+    assert vae_strides({"temperal_downsample": [False, True, True], "dim_mult": [1, 2, 4, 4]}) == (4, 8)
+
+
+@torch.no_grad()
+def test_each_frame_is_encoded_on_its_own():
+    """A frame's latent does not depend on the other frames: a static clip has frame 0's
+    latent in every frame, which is what the change target relies on."""
+    vae = _vae()
+    video = torch.randn(1, 3, 4, 32, 48)
+    alone = vae.encode(video[:, :, 2:3]).latent_dist.mode()
+    together = vae.encode(video).latent_dist.mode()[:, :, 2:3]
+    torch.testing.assert_close(alone, together, rtol=1e-5, atol=1e-5)
+    static = vae.encode(video[:, :, :1].expand(-1, -1, 4, -1, -1)).latent_dist.mode()
+    torch.testing.assert_close(static, static[:, :, :1].expand_as(static))
+
+
+def test_save_and_load_by_class_name(tmp_path):
+    vae = _vae()
+    vae.register_to_config(latents_mean=[0.1, 0.2, 0.3, 0.4], latents_std=[1.0, 2.0, 3.0, 4.0])
+    vae.save_pretrained(tmp_path / "vae")
+    loaded = load_vae(tmp_path / "vae")
+    assert isinstance(loaded, FrameAutoencoder) and loaded.config.latents_std == [1.0, 2.0, 3.0, 4.0]
+    for a, b in zip(vae.state_dict().values(), loaded.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_change_target_round_trip_and_first_frame_repeat():
+    latents = torch.randn(2, 4, 5, 3, 8)
+    first = latents[:, :, :1, :, :4]
+    change = change_from_first(latents, first)
+    assert change[:, :, 0, :, :4].abs().max() == 0  # frame 0 changes nothing
+    torch.testing.assert_close(change[..., 4:], latents[..., 4:])  # pointmap half absolute
+    torch.testing.assert_close(add_first(change, first), latents)
+    repeated = repeat_first_frame(latents)
+    torch.testing.assert_close(repeated, latents[:, :, :1].expand_as(latents))
+
+
+def _tiny_per_frame(change: bool):
+    """The tiny transformer on a per-frame VAE (strides 1 x 4): 33 input channels."""
+    base = get_model_config("tiny")
+    strides = (1, 4)
+    transformer = _transformer_kwargs(heads=2, head_dim=16, layers=2, ffn=64, text_dim=16,
+                                      image_dim=32, freq_dim=32, num_frames=5, height=32,
+                                      width=48, arm_patch_size=(1, 2, 2), num_image_tokens=17,
+                                      rope_max_seq_len=64, strides=strides)
+    config = dataclasses.replace(base, transformer=transformer,
+                                 vae={"class": "FrameAutoencoder", "z_dim": 16,
+                                      "channels": [8, 16, 16], "num_res_blocks": 1})
+    components, _ = build_components(config, seed=0)
+    if change:
+        components.info.extra["latent_target"] = "change"
+    return components
+
+
+def test_a_per_frame_model_samples_and_reloads(tmp_path):
+    components = _tiny_per_frame(change=True)
+    assert components.transformer.config.in_channels == 33
+    save_k4d(components, tmp_path / "m")
+    loaded = load_model(tmp_path / "m")
+    assert isinstance(loaded.vae, FrameAutoencoder)
+    assert loaded.info.extra["latent_target"] == "change"
+    image, robot = sliding_box_robot(num_frames=5, height=32, width=48)
+    pipe = Kinema4DPipeline(loaded, CallableDenoiser(loaded.transformer))
+    result = pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=2)
+    assert result.rgb.shape == (5, 32, 48, 3) and np.isfinite(result.pointmap).all()
+    assert result.metadata["latent_target"] == "change" and result.metadata["ablation"] is None
+
+
+@torch.no_grad()
+def test_first_frame_ablation_decodes_frame_0_in_every_frame():
+    """ablation="first-frame" asks the model to change nothing: every decoded RGB frame is
+    the VAE's frame 0 (no output option composites anything here)."""
+    components = _tiny_per_frame(change=True)
+    image, robot = sliding_box_robot(num_frames=5, height=32, width=48)
+    pipe = Kinema4DPipeline(components, CallableDenoiser(components.transformer))
+    result = pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=2, ablation="first-frame")
+    assert result.metadata["ablation"] == "first-frame"
+    for t in range(1, 5):
+        np.testing.assert_array_equal(result.rgb[t], result.rgb[0])
+    with pytest.raises(Exception, match="ablation"):
+        pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1, ablation="zeros")

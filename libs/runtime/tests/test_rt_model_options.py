@@ -1,0 +1,34 @@
+"""A model's options (k4d_model.json `extra`) as a typed schema: known keys with good values
+pass; an unknown key or a bad value is one InvalidArgument naming it."""
+
+from __future__ import annotations
+
+import pytest
+from k4d.errors import InvalidArgument
+from k4d.generation import check_model_extra
+
+
+def test_known_options_pass():
+    extra = {"vae_decode": "split", "latent_target": "change", "first_frame": "given",
+             "decode": "relative", "robot_rgb": "shaded", "refiner_threshold": 0.05}
+    assert check_model_extra(extra) is extra
+
+
+@pytest.mark.parametrize("extra, field", [
+    ({"grasp": "rigdi"}, "extra.grasp"),
+    ({"grasp_strength": 1}, "extra.grasp_strength"),
+    ({"latent_target": "delta"}, "extra.latent_target"),
+    ({"vae_decode": "joint"}, "extra.vae_decode"),
+    ({"change_dilate": 1.5}, "extra.change_dilate"),
+    ({"refiner_threshold": True}, "extra.refiner_threshold"),
+    ({"push_colour": "yes"}, "extra.push_colour"),
+])
+def test_unknown_keys_and_bad_values_are_refused_by_name(extra, field):
+    with pytest.raises(InvalidArgument) as err:
+        check_model_extra(extra)
+    assert [v.field for v in err.value.violations] == [field]
+
+
+def test_extra_must_be_an_object():
+    with pytest.raises(InvalidArgument, match="extra"):
+        check_model_extra(["grasp"])
