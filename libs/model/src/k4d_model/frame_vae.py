@@ -21,6 +21,7 @@ loads either from a diffusers directory by its config's `_class_name`.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -120,9 +121,11 @@ def vae_strides(vae_config) -> tuple[int, int]:
     size's `vae` kwargs): video frames per latent frame after the first, pixels per latent
     cell along each axis. Wan: (2 per temporal down-sampling, 2 per level); ours: (1, 2 per
     level)."""
-    if "channels" in vae_config:
-        return 1, 2 ** (len(vae_config["channels"]) - 1)
-    return 2 ** sum(vae_config["temperal_downsample"]), 2 ** (len(vae_config["dim_mult"]) - 1)
+    channels = _field(vae_config, "channels")
+    if channels is not None:
+        return 1, 2 ** (len(channels) - 1)
+    return (2 ** sum(_field(vae_config, "temperal_downsample")),
+            2 ** (len(_field(vae_config, "dim_mult")) - 1))
 
 
 def temporal_stride(vae) -> int:
@@ -135,9 +138,18 @@ def spatial_stride(vae) -> int:
 
 def widest_channels(vae_config) -> int:
     """The widest stage of either VAE's decoder (the memory estimate's activations)."""
-    if "channels" in vae_config:
-        return max(vae_config["channels"])
-    return vae_config["base_dim"] * max(vae_config["dim_mult"])
+    channels = _field(vae_config, "channels")
+    if channels is not None:
+        return max(channels)
+    return _field(vae_config, "base_dim") * max(_field(vae_config, "dim_mult"))
+
+
+def _field(config, key: str):
+    """A config's field whether it is a mapping (a dict, diffusers' FrozenDict) or has
+    attributes; None when absent."""
+    if isinstance(config, Mapping):
+        return config.get(key)
+    return getattr(config, key, None)
 
 
 def load_vae(directory: str | Path, **kwargs):
