@@ -65,6 +65,7 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
     vae = load_saved_vae(RunDir(str(run.resolve())))
     if vae is not None:
         components.vae = vae
+    model_lib.set_latent_target(components, config.training.latent_target)
     elif not config.model.init:  # a second stage keeps its init model's VAE
         sys.exit(f"demo_model: error: {run} has no committed VAE")
     refiner = load_run_refiner(RunDir(str(run.resolve())))
@@ -111,6 +112,7 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
                         if getattr(config.refiner, section) is not None},
                      "init": config.model.init, "init_version": started_from,
                      "changed_loss_weight": config.training.changed_loss_weight,
+                     "latent_target": config.training.latent_target,
                      "robot_loss_weight": config.training.robot_loss_weight,
                      "train_seconds": round(sum(m.get("step_time_s", 0.0) for m in metrics), 1),
                      "last_loss": metrics[-1]["loss"] if metrics else None},

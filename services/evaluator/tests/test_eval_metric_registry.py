@@ -113,7 +113,8 @@ def test_the_evaluator_keeps_the_statistics_each_metric_declares(rng, frames):
     result = evaluate_clips(_noisy(gt, rng, 6, 0.002), gt, Settings(geometry_pixels=0, threads=1))
     declared = {key: metric for metric, key, _ in
                 metric_registry.groups(metric_registry.frame_metrics())}
-    assert len(declared) == 2 + 4 * 2  # psnr, ssim; chamfer, temporal, temporal_gt, depth x 2
+    # psnr, ssim; chamfer, temporal, temporal_gt, depth, point x 2 spaces
+    assert len(declared) == 2 + 5 * 2
     for region, groups in result.stats.items():
         for key, stats in groups.items():
             assert set(stats.arrays) == set(declared[key].stats), (region, key)
@@ -128,3 +129,16 @@ def test_names_are_unique_across_the_registry():
     assert len(reported) == len(set(reported)) == len(metric_registry.METRICS)
     # what LearnedMetrics computes is what the registry lists for it
     assert {i.name for i in learned.OUTPUTS} == set(learned.WEIGHT_FILES) | {"latent_l2"}
+
+
+def test_point_l1_is_the_mean_absolute_coordinate_error(rng, frames):
+    """Every point 2 cm off along z, and 2 cm off along x on half the pixels: point_l1 is
+    the mean over x, y and z, in metres, per pixel (not the nearest neighbour's)."""
+    gt = _truth(rng, frames)
+    pointmap = gt.pointmap.copy()
+    pointmap[..., 2] += 0.02
+    pointmap[:, :, : pointmap.shape[2] // 2, 0] += 0.02
+    pred = Clip(rgb=gt.rgb, pointmap=pointmap, valid=gt.valid, depth=pointmap[..., 2].copy())
+    result = evaluate_clips(pred, gt, Settings(geometry_pixels=0, threads=1))
+    metrics = build_report([result], Settings().to_json())["metrics"]
+    assert abs(metrics["point_l1"] - (0.02 + 0.01) / 3) < 1e-6

@@ -216,8 +216,10 @@ def _frame_stats(t: int, pred: Clip, gt: Clip, regions: Mapping[str, np.ndarray]
     if clouds is None:
         return out
     depth_terms = _depth_frame(t, pred, gt, clouds["pred"].norm, clouds["gt"].norm)
+    point_terms = _point_frame(t, pred, gt, clouds["pred"].norm, clouds["gt"].norm)
     for name, mask in masks.items():
         _depth_stats(out[name], mask, depth_terms)
+        _point_stats(out[name], mask, point_terms)
     _chamfer_regions(out, masks, clouds, settings)
     if prev is not None:
         # Temporal consistency (whole frame): frame t against frame t-1 of the same clip.
@@ -269,6 +271,24 @@ def _depth_frame(t: int, pred: Clip, gt: Clip, pred_norm: tuple, gt_norm: tuple
         r = ratio * factor
         out[s] = (both, np.abs(r - 1.0), np.maximum(r, 1.0 / r) < geometry.DELTA1)
     return out
+
+
+def _point_frame(t: int, pred: Clip, gt: Clip, pred_norm: tuple, gt_norm: tuple
+                 ) -> dict[str, tuple]:
+    """Per-pixel pointmap L1 terms of frame t: space -> (pixels valid in both (H, W), the sum
+    of |dx| + |dy| + |dz| per such pixel (N,)); k4d space: each clip's own normalisation."""
+    both = pred.valid[t] & gt.valid[t]
+    p, g = pred.pointmap[t][both].astype(np.float64), gt.pointmap[t][both].astype(np.float64)
+    return {"m": (both, np.abs(p - g).sum(axis=1)),
+            "k4d": (both, np.abs(geometry.normalise(p, pred_norm)
+                                 - geometry.normalise(g, gt_norm)).sum(axis=1))}
+
+
+def _point_stats(groups: dict, region: np.ndarray, terms: dict) -> None:
+    for s, (both, l1) in terms.items():
+        inside = region[both]
+        groups[f"point_{s}"] = {"l1_sum": float(l1[inside].sum()),
+                                "n": float(np.count_nonzero(inside))}
 
 
 def _depth_stats(groups: dict, region: np.ndarray, terms: dict) -> None:

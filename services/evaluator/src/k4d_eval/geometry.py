@@ -32,6 +32,7 @@ SPACES = ("m", "k4d")
 DEFAULT_TAU = 0.01
 CHAMFER_STATS = ("pg_l1", "pg_l2", "n_pred", "gp_l1", "gp_l2", "n_gt", "pred_in", "gt_in")
 DEPTH_STATS = ("absrel_sum", "delta1_count", "n")
+POINT_STATS = ("l1_sum", "n")
 DELTA1 = 1.25
 
 
@@ -226,3 +227,19 @@ class Depth(FrameMetric):
 
     def compute(self, stats: FrameStats) -> dict[str, np.ndarray]:
         return _depth_compute(stats)
+
+
+class PointL1(FrameMetric):
+    """Pointmap L1: the mean absolute difference of x, y and z between the predicted and the
+    ground-truth point of the same pixel (metres; `_k4d`: each clip in its own Kinema4D
+    normalisation), on pixels valid in both clips. Unlike Chamfer it holds a point to its
+    pixel: an object drawn in the right place at the wrong depth, or its points left behind
+    where it was, count."""
+
+    group = "point"
+    stats = POINT_STATS
+    geometry = True
+    outputs = (MetricInfo("point_l1", higher_is_better=False),)
+
+    def compute(self, stats: FrameStats) -> dict[str, np.ndarray]:
+        return {"point_l1": safe_ratio(stats["l1_sum"], 3.0 * stats["n"])}

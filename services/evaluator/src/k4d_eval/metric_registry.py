@@ -23,7 +23,8 @@ from k4d_eval.stats import FrameMetric, MetricInfo
 def frame_metrics(psnr_max_db: float = video_metrics.PSNR_MAX_DB) -> tuple[FrameMetric, ...]:
     """Every frame metric, configured, in report order (video first, then per space)."""
     return (video_metrics.PSNR(max_db=psnr_max_db), video_metrics.SSIM(), geometry.Chamfer(),
-            geometry.TemporalChamfer(), geometry.TemporalChamferGT(), geometry.Depth())
+            geometry.TemporalChamfer(), geometry.TemporalChamferGT(), geometry.Depth(),
+            geometry.PointL1())
 
 
 def groups(metrics: tuple[FrameMetric, ...]) -> Iterator[tuple[FrameMetric, str, str]]:

@@ -16,11 +16,11 @@
                  definition. The trainer weights its loss by the same rule.
   static         the other pixels outside the robot (in frame t and in frame 0): where the
                  right answer is the input itself.
-  objects        episodes with object_ids: frame t's pixels that show an object (ids >= 1)
-                 outside the robot, moved or not. Objects are ~1 % of the frame, so the
-                 whole frame's depth AbsRel does not see them sit centimetres off (issue
-                 21, round 20), and everything a rollout does to an object starts from
-                 where it stands.
+  objects        episodes with object_ids: the pixels where an object (ids >= 1) is in frame
+                 t or was in frame 0, outside the robot, moved or not (issue 45): where it
+                 went and where it left. Objects are ~1 % of the frame, so the whole
+                 frame's figures do not see them sit centimetres off, and everything a
+                 rollout does to an object starts from where it stands.
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ def build_regions(gt: Clip, condition_robot_mask: np.ndarray | None = None,
         regions["changed"] = changed
         regions["static"] = outside & ~changed
     if gt.object_ids is not None:
-        shown = np.asarray(gt.object_ids) >= 1
+        ids = np.asarray(gt.object_ids) >= 1
+        shown = ids | ids[:1]
         regions["objects"] = shown & ~robot if robot is not None else shown
     return regions
 
