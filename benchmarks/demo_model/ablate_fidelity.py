@@ -12,6 +12,10 @@ those `k4d eval run` reports.
         --data .k4d/demo-model/data/heldout --run .k4d/abl/prev --out .k4d/abl \
         --variant 'given={"first_frame": "given"}' --variant ... [--depth]
 
+`--ablate-transformer` adds the variant `transformer-ablated`: the model's own options with
+the transformer's sample replaced by frame 0's latent in every frame (issue 45's ablation:
+how much of the objects' motion the transformer carries).
+
 Prints one RESULT line (JSON) per variant with the issue's goal figures, and writes
 OUT/ablation.json.
 """
@@ -29,6 +33,8 @@ import numpy as np
 TABLE_COLUMNS = (("frame 0 dB (min)", "frame0_psnr_min", ".1f"),
                  ("static dB", "static_psnr", ".2f"),
                  ("changed MSE (x floor)", "changed_mse", ".0f"),
+                 ("objects MSE (x floor)", "objects_mse", ".0f"),
+                 ("objects point L1 m", "objects_point_l1_m", ".4f"),
                  ("changed CD-L1 m", "changed_cd_l1_m", ".3f"),
                  ("robot dB", "robot_psnr", ".2f"),
                  ("depth AbsRel", "depth_absrel", ".3f"),
@@ -48,8 +54,8 @@ def markdown_table(rows: dict) -> str:
         for _, key, fmt in TABLE_COLUMNS:
             v = r.get(key)
             text = "-" if v is None else format(v, fmt)
-            if key == "changed_mse" and v is not None and r.get("changed_mse_floor"):
-                text += f" ({v / r['changed_mse_floor']:.2f})"
+            if key in ("changed_mse", "objects_mse") and v is not None and r.get(f"{key}_floor"):
+                text += f" ({v / r[f'{key}_floor']:.2f})"
             if key == "success_agreement" and v is not None:
                 text += f" ({r.get('judge_abstained') or 0})"
             cells.append(text)
@@ -88,6 +94,9 @@ def main() -> None:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--variant", action="append", default=[],
                         help="NAME=JSON of k4d_model.json extra keys (added to the model's)")
+    parser.add_argument("--ablate-transformer", action="store_true",
+                        help="add the variant transformer-ablated (k4d_model.pipeline "
+                             "ablation='first-frame', the model's own options)")
     parser.add_argument("--depth", action="store_true",
                         help="give the pipeline the first frame's points (RGB-D input)")
     parser.add_argument("--steps", type=int, default=0)
@@ -111,6 +120,7 @@ def main() -> None:
     from k4d_eval.report import goal_figures
     from k4d_generator.pipeline import Kinema4DPipeline
     from k4d_model.conditions import PointmapNormalization
+    from k4d_model.pipeline import ABLATION_FIRST_FRAME
 
     pipe = Kinema4DPipeline.from_pretrained(args.model)
     from k4d.generation import FIDELITY_KEYS
@@ -126,10 +136,12 @@ def main() -> None:
         if missing:
             parser.error(f"--episodes: not in {floor}: {', '.join(missing)}")
         ids = [i for i in ids if i in wanted]
-    variants = []
+    variants = []  # (name, the model's extra, the pipeline's ablation)
     for spec in args.variant:
         name, _, text = spec.partition("=")
-        variants.append((name, {**base_extra, **json.loads(text or "{}")}))
+        variants.append((name, {**base_extra, **json.loads(text or "{}")}, None))
+    if args.ablate_transformer:
+        variants.append(("transformer-ablated", dict(pipe.info.extra), ABLATION_FIRST_FRAME))
     # Variants that differ only in output options share one sampling: the latents depend on
     # `latent_anchor` alone (and the seed), so each episode is sampled once per anchor
     # setting and every output option is applied to the same decoded latents.
@@ -146,17 +158,18 @@ def main() -> None:
         return static_of[key]
 
     pipe.static_reconstruction = static_reconstruction
-    seconds = {name: 0.0 for name, _ in variants}
+    seconds = {name: 0.0 for name, _, _ in variants}
     for episode_id in [] if args.eval_only else ids:
         image, robot, condition = episode_inputs(args.run, episode_id)
         initial = first_pointmap(dataset, episode_id) if args.depth else None
         meta = dataset.open(episode_id).meta
         pose = meta.camera_at(0).T_cam_from_base
         tool = tool_track(load_robot(meta.robot), robot["joints"], robot["poses"])
-        for name, extra in variants:
+        for name, extra, ablation in variants:
             pipe.info.extra = extra
-            key = (episode_id, bool(extra.get("latent_anchor", False)))
-            cache = args.out / "_decoded" / f"{episode_id}-anchor{int(key[1])}.npz"
+            key = (episode_id, bool(extra.get("latent_anchor", False)), ablation)
+            cache = args.out / "_decoded" / (f"{episode_id}-anchor{int(key[1])}"
+                                             f"{'-' + ablation if ablation else ''}.npz")
             if key not in decoded and cache.is_file():  # sampled by an earlier run
                 with np.load(cache) as data:
                     decoded[key] = (data["rgb"], data["pointmap"])
@@ -173,7 +186,7 @@ def main() -> None:
                 pipe.decode_float = remember
                 result = pipe(image, condition.rgb, condition.pointmap, condition.mask,
                               initial_pointmap=initial, T_cam_from_base=pose, tool=tool,
-                              num_steps=args.steps or None)
+                              num_steps=args.steps or None, ablation=ablation)
                 pipe.decode_float = original_decode
                 rgb, points = result.rgb, result.pointmap
                 if key in decoded:  # `decode: input` with frame 0's points known samples nothing
@@ -189,12 +202,12 @@ def main() -> None:
             (where / "summary.json").write_text(json.dumps(summary))
         print(f"generated {episode_id}", flush=True)
     results = {}
-    for name, extra in variants:
+    for name, extra, ablation in variants:
         root = args.out / name
         report = eval_dataset(str(root / "predictions"), args.data, root / "eval", Settings(),
                               baseline_uri=str(floor), episodes=ids, progress=False,
                               method=f"model: {args.model} [{name}]")
-        figures = {"variant": name, "extra": extra, "depth_input": args.depth,
+        figures = {"variant": name, "extra": extra, "ablation": ablation, "depth_input": args.depth,
                    "output_s_per_episode": seconds[name] / len(ids), **goal_figures(report)}
         results[name] = figures
         print("RESULT " + json.dumps(figures), flush=True)
