@@ -12,9 +12,9 @@ those `k4d eval run` reports.
         --data .k4d/demo-model/data/heldout --run .k4d/abl/prev --out .k4d/abl \
         --variant 'given={"first_frame": "given"}' --variant ... [--depth]
 
-`--ablate-transformer` adds the variant `transformer-ablated`: the model's own options with
-the transformer's sample replaced by frame 0's latent in every frame (issue 45's ablation:
-how much of the objects' motion the transformer carries).
+`--ablate-transformer` adds two variants with the model's own options: `model`, and
+`transformer-ablated`, where the transformer's sample is replaced by frame 0's latent in
+every frame (issue 45's ablation: how much of the objects' motion the transformer carries).
 
 Prints one RESULT line (JSON) per variant with the issue's goal figures, and writes
 OUT/ablation.json.
@@ -141,7 +141,8 @@ def main() -> None:
         name, _, text = spec.partition("=")
         variants.append((name, {**base_extra, **json.loads(text or "{}")}, None))
     if args.ablate_transformer:
-        variants.append(("transformer-ablated", dict(pipe.info.extra), ABLATION_FIRST_FRAME))
+        variants += [("model", dict(pipe.info.extra), None),
+                     ("transformer-ablated", dict(pipe.info.extra), ABLATION_FIRST_FRAME)]
     # Variants that differ only in output options share one sampling: the latents depend on
     # `latent_anchor` alone (and the seed), so each episode is sampled once per anchor
     # setting and every output option is applied to the same decoded latents.
