@@ -107,12 +107,34 @@ def test_given_frame_comes_back_and_unchanged_pixels_are_the_input(make_tiny):
 
 
 def test_without_options_the_output_is_the_decoders(make_tiny):
+    """A model with no output options returns the decoded transformer frames untouched, even
+    when the rollout comes with a tool track (a gripper closing) and the camera's pose: no
+    option, no rule, moves anything."""
+    from k4d.tool import ToolTrack
+    from k4d_model.conditions import PointmapNormalization
+
     image, robot = _robot()
     plain = _pipe(make_tiny, {})
-    out = plain(image, robot.rgb, robot.pointmap, robot.mask, num_steps=2, seed=1)
-    latents_rgb, latents_pm = None, None  # the decoder's output: frame 0 is not the input
-    assert not np.array_equal(out.rgb[0], image)
-    assert out.metadata["fidelity"]["decode"] == "" and latents_rgb is latents_pm
+    decoded = {}
+    original = plain.decode_float
+
+    def remember(latents):
+        decoded["rgb"], decoded["pointmap"] = original(latents)
+        return decoded["rgb"], decoded["pointmap"]
+
+    plain.decode_float = remember
+    frames = robot.mask.shape[0]
+    poses = np.repeat(np.eye(4)[None], frames, axis=0)
+    poses[:, :3, 3] = [0.0, 0.0, 0.8]  # the tool in front of the camera, over the box
+    tool = ToolTrack(poses, np.linspace(0.08, 0.0, frames))  # closing
+    out = plain(image, robot.rgb, robot.pointmap, robot.mask, num_steps=2, seed=1,
+                T_cam_from_base=np.eye(4), tool=tool)
+    expected_rgb = np.round((decoded["rgb"] / 2.0 + 0.5) * 255.0).astype(np.uint8)
+    norm = PointmapNormalization.from_points(robot.pointmap, robot.mask)
+    np.testing.assert_array_equal(out.rgb, expected_rgb)
+    np.testing.assert_array_equal(out.pointmap, norm.denormalise(decoded["pointmap"]))
+    assert not np.array_equal(out.rgb[0], image)  # frame 0 is the decoder's, not the input
+    assert out.metadata["fidelity"]["decode"] == "" and out.metadata["contacts"] == []
 
 
 def test_bad_initial_pointmap_is_invalid_argument(make_tiny):

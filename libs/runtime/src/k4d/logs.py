@@ -43,10 +43,6 @@ def log_context(job_id: str | None):
         _job_id.reset(token)
 
 
-def current_job_id() -> str | None:
-    return _job_id.get()
-
-
 class JsonFormatter(logging.Formatter):
     def __init__(self, service_name: str):
         super().__init__()

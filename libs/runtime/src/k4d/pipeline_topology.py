@@ -130,11 +130,6 @@ def stages_of(service: str) -> tuple[Stage, ...]:
     return tuple(s for s in STAGES if s.service == service)
 
 
-def consumed_topics() -> tuple[str, ...]:
-    """Topics some stage consumes (each has a `.dlq` that the stage's worker fills)."""
-    return tuple(dict.fromkeys(name for s in STAGES for name in s.consumes))
-
-
 def result_field_owner() -> dict[str, str]:
     """SimulationResult field -> the stage that fills it in."""
     return {field: s.name for s in STAGES for field in s.result_fields}

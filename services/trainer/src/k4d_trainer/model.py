@@ -214,33 +214,6 @@ def set_trainable(transformer: torch.nn.Module, recipe: str) -> list[str]:
     return names
 
 
-def lora_layers(transformer: torch.nn.Module) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """{module path: (lora_A (r, in), lora_B (out, r))} of the peft adapter, as plain tensors
-    (full tensors when the model is FSDP-sharded), in the generator's `write_lora` form."""
-    layers = {}
-    for name, module in transformer.named_modules():
-        if hasattr(module, "lora_A") and ADAPTER in getattr(module, "lora_A", {}):
-            down = _full(module.lora_A[ADAPTER].weight)
-            up = _full(module.lora_B[ADAPTER].weight)
-            layers[name] = (down.detach().float().cpu().clone(), up.detach().float().cpu().clone())
-    return layers
-
-
-def _full(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
-
-
-def base_state_without_lora(transformer: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The transformer's own state dict (peft's `base_layer.` names folded back, LoRA
-    tensors left out), full tensors on the CPU."""
-    state = {}
-    for name, tensor in transformer.state_dict().items():
-        if is_lora_parameter(name):
-            continue
-        state[name.replace(".base_layer.", ".")] = _full(tensor).detach().float().cpu().clone()
-    return state
-
-
 def unwrapped(components: ModelComponents, transformer_state: dict[str, torch.Tensor]
               ) -> ModelComponents:
     """A fresh, plain Kinema4D transformer (no adapter, no parallel wrapper) holding
