@@ -65,9 +65,9 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
     vae = load_saved_vae(RunDir(str(run.resolve())))
     if vae is not None:
         components.vae = vae
-    model_lib.set_latent_target(components, config.training.latent_target)
     elif not config.model.init:  # a second stage keeps its init model's VAE
         sys.exit(f"demo_model: error: {run} has no committed VAE")
+    model_lib.set_latent_target(components, config.training.latent_target)
     refiner = load_run_refiner(RunDir(str(run.resolve())))
     if refiner is not None:
         components.refiner = refiner
