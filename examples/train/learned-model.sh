@@ -45,7 +45,7 @@ step "validation evaluation"
 "$K4D" eval run --model "$OUT" --data "$WORK/data/val" --out "$WORK/eval" --no-progress
 "$PY" examples/train/demo_model.py headline --model "$OUT" --report "$WORK/eval/report.json"
 step "transformer ablation"
-"$PY" benchmarks/demo_model/ablate_fidelity.py --model "$OUT" --data "$WORK/data/val" \
+"$PY" benchmarks/demo_model/ablate_fidelity.py --model "$OUT/weights" --data "$WORK/data/val" \
   --run "$WORK/eval" --out "$WORK/ablation" --ablate-transformer
 "$PY" benchmarks/demo_model/ablate_fidelity.py --out "$WORK/ablation" --table --model "$OUT" \
   --data "$WORK/data/val" --run "$WORK/eval"
