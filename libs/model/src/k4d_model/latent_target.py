@@ -42,7 +42,10 @@ def add_first(change: torch.Tensor, first_rgb: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def repeat_first_frame(latents: torch.Tensor) -> torch.Tensor:
-    """Each half's latent frame 0 in every frame: a sample that changes nothing (the
-    transformer ablation of issue 45)."""
-    return latents[:, :, :1].expand_as(latents).clone()
+def repeat_first_frame(latents: torch.Tensor, first_rgb: torch.Tensor) -> torch.Tensor:
+    """A sample that changes nothing (the transformer ablation of issue 45): the given
+    image's RGB latent `first_rgb` (B, C, 1, h, w) in every frame, and the sample's own frame
+    0 on the pointmap half (frame 0's points are the model's estimate)."""
+    out = latents[:, :, :1].expand_as(latents).clone()
+    _rgb_half(out).copy_(first_rgb.expand_as(_rgb_half(out)))
+    return out

@@ -558,8 +558,7 @@ class Kinema4DPipeline:
             if callback is not None:
                 callback(step + 1, num_steps)
         if ablation == ABLATION_FIRST_FRAME:
-            latents = repeat_first_frame(add_first(latents, self.clean_first_latent(image))
-                                         if samples_change(self.info.extra) else latents)
+            latents = repeat_first_frame(latents, self.clean_first_latent(image))
         elif samples_change(self.info.extra):
             latents = add_first(latents, self.clean_first_latent(image))
         denoised = time.perf_counter()
