@@ -36,7 +36,7 @@ class Config:
     """Runtime settings; field docs are in docs/configuration.md."""
 
     service_name: str = "k4d"
-    grpc_host: str = "0.0.0.0"
+    grpc_host: str = "127.0.0.1"
     grpc_port: int = 0
     metrics_port: int = 0
     grpc_max_message_bytes: int = 64 * MIB
@@ -60,6 +60,13 @@ class Config:
     shutdown_grace_s: float = 20.0
     otel_exporter_otlp_endpoint: str = ""
     otel_traces_exporter: str = ""
+    # Security (docs/operations.md, "Security"): TLS files, the token table, the token.
+    tls_cert: str = ""         # server certificate chain (PEM); a client presents it for mTLS
+    tls_key: str = ""          # its private key (PEM)
+    tls_client_ca: str = ""    # servers: require client certificates signed by this CA
+    tls_ca: str = ""           # clients: trust servers signed by this CA (TLS on)
+    auth_tokens: str = ""      # servers: file of `ROLE NAME SHA256-OF-TOKEN` lines (auth on)
+    token: str = ""            # clients: the bearer token sent in `authorization`
 
     def replace(self, **changes) -> Config:
         """A copy with some fields changed (CLI flag overrides); None values are ignored."""
@@ -149,6 +156,12 @@ ENV_VARS: dict[str, tuple[str, object]] = {
     "K4D_WORKER_BACKOFF_S": ("worker_backoff_s", _parse_float),
     "K4D_LOG_LEVEL": ("log_level", _parse_level),
     "K4D_SHUTDOWN_GRACE_S": ("shutdown_grace_s", _parse_float),
+    "K4D_TLS_CERT": ("tls_cert", _parse_str),
+    "K4D_TLS_KEY": ("tls_key", _parse_str),
+    "K4D_TLS_CLIENT_CA": ("tls_client_ca", _parse_str),
+    "K4D_TLS_CA": ("tls_ca", _parse_str),
+    "K4D_AUTH_TOKENS": ("auth_tokens", _parse_str),
+    "K4D_TOKEN": ("token", _parse_str),
     "OTEL_SERVICE_NAME": ("service_name", _parse_str),
     "OTEL_EXPORTER_OTLP_ENDPOINT": ("otel_exporter_otlp_endpoint", _parse_str),
     "OTEL_TRACES_EXPORTER": ("otel_traces_exporter", _parse_str),
@@ -175,6 +188,12 @@ def load_config(service: str | None = None, env: Mapping[str, str] | None = None
     if unknown:
         raise TypeError(f"unknown config fields: {sorted(unknown)}")
     config = Config(**values)
+    if bool(config.tls_cert) != bool(config.tls_key):
+        raise InvalidArgument.for_field("K4D_TLS_KEY" if config.tls_cert else "K4D_TLS_CERT",
+                                        "K4D_TLS_CERT and K4D_TLS_KEY go together")
+    if config.tls_client_ca and not config.tls_cert:
+        raise InvalidArgument.for_field("K4D_TLS_CLIENT_CA", "mutual TLS needs K4D_TLS_CERT "
+                                                             "and K4D_TLS_KEY too")
     for var, value in (("K4D_WORKER_MAX_ATTEMPTS", config.worker_max_attempts),
                        ("K4D_KAFKA_PARTITIONS", config.kafka_partitions)):
         if value < 1:

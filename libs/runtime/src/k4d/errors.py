@@ -72,3 +72,17 @@ class IntegrityError(K4DError):
 
     grpc_code_name = "DATA_LOSS"
     cli_exit_code = 1
+
+
+class Unauthenticated(K4DError):
+    """No credentials, or credentials no server token matches."""
+
+    grpc_code_name = "UNAUTHENTICATED"
+    cli_exit_code = 1
+
+
+class PermissionDenied(K4DError):
+    """Known caller, but its role may not make this call."""
+
+    grpc_code_name = "PERMISSION_DENIED"
+    cli_exit_code = 1

@@ -43,7 +43,7 @@ def wrap_handler(handler: grpc.RpcMethodHandler | None, wrap: Wrapper):
     return handler
 
 
-def _around(behavior: Callable, response_streaming: bool, before, after):
+def around(behavior: Callable, response_streaming: bool, before, after):
     """Call before(context) -> state, run the behaviour (draining a response stream),
     then after(state, context, exc_or_None)."""
     if response_streaming:
@@ -160,7 +160,7 @@ class TracingInterceptor(grpc.ServerInterceptor):
             span.end()
 
         return wrap_handler(continuation(handler_call_details),
-                            lambda behavior, streaming: _around(behavior, streaming, before, after))
+                            lambda behavior, streaming: around(behavior, streaming, before, after))
 
 
 class MetricsInterceptor(grpc.ServerInterceptor):
@@ -188,4 +188,4 @@ class MetricsInterceptor(grpc.ServerInterceptor):
             self.metrics.rpc_compute.labels(method).observe(computed)
 
         return wrap_handler(continuation(handler_call_details),
-                            lambda behavior, streaming: _around(behavior, streaming, before, after))
+                            lambda behavior, streaming: around(behavior, streaming, before, after))

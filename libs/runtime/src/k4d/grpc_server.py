@@ -1,6 +1,10 @@
 """gRPC bootstrap: `create_server` (testable: port 0 works, returns the bound port) and
 `serve` (the process: metrics, tracing, workers, SIGTERM handling).
 
+Security (docs/operations.md): TLS when `config.tls_cert` is set (mutual with
+`tls_client_ca`), bearer tokens and the roles table when `config.auth_tokens` is set
+(`k4d.auth`); health checks stay open either way.
+
 Health: the overall service "" is SERVING once the server runs (liveness); each
 registered service is SERVING unless its register function set it otherwise through
 `set_serving` (readiness, e.g. the generator before its model is loaded).
@@ -18,12 +22,14 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from k4d.auth import server_interceptors
 from k4d.config import Config
 from k4d.errors import Unavailable
 from k4d.grpc_interceptors import ErrorMappingInterceptor, MetricsInterceptor, TracingInterceptor
 from k4d.grpc_requests import RequestCheckInterceptor
 from k4d.logs import configure_logging, get_logger
 from k4d.telemetry import setup_tracing, start_metrics_server
+from k4d.tls import server_credentials
 
 log = get_logger(__name__)
 
@@ -78,12 +84,14 @@ def server_options(max_message_bytes: int) -> list[tuple[str, int]]:
 def create_server(config: Config, register_fns: Iterable[RegisterFn], *,
                   interceptors: Sequence[grpc.ServerInterceptor] = ()) -> tuple[grpc.Server, int]:
     """Build (not start) a server with health, reflection and the interceptors, call every
-    register function, bind config.grpc_host:config.grpc_port (0 = any free port).
-    Returns (server, bound_port)."""
+    register function, bind config.grpc_host:config.grpc_port (0 = any free port), with
+    TLS and token checks as the config says. Returns (server, bound_port)."""
+    credentials = server_credentials(config)  # bad TLS files fail here, before binding
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=config.grpc_max_workers, thread_name_prefix="grpc"),
-        interceptors=[TracingInterceptor(), MetricsInterceptor(), ErrorMappingInterceptor(),
-                      RequestCheckInterceptor(), *interceptors],
+        # Auth after tracing and metrics (refusals are counted and traced), before the rest.
+        interceptors=[TracingInterceptor(), MetricsInterceptor(), *server_interceptors(config),
+                      ErrorMappingInterceptor(), RequestCheckInterceptor(), *interceptors],
         # No SO_REUSEPORT: a second server on a busy port must fail, not share it silently.
         options=[*server_options(config.grpc_max_message_bytes), ("grpc.so_reuseport", 0)])
     state = _Health()
@@ -103,7 +111,8 @@ def create_server(config: Config, register_fns: Iterable[RegisterFn], *,
 
     address = f"{config.grpc_host}:{config.grpc_port}"
     try:
-        port = server.add_insecure_port(address)
+        port = server.add_insecure_port(address) if credentials is None else \
+            server.add_secure_port(address, credentials)
     except RuntimeError as exc:
         raise Unavailable(f"cannot bind gRPC server to {address}: {exc}") from None
     if port == 0:
@@ -128,10 +137,13 @@ def serve(config: Config, register_fns: Iterable[RegisterFn], workers: Iterable 
     their message and commit -> server.stop(grace). Returns the process exit code."""
     configure_logging(config.log_level, config.service_name)
     setup_tracing(config)
-    metrics_server = start_metrics_server(config.metrics_port)
     server, port = create_server(config, register_fns)
+    metrics_server = start_metrics_server(config.metrics_port, config.grpc_host)
     server.start()
-    log.info("gRPC server listening", extra={"port": port, "metrics_port": config.metrics_port})
+    log.info("gRPC server listening", extra={
+        "host": config.grpc_host, "port": port, "metrics_port": config.metrics_port,
+        "tls": "mutual" if config.tls_client_ca else "on" if config.tls_cert else "off",
+        "auth": "tokens" if config.auth_tokens else "off"})
 
     stop, failed = stop_event or threading.Event(), threading.Event()
     if install_signal_handlers:

@@ -17,6 +17,7 @@ row here, the service package, and whatever the contract test then names as miss
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from k4d.bus import topics as t
@@ -96,6 +97,83 @@ STAGES: tuple[Stage, ...] = (
           produces=(t.TRAIN_EVENTS, t.MODEL_PUBLISHED), group_id="k4d-trainer",
           pipeline="training", description="fine-tuning jobs; publishes the trained model"),
 )
+
+# Who may call which RPC (issue 47), beside the stages whose services serve them: one row
+# per gRPC service, one entry per RPC naming the roles allowed to call it. `user`s reach
+# only the front door, and there only their own jobs (the servicer checks ownership);
+# `service` is what the stages and composers (policy evaluation, datagen) call on each
+# other; `operator`s may call everything. Health checks are open; reflection needs a
+# token of any role. `k4d.auth` enforces this table; tests/contract checks that it names
+# every RPC of proto/ and that the NetworkPolicies of infra/k8s follow from it.
+USER, OPERATOR, SERVICE = "user", "operator", "service"
+ROLES = (USER, OPERATOR, SERVICE)
+_ANYONE = (USER, OPERATOR, SERVICE)
+_PLATFORM = (OPERATOR, SERVICE)
+_OPERATORS = (OPERATOR,)
+HEALTH_SERVICE = "grpc.health.v1.Health"
+REFLECTION_SERVICES = ("grpc.reflection.v1alpha.ServerReflection",
+                       "grpc.reflection.v1.ServerReflection")
+
+
+@dataclass(frozen=True)
+class RpcAccess:
+    """The roles allowed on each RPC of one gRPC service, served by `service`."""
+
+    grpc_service: str                            # full name, e.g. kinema4d.v1.SimulatorService
+    service: str                                 # services/<service> serving it
+    methods: tuple[tuple[str, tuple[str, ...]], ...]  # (RPC name, allowed roles)
+
+
+RPC_ACCESS: tuple[RpcAccess, ...] = (
+    RpcAccess("kinema4d.v1.SimulatorService", "simulator", (
+        ("Submit", _ANYONE), ("Get", _ANYONE), ("Watch", _ANYONE), ("Cancel", _ANYONE),
+        ("ListJobs", _ANYONE))),
+    RpcAccess("kinema4d.v1.KinematicsService", "kinematics", (
+        ("ListRobots", _PLATFORM), ("DescribeRobot", _PLATFORM),
+        ("RegisterRobot", _OPERATORS), ("ForwardKinematics", _PLATFORM),
+        ("InverseKinematics", _PLATFORM), ("SolveTrajectory", _PLATFORM))),
+    RpcAccess("kinema4d.v1.ProjectionService", "projection", (
+        ("RenderRobot", _PLATFORM), ("EncodePointmap", _PLATFORM),
+        ("DecodePointmap", _PLATFORM))),
+    RpcAccess("kinema4d.v1.GeneratorService", "generator", (
+        ("Generate", _PLATFORM), ("LoadModel", _OPERATORS), ("ListModels", _PLATFORM),
+        ("GetModelInfo", _PLATFORM))),
+    RpcAccess("kinema4d.v1.TrainerService", "trainer", (
+        ("SubmitTrainingJob", _OPERATORS), ("GetTrainingJob", _OPERATORS),
+        ("CancelTrainingJob", _OPERATORS), ("ListTrainingJobs", _OPERATORS),
+        ("WatchTrainingJob", _OPERATORS))),
+    RpcAccess("kinema4d.v1.PolicyService", "policy", (
+        ("Reset", _PLATFORM), ("Act", _PLATFORM))),
+)
+
+
+@functools.cache
+def rpc_roles() -> dict[str, tuple[str, ...]]:
+    """Full method path (`/package.Service/Method`) -> the roles allowed to call it."""
+    return {f"/{access.grpc_service}/{method}": roles
+            for access in RPC_ACCESS for method, roles in access.methods}
+
+
+def roles_for(method: str) -> tuple[str, ...] | None:
+    """The roles allowed on `method` (a full path); None for the open health service.
+    Reflection: any role. A method missing from the table: operators only."""
+    service = method.lstrip("/").rpartition("/")[0]
+    if service == HEALTH_SERVICE:
+        return None
+    if service in REFLECTION_SERVICES:
+        return ROLES
+    return rpc_roles().get(method, _OPERATORS)
+
+
+def user_facing_services() -> tuple[str, ...]:
+    """Services with an RPC that users may call: reachable from outside the platform."""
+    return tuple(a.service for a in RPC_ACCESS if any(USER in r for _, r in a.methods))
+
+
+def service_called_services() -> tuple[str, ...]:
+    """Services with an RPC other platform services may call (each other, composers)."""
+    return tuple(a.service for a in RPC_ACCESS if any(SERVICE in r for _, r in a.methods))
+
 
 # The simulator front door folds every simulation topic (and their dead letters) into
 # its job records.

@@ -84,7 +84,7 @@ def extract_trace_context(headers: Mapping[str, bytes | str]) -> otel_context.Co
     return _PROPAGATOR.extract(carrier)
 
 
-def start_metrics_server(port: int, addr: str = "0.0.0.0"):
+def start_metrics_server(port: int, addr: str = "127.0.0.1"):
     """Serve Prometheus `/metrics` on `port` in a daemon thread; port 0 disables it.
     Returns the HTTP server (call .shutdown() to stop) or None."""
     if not port:

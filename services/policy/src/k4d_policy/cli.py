@@ -19,7 +19,8 @@ def register(subparsers) -> None:
     s = sub.add_parser("serve", help="serve one built-in policy until SIGTERM")
     s.add_argument("name", help="built-in policy (k4d policy-eval --list-policies)")
     s.add_argument("--port", type=int, default=0, help="gRPC port (0 = any free port, printed at start)")
-    s.add_argument("--host", default="0.0.0.0", help="bind address (default 0.0.0.0)")
+    s.add_argument("--host", default="127.0.0.1",
+                   help="bind address (default 127.0.0.1; 0.0.0.0 = every interface)")
     s.set_defaults(handler=_serve)
     s = sub.add_parser("list", help="the built-in policies with what sets their grade")
     s.set_defaults(handler=_list_described)

@@ -20,7 +20,8 @@ def register_serve(subparsers) -> None:
                     "Settings come from K4D_* env vars (docs/configuration.md); flags override them.")
     p.add_argument("service", help="service name, e.g. kinematics")
     p.add_argument("--port", type=port, help="gRPC port (default: the service's port, 0 = any free port)")
-    p.add_argument("--host", help="bind address (default 0.0.0.0)")
+    p.add_argument("--host", help="bind address of the gRPC and /metrics servers (default "
+                                     "127.0.0.1; 0.0.0.0 = every interface)")
     p.add_argument("--metrics-port", type=port, help="Prometheus /metrics port (0 = disabled)")
     p.add_argument("--worker", action="store_true",
                    help="also run the service's Kafka stage worker (entry point group k4d.workers)")
