@@ -9,11 +9,12 @@ import time
 import grpc
 import numpy as np
 import pytest
+from k4d import auth
 from k4d.bus import InProcessBus, dlq, event_headers
 from k4d.config import Config
 from k4d.errors import InvalidArgument, NotFound, Unavailable
 from k4d.generation import STATIC_WORLD
-from k4d.grpc_client import field_violations
+from k4d.grpc_client import ClientSecurity, create_channel, field_violations
 from k4d.grpc_server import create_server
 from k4d.stage_events import cancel_marker_key
 from k4d.store import LocalStore, put_array
@@ -423,3 +424,79 @@ def test_a_malformed_setting_names_the_variable(value):
     with pytest.raises(InvalidArgument) as exc:
         default_model_ref(value)
     assert [v.field for v in exc.value.violations] == [DEFAULT_MODEL_ENV]
+
+
+# --- jobs belong to their submitter (issue 47): a token file behind the real server ------
+
+TOKENS = {"alice": ("user", "a-token"), "bob": ("user", "b-token"),
+          "root": ("operator", "r-token")}
+
+
+@pytest.fixture
+def simulator(tmp_path):
+    tokens = tmp_path / "tokens"
+    tokens.write_text("".join(auth.token_line(role, name, token) + "\n"
+                              for name, (role, token) in TOKENS.items()))
+    bus, store, table = InProcessBus(), LocalStore(tmp_path / "store"), JobTable()
+    feed = JobFeed(bus, table, poll_timeout_s=0.05).start()
+    servicer = SimulatorServicer(bus, store, table, watch_poll_s=0.05)
+
+    def register(server, config):
+        simulator_pb2_grpc.add_SimulatorServiceServicer_to_server(servicer, server)
+        return ["kinema4d.v1.SimulatorService"]
+
+    server, port = create_server(Config(grpc_host="127.0.0.1", grpc_port=0,
+                                        auth_tokens=str(tokens)), [register])
+    server.start()
+    channels = {name: create_channel(f"127.0.0.1:{port}", security=ClientSecurity(token=token))
+                for name, (_, token) in TOKENS.items()}
+    stubs = {name: simulator_pb2_grpc.SimulatorServiceStub(c) for name, c in channels.items()}
+    yield stubs, bus
+    for channel in channels.values():
+        channel.close()
+    server.stop(0)
+    feed.stop()
+
+
+def _not_found(call) -> None:
+    with pytest.raises(grpc.RpcError) as error:
+        call()
+    assert error.value.code() is grpc.StatusCode.NOT_FOUND
+
+
+def test_users_see_and_cancel_only_their_own_jobs(simulator):
+    stubs, bus = simulator
+    alice = stubs["alice"].Submit(simulator_pb2.SubmitRequest(spec=make_spec())).job_id
+    bob = stubs["bob"].Submit(simulator_pb2.SubmitRequest(spec=make_spec())).job_id
+    assert stubs["alice"].Get(simulator_pb2.GetRequest(job_id=alice)).job.owner == "alice"
+
+    for call in (lambda: stubs["bob"].Get(simulator_pb2.GetRequest(job_id=alice)),
+                 lambda: next(stubs["bob"].Watch(simulator_pb2.WatchRequest(job_id=alice))),
+                 lambda: stubs["bob"].Cancel(simulator_pb2.CancelRequest(job_id=alice))):
+        _not_found(call)
+    assert stubs["alice"].Get(simulator_pb2.GetRequest(job_id=alice)).job.state == \
+        S.JOB_STATE_QUEUED  # bob's cancel did nothing
+    listed = {n: [j.job_id for j in stubs[n].ListJobs(simulator_pb2.ListJobsRequest()).jobs]
+              for n in TOKENS}
+    assert listed["alice"] == [alice] and listed["bob"] == [bob]
+    assert set(listed["root"]) == {alice, bob}
+
+    # An operator cancels anyone's job; the owner travels in the event and its headers.
+    job = stubs["root"].Cancel(simulator_pb2.CancelRequest(job_id=alice)).job
+    assert job.state == S.JOB_STATE_CANCELLED and job.owner == "alice"
+    consumer = bus.consumer(ev.TOPIC_REQUESTED, "owners-test")
+    owners = {}
+    for message in consumer.poll(1.0, max_records=10):
+        event = events_pb2.SimulationRequested.FromString(message.value)
+        owners[event.header.job_id] = (event.header.owner, message.header(ev.HEADER_OWNER))
+    assert owners == {alice: ("alice", "alice"), bob: ("bob", "bob")}
+
+
+def test_an_idempotency_key_is_the_submitters_own(simulator):
+    stubs, _ = simulator
+    request = simulator_pb2.SubmitRequest(spec=make_spec(), idempotency_key="nightly")
+    first = stubs["alice"].Submit(request)
+    again = stubs["alice"].Submit(request)
+    other = stubs["bob"].Submit(request)
+    assert again.deduplicated and again.job_id == first.job_id
+    assert not other.deduplicated and other.job_id != first.job_id

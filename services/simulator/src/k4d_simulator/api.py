@@ -5,6 +5,9 @@ idempotency key in the durable records (create-once in the object store, so one 
 one job across every replica), publishes SimulationRequested on `k4d.sim.requested` (the
 bus adds the caller's `traceparent`), records the request durably and folds it into the
 local table at once, so Get right after Submit finds the job.
+A job belongs to its submitter (`k4d.auth.current_caller()`: the name in its event header
+and in the `k4d-owner` Kafka header); users and services see, watch, cancel and list only
+their own jobs (another's answers NOT_FOUND, as an unknown one), operators every job.
 Job state comes only from events (`JobFeed`) and the durable records they produce; a job
 this replica has not folded yet (submitted to another replica a moment ago) is read from
 its durable record, so a known job never answers NOT_FOUND.
@@ -15,6 +18,7 @@ from __future__ import annotations
 import time
 import uuid
 
+from k4d.auth import current_caller
 from k4d.bus import event_headers
 from k4d.errors import InvalidArgument, NotFound
 from k4d.generation import STATIC_WORLD
@@ -67,11 +71,15 @@ class SimulatorServicer(simulator_pb2_grpc.SimulatorServiceServicer):
         key = request.idempotency_key
         if len(key) > 256:
             raise InvalidArgument.for_field("idempotency_key", "at most 256 characters")
+        submitter = _submitter()
         job_id = new_job_id()
         spec = self._with_stored_image(job_id, request.spec)
         event = events_pb2.SimulationRequested(
-            header=ev.header(job_id, "submit", traceparent=current_traceparent()), spec=spec)
-        extra = {ev.HEADER_IDEMPOTENCY_KEY: key} if key else {}
+            header=ev.header(job_id, "submit", traceparent=current_traceparent(),
+                             owner=submitter), spec=spec)
+        extra = ev.owner_headers(submitter, **({ev.HEADER_IDEMPOTENCY_KEY: key} if key else {}))
+        # A key is the submitter's: another caller's same key makes its own job.
+        key = f"{submitter}/{key}" if key and submitter else key
         if key:
             owner, created = self.records.claim(key, event, time.time_ns(),
                                                 IDEMPOTENCY_WINDOW_S)
@@ -186,11 +194,12 @@ class SimulatorServicer(simulator_pb2_grpc.SimulatorServiceServicer):
 
     def Get(self, request, context):
         _require_id(request.job_id)
-        return simulator_pb2.GetResponse(job=self._view(self._current(request.job_id)))
+        return simulator_pb2.GetResponse(job=self._view(_visible(self._current(request.job_id))))
 
     def Watch(self, request, context):
         _require_id(request.job_id)
-        job, version = self._current(request.job_id), self.table.version(request.job_id)
+        job = _visible(self._current(request.job_id))
+        version = self.table.version(request.job_id)
         yield simulator_pb2.WatchResponse(job=self._view(job))
         while not is_terminal(job.state) and context.is_active():
             job, new_version = self.table.wait_for_change(request.job_id, version,
@@ -200,7 +209,8 @@ class SimulatorServicer(simulator_pb2_grpc.SimulatorServiceServicer):
                 yield simulator_pb2.WatchResponse(job=self._view(job))
 
     def ListJobs(self, request, context):
-        jobs, token = self.table.list(request.page_size, request.page_token, request.state)
+        jobs, token = self.table.list(request.page_size, request.page_token, request.state,
+                                      owner=_visible_owner())
         return simulator_pb2.ListJobsResponse(jobs=[self._view(j) for j in jobs],
                                               next_page_token=token)
 
@@ -212,22 +222,45 @@ class SimulatorServicer(simulator_pb2_grpc.SimulatorServiceServicer):
         one is cancelled by the stage that sees the marker. Cancelling a finished job
         changes nothing."""
         _require_id(request.job_id)
-        job = self._known(request.job_id)
+        job = _visible(self._known(request.job_id))
         if is_terminal(job.state):
             return simulator_pb2.CancelResponse(job=self._view(job))
         self.store.put_bytes(cancel_marker_key(request.job_id),
                              f"cancel requested at {time.time():.3f}\n".encode(), "text/plain")
         if job.state == S.JOB_STATE_QUEUED:
             failed = events_pb2.SimulationFailed(
-                header=ev.header(request.job_id, "submit", traceparent=current_traceparent()),
+                header=ev.header(request.job_id, "submit", traceparent=current_traceparent(),
+                                 owner=job.owner),
                 error=common_pb2.ErrorInfo(code="CANCELLED", stage="submit",
                                            message="cancelled before any stage started"))
             self.bus.publish(ev.TOPIC_FAILED, request.job_id, failed.SerializeToString(),
-                             event_headers(request.job_id, 1))
+                             event_headers(request.job_id, 1, **ev.owner_headers(job.owner)))
             self.table.apply(ev.TOPIC_FAILED, failed)
         else:
             self.table.mark_cancel_requested(request.job_id)
         return simulator_pb2.CancelResponse(job=self._view(self.table.get(request.job_id)))
+
+
+def _submitter() -> str:
+    """The name a new job is recorded under ("" when the server checks no tokens)."""
+    caller = current_caller()
+    return "" if caller is None else caller.name
+
+
+def _visible_owner() -> str | None:
+    """Whose jobs the caller may see: its own name, or None for every job (operators, and
+    a server that checks no tokens)."""
+    caller = current_caller()
+    return None if caller is None or caller.sees_all_jobs else caller.name
+
+
+def _visible(job: simulator_pb2.Job) -> simulator_pb2.Job:
+    """`job` when the caller may see it; another's job is NOT_FOUND, like an unknown one
+    (no telling whether a job id exists)."""
+    owner = _visible_owner()
+    if owner is not None and job.owner != owner:
+        raise NotFound(f"no job with id {job.job_id!r}")
+    return job
 
 
 def _require_id(job_id: str) -> None:

@@ -2,7 +2,9 @@
 
 Every event is a protobuf message keyed by job id with a `traceparent` header and a
 `k4d-attempt` header (events.proto). The submit path adds `k4d-idempotency-key` (for
-tracing a request back to its key; the keys themselves are records in the object store).
+tracing a request back to its key; the keys themselves are records in the object store)
+and `k4d-owner`, the submitter's name (also in the event's header, where the job table
+reads it from).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ PAYLOAD_TYPES = {topic: pipeline_topology.event_type(topic)
 SIM_TOPICS = tuple(PAYLOAD_TYPES)
 
 HEADER_IDEMPOTENCY_KEY = "k4d-idempotency-key"
+HEADER_OWNER = "k4d-owner"
 
 # Pipeline order of the stages; progress never moves backwards through it.
 STAGE_ORDER = {name: i for i, name in enumerate(
@@ -48,6 +51,12 @@ def timestamp_now(now_s: float | None = None) -> timestamp_pb2.Timestamp:
 
 
 def header(job_id: str, stage: str, attempt: int = 1, traceparent: str = "",
-           now_s: float | None = None) -> events_pb2.EventHeader:
+           now_s: float | None = None, owner: str = "") -> events_pb2.EventHeader:
     return events_pb2.EventHeader(job_id=job_id, stage=stage, attempt=attempt,
-                                  created_at=timestamp_now(now_s), traceparent=traceparent)
+                                  created_at=timestamp_now(now_s), traceparent=traceparent,
+                                  owner=owner)
+
+
+def owner_headers(owner: str, **extra: str) -> dict[str, str]:
+    """Extra Kafka headers of an event of `owner`'s job (none for an anonymous one)."""
+    return {HEADER_OWNER: owner, **extra} if owner else dict(extra)

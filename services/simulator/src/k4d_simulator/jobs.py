@@ -115,6 +115,7 @@ class JobTable:
                 record.spec is None and 0 < _ts_ns(created) < _ts_ns(job.created_at)):
             job.created_at.CopyFrom(created)
         if topic == ev.TOPIC_REQUESTED:
+            job.owner = event.header.owner
             record.spec = event.spec
             record.num_frames = record.num_frames or event.spec.num_frames or DEFAULT_NUM_FRAMES
             self._advance(job, S.JOB_STATE_QUEUED)
@@ -257,10 +258,12 @@ class JobTable:
             return _copy(record.job), record.version
 
     def list(self, page_size: int = 0, page_token: str = "",
-             state: int = S.JOB_STATE_UNSPECIFIED) -> tuple[list[simulator_pb2.Job], str]:
+             state: int = S.JOB_STATE_UNSPECIFIED,
+             owner: str | None = None) -> tuple[list[simulator_pb2.Job], str]:
         """Jobs newest first (created_at, then job id), one page; returns the page and the
         token of the next page ("" when this is the last). Keyset paging: jobs created
-        while a client pages never shift the pages it has not read yet."""
+        while a client pages never shift the pages it has not read yet. `owner`: only
+        that caller's jobs (None: everyone's)."""
         if not 0 <= page_size <= MAX_PAGE_SIZE:
             raise InvalidArgument.for_field("page_size", f"must be in [0, {MAX_PAGE_SIZE}] "
                                                          f"(0: {DEFAULT_PAGE_SIZE}), got {page_size}")
@@ -268,7 +271,8 @@ class JobTable:
         after = _decode_token(page_token) if page_token else None
         with self._changed:
             jobs = [r.job for r in self._records.values()
-                    if state == S.JOB_STATE_UNSPECIFIED or r.job.state == state]
+                    if (state == S.JOB_STATE_UNSPECIFIED or r.job.state == state)
+                    and (owner is None or r.job.owner == owner)]
             jobs.sort(key=_sort_key)
             if after is not None:
                 jobs = [j for j in jobs if _sort_key(j) > after]

@@ -29,7 +29,7 @@ from kinema4d.v1 import simulator_pb2 as kinema4d_dot_v1_dot_simulator__pb2
 from kinema4d.v1 import trainer_pb2 as kinema4d_dot_v1_dot_trainer__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18kinema4d/v1/events.proto\x12\x0bkinema4d.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18kinema4d/v1/common.proto\x1a\x1bkinema4d/v1/generator.proto\x1a\x1bkinema4d/v1/simulator.proto\x1a\x19kinema4d/v1/trainer.proto\"\x82\x01\n\x0b\x45ventHeader\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05stage\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\r\x12.\n\ncreated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0btraceparent\x18\x05 \x01(\t\"j\n\x13SimulationRequested\x12(\n\x06header\x18\x01 \x01(\x0b\x32\x18.kinema4d.v1.EventHeader\x12)\n\x04spec\x18\x02 \x01(\x0b\x32\x1b.kinema4d.v1.SimulationSpec\"\x8a\x02\n\x13KinematicsCompleted\x12(\n\x06header\x18\x01 \x01(\x0b\x32\x18.kinema4d.v1.EventHeader\x12)\n\x04spec\x18\x02 \x01(\x0b\x32\x1b.kinema4d.v1.SimulationSpec\x12\x13\n\x0bjoint_names\x18\x03 \x03(\t\x12\x12\n\nlink_names\x18\x04 \x03(\t\x12&\n\x06joints\x18\x05 \x01(\x0b\x32\x16.kinema4d.v1.TensorRef\x12%\n\x05poses\x18\x06 \x01(\x0b\x32\x16.kinema4d.v1.TensorRef\x12\x15\n\rfailed_frames\x18\x07 \x01(\r\x12\x0f\n\x07seconds\x18\x08 \x01(\x01\"\xfe\x03\n\x13ProjectionCompleted\x12(\n\x06header\x18\x01 \x01(\x0b\x32\x18.kinema4d.v1.EventHeader\x12)\n\x04spec\x18\x02 \x01(\x0b\x32\x1b.kinema4d.v1.SimulationSpec\x12&\n\x06joints\x18\x03 \x01(\x0b\x32\x16.kinema4d.v1.TensorRef\x12%\n\x05poses\x18\x04 \x01(\x0b\x32\x16.kinema4d.v1.TensorRef\x12%\n\x05\x64\x65pth\x18\x05 \x01(\x0b\x32\x16.kinema4d.v1.TensorRef\x12(\n\x08pointmap\x18\x06 \x01(\x0b\x32\x16.kinema4d.v1.TensorRef\x12$\n\x04mask\x18\x07 \x01(\x0b\x32\x16.kinema4d.v1.TensorRef\x12\'\n\x07link_id\x18\x08 \x01(\x0b\x32\x16.kinema4d.v1.TensorRef\x12#\n\x03rgb\x18\t \x01(\x0b\x32\x16.kinema4d.v1.TensorRef\x12I\n\rstage_seconds\x18\n \x03(\x0b\x32\x32.kinema4d.v1.ProjectionCompleted.StageSecondsEntry\x1a\x33\n\x11StageSecondsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"n\n\x13SimulationCompleted\x12(\n\x06header\x18\x01 \x01(\x0b\x32\x18.kinema4d.v1.EventHeader\x12-\n\x06result\x18\x02 \x01(\x0b\x32\x1d.kinema4d.v1.SimulationResult\"c\n\x10SimulationFailed\x12(\n\x06header\x18\x01 \x01(\x0b\x32\x18.kinema4d.v1.EventHeader\x12%\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x16.kinema4d.v1.ErrorInfo\"g\n\x12SimulationProgress\x12(\n\x06header\x18\x01 \x01(\x0b\x32\x18.kinema4d.v1.EventHeader\x12\'\n\x08progress\x18\x02 \x01(\x0b\x32\x15.kinema4d.v1.Progress\"i\n\x11TrainingRequested\x12(\n\x06header\x18\x01 \x01(\x0b\x32\x18.kinema4d.v1.EventHeader\x12*\n\x04spec\x18\x02 \x01(\x0b\x32\x1c.kinema4d.v1.TrainingJobSpec\"\x95\x02\n\rTrainingEvent\x12(\n\x06header\x18\x01 \x01(\x0b\x32\x18.kinema4d.v1.EventHeader\x12)\n\x05state\x18\x02 \x01(\x0e\x32\x1a.kinema4d.v1.TrainingState\x12\x0c\n\x04step\x18\x03 \x01(\r\x12\x0c\n\x04loss\x18\x04 \x01(\x01\x12\x16\n\x0e\x63heckpoint_uri\x18\x05 \x01(\t\x12%\n\x05\x65rror\x18\x06 \x01(\x0b\x32\x16.kinema4d.v1.ErrorInfo\x12\x13\n\x0btotal_steps\x18\x07 \x01(\r\x12.\n\x0fpublished_model\x18\x08 \x01(\x0b\x32\x15.kinema4d.v1.ModelRef\x12\x0f\n\x07run_uri\x18\t \x01(\t\"a\n\x0eModelPublished\x12(\n\x06header\x18\x01 \x01(\x0b\x32\x18.kinema4d.v1.EventHeader\x12%\n\x05model\x18\x02 \x01(\x0b\x32\x16.kinema4d.v1.ModelInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18kinema4d/v1/events.proto\x12\x0bkinema4d.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18kinema4d/v1/common.proto\x1a\x1bkinema4d/v1/generator.proto\x1a\x1bkinema4d/v1/simulator.proto\x1a\x19kinema4d/v1/trainer.proto\"\x91\x01\n\x0b\x45ventHeader\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05stage\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\r\x12.\n\ncreated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0btraceparent\x18\x05 \x01(\t\x12\r\n\x05owner\x18\x06 \x01(\t\"j\n\x13SimulationRequested\x12(\n\x06header\x18\x01 \x01(\x0b\x32\x18.kinema4d.v1.EventHeader\x12)\n\x04spec\x18\x02 \x01(\x0b\x32\x1b.kinema4d.v1.SimulationSpec\"\x8a\x02\n\x13KinematicsCompleted\x12(\n\x06header\x18\x01 \x01(\x0b\x32\x18.kinema4d.v1.EventHeader\x12)\n\x04spec\x18\x02 \x01(\x0b\x32\x1b.kinema4d.v1.SimulationSpec\x12\x13\n\x0bjoint_names\x18\x03 \x03(\t\x12\x12\n\nlink_names\x18\x04 \x03(\t\x12&\n\x06joints\x18\x05 \x01(\x0b\x32\x16.kinema4d.v1.TensorRef\x12%\n\x05poses\x18\x06 \x01(\x0b\x32\x16.kinema4d.v1.TensorRef\x12\x15\n\rfailed_frames\x18\x07 \x01(\r\x12\x0f\n\x07seconds\x18\x08 \x01(\x01\"\xfe\x03\n\x13ProjectionCompleted\x12(\n\x06header\x18\x01 \x01(\x0b\x32\x18.kinema4d.v1.EventHeader\x12)\n\x04spec\x18\x02 \x01(\x0b\x32\x1b.kinema4d.v1.SimulationSpec\x12&\n\x06joints\x18\x03 \x01(\x0b\x32\x16.kinema4d.v1.TensorRef\x12%\n\x05poses\x18\x04 \x01(\x0b\x32\x16.kinema4d.v1.TensorRef\x12%\n\x05\x64\x65pth\x18\x05 \x01(\x0b\x32\x16.kinema4d.v1.TensorRef\x12(\n\x08pointmap\x18\x06 \x01(\x0b\x32\x16.kinema4d.v1.TensorRef\x12$\n\x04mask\x18\x07 \x01(\x0b\x32\x16.kinema4d.v1.TensorRef\x12\'\n\x07link_id\x18\x08 \x01(\x0b\x32\x16.kinema4d.v1.TensorRef\x12#\n\x03rgb\x18\t \x01(\x0b\x32\x16.kinema4d.v1.TensorRef\x12I\n\rstage_seconds\x18\n \x03(\x0b\x32\x32.kinema4d.v1.ProjectionCompleted.StageSecondsEntry\x1a\x33\n\x11StageSecondsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"n\n\x13SimulationCompleted\x12(\n\x06header\x18\x01 \x01(\x0b\x32\x18.kinema4d.v1.EventHeader\x12-\n\x06result\x18\x02 \x01(\x0b\x32\x1d.kinema4d.v1.SimulationResult\"c\n\x10SimulationFailed\x12(\n\x06header\x18\x01 \x01(\x0b\x32\x18.kinema4d.v1.EventHeader\x12%\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x16.kinema4d.v1.ErrorInfo\"g\n\x12SimulationProgress\x12(\n\x06header\x18\x01 \x01(\x0b\x32\x18.kinema4d.v1.EventHeader\x12\'\n\x08progress\x18\x02 \x01(\x0b\x32\x15.kinema4d.v1.Progress\"i\n\x11TrainingRequested\x12(\n\x06header\x18\x01 \x01(\x0b\x32\x18.kinema4d.v1.EventHeader\x12*\n\x04spec\x18\x02 \x01(\x0b\x32\x1c.kinema4d.v1.TrainingJobSpec\"\x95\x02\n\rTrainingEvent\x12(\n\x06header\x18\x01 \x01(\x0b\x32\x18.kinema4d.v1.EventHeader\x12)\n\x05state\x18\x02 \x01(\x0e\x32\x1a.kinema4d.v1.TrainingState\x12\x0c\n\x04step\x18\x03 \x01(\r\x12\x0c\n\x04loss\x18\x04 \x01(\x01\x12\x16\n\x0e\x63heckpoint_uri\x18\x05 \x01(\t\x12%\n\x05\x65rror\x18\x06 \x01(\x0b\x32\x16.kinema4d.v1.ErrorInfo\x12\x13\n\x0btotal_steps\x18\x07 \x01(\r\x12.\n\x0fpublished_model\x18\x08 \x01(\x0b\x32\x15.kinema4d.v1.ModelRef\x12\x0f\n\x07run_uri\x18\t \x01(\t\"a\n\x0eModelPublished\x12(\n\x06header\x18\x01 \x01(\x0b\x32\x18.kinema4d.v1.EventHeader\x12%\n\x05model\x18\x02 \x01(\x0b\x32\x16.kinema4d.v1.ModelInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,25 +39,25 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PROJECTIONCOMPLETED_STAGESECONDSENTRY']._loaded_options = None
   _globals['_PROJECTIONCOMPLETED_STAGESECONDSENTRY']._serialized_options = b'8\001'
   _globals['_EVENTHEADER']._serialized_start=186
-  _globals['_EVENTHEADER']._serialized_end=316
-  _globals['_SIMULATIONREQUESTED']._serialized_start=318
-  _globals['_SIMULATIONREQUESTED']._serialized_end=424
-  _globals['_KINEMATICSCOMPLETED']._serialized_start=427
-  _globals['_KINEMATICSCOMPLETED']._serialized_end=693
-  _globals['_PROJECTIONCOMPLETED']._serialized_start=696
-  _globals['_PROJECTIONCOMPLETED']._serialized_end=1206
-  _globals['_PROJECTIONCOMPLETED_STAGESECONDSENTRY']._serialized_start=1155
-  _globals['_PROJECTIONCOMPLETED_STAGESECONDSENTRY']._serialized_end=1206
-  _globals['_SIMULATIONCOMPLETED']._serialized_start=1208
-  _globals['_SIMULATIONCOMPLETED']._serialized_end=1318
-  _globals['_SIMULATIONFAILED']._serialized_start=1320
-  _globals['_SIMULATIONFAILED']._serialized_end=1419
-  _globals['_SIMULATIONPROGRESS']._serialized_start=1421
-  _globals['_SIMULATIONPROGRESS']._serialized_end=1524
-  _globals['_TRAININGREQUESTED']._serialized_start=1526
-  _globals['_TRAININGREQUESTED']._serialized_end=1631
-  _globals['_TRAININGEVENT']._serialized_start=1634
-  _globals['_TRAININGEVENT']._serialized_end=1911
-  _globals['_MODELPUBLISHED']._serialized_start=1913
-  _globals['_MODELPUBLISHED']._serialized_end=2010
+  _globals['_EVENTHEADER']._serialized_end=331
+  _globals['_SIMULATIONREQUESTED']._serialized_start=333
+  _globals['_SIMULATIONREQUESTED']._serialized_end=439
+  _globals['_KINEMATICSCOMPLETED']._serialized_start=442
+  _globals['_KINEMATICSCOMPLETED']._serialized_end=708
+  _globals['_PROJECTIONCOMPLETED']._serialized_start=711
+  _globals['_PROJECTIONCOMPLETED']._serialized_end=1221
+  _globals['_PROJECTIONCOMPLETED_STAGESECONDSENTRY']._serialized_start=1170
+  _globals['_PROJECTIONCOMPLETED_STAGESECONDSENTRY']._serialized_end=1221
+  _globals['_SIMULATIONCOMPLETED']._serialized_start=1223
+  _globals['_SIMULATIONCOMPLETED']._serialized_end=1333
+  _globals['_SIMULATIONFAILED']._serialized_start=1335
+  _globals['_SIMULATIONFAILED']._serialized_end=1434
+  _globals['_SIMULATIONPROGRESS']._serialized_start=1436
+  _globals['_SIMULATIONPROGRESS']._serialized_end=1539
+  _globals['_TRAININGREQUESTED']._serialized_start=1541
+  _globals['_TRAININGREQUESTED']._serialized_end=1646
+  _globals['_TRAININGEVENT']._serialized_start=1649
+  _globals['_TRAININGEVENT']._serialized_end=1926
+  _globals['_MODELPUBLISHED']._serialized_start=1928
+  _globals['_MODELPUBLISHED']._serialized_end=2025
 # @@protoc_insertion_point(module_scope)

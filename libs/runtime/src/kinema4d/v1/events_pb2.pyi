@@ -14,18 +14,20 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class EventHeader(_message.Message):
-    __slots__ = ("job_id", "stage", "attempt", "created_at", "traceparent")
+    __slots__ = ("job_id", "stage", "attempt", "created_at", "traceparent", "owner")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     STAGE_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     stage: str
     attempt: int
     created_at: _timestamp_pb2.Timestamp
     traceparent: str
-    def __init__(self, job_id: _Optional[str] = ..., stage: _Optional[str] = ..., attempt: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., traceparent: _Optional[str] = ...) -> None: ...
+    owner: str
+    def __init__(self, job_id: _Optional[str] = ..., stage: _Optional[str] = ..., attempt: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., traceparent: _Optional[str] = ..., owner: _Optional[str] = ...) -> None: ...
 
 class SimulationRequested(_message.Message):
     __slots__ = ("header", "spec")

@@ -28,7 +28,7 @@ from kinema4d.v1 import generator_pb2 as kinema4d_dot_v1_dot_generator__pb2
 from kinema4d.v1 import kinematics_pb2 as kinema4d_dot_v1_dot_kinematics__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bkinema4d/v1/simulator.proto\x12\x0bkinema4d.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18kinema4d/v1/common.proto\x1a\x1bkinema4d/v1/generator.proto\x1a\x1ckinema4d/v1/kinematics.proto\"\xef\x02\n\x0eSimulationSpec\x12$\n\x05robot\x18\x01 \x01(\x0b\x32\x15.kinema4d.v1.RobotRef\x12,\n\x07\x61\x63tions\x18\x02 \x01(\x0b\x32\x1b.kinema4d.v1.ActionSequence\x12(\n\x06\x63\x61mera\x18\x03 \x01(\x0b\x32\x18.kinema4d.v1.CameraModel\x12.\n\rinitial_image\x18\x04 \x01(\x0b\x32\x17.kinema4d.v1.TensorData\x12$\n\x05model\x18\x05 \x01(\x0b\x32\x15.kinema4d.v1.ModelRef\x12-\n\x08sampling\x18\x06 \x01(\x0b\x32\x1b.kinema4d.v1.SamplingParams\x12\x12\n\nnum_frames\x18\x07 \x01(\r\x12\x16\n\x0e\x63lip_to_limits\x18\x08 \x01(\x08\x12.\n\rinitial_depth\x18\t \x01(\x0b\x32\x17.kinema4d.v1.TensorData\"\x9d\x05\n\x10SimulationResult\x12#\n\x03rgb\x18\x01 \x01(\x0b\x32\x16.kinema4d.v1.TensorRef\x12(\n\x08pointmap\x18\x02 \x01(\x0b\x32\x16.kinema4d.v1.TensorRef\x12.\n\x0erobot_pointmap\x18\x03 \x01(\x0b\x32\x16.kinema4d.v1.TensorRef\x12*\n\nrobot_mask\x18\x04 \x01(\x0b\x32\x16.kinema4d.v1.TensorRef\x12)\n\trobot_rgb\x18\x05 \x01(\x0b\x32\x16.kinema4d.v1.TensorRef\x12&\n\x06joints\x18\x06 \x01(\x0b\x32\x16.kinema4d.v1.TensorRef\x12%\n\x05poses\x18\x07 \x01(\x0b\x32\x16.kinema4d.v1.TensorRef\x12\x15\n\rrgb_video_uri\x18\x08 \x01(\t\x12%\n\x05model\x18\t \x01(\x0b\x32\x16.kinema4d.v1.ModelInfo\x12\x46\n\rstage_seconds\x18\n \x03(\x0b\x32/.kinema4d.v1.SimulationResult.StageSecondsEntry\x12H\n\x0epresigned_urls\x18\x0b \x03(\x0b\x32\x30.kinema4d.v1.SimulationResult.PresignedUrlsEntry\x12)\n\x06stages\x18\x0c \x03(\x0b\x32\x19.kinema4d.v1.StageOutcome\x1a\x33\n\x11StageSecondsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x1a\x34\n\x12PresignedUrlsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"W\n\x0cStageOutcome\x12\r\n\x05stage\x18\x01 \x01(\t\x12\x0f\n\x07seconds\x18\x02 \x01(\x01\x12\x15\n\rfailed_frames\x18\x03 \x01(\r\x12\x10\n\x08warnings\x18\x04 \x03(\t\"\xb4\x02\n\x03Job\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12$\n\x05state\x18\x02 \x01(\x0e\x32\x15.kinema4d.v1.JobState\x12\'\n\x08progress\x18\x03 \x01(\x0b\x32\x15.kinema4d.v1.Progress\x12-\n\x06result\x18\x04 \x01(\x0b\x32\x1d.kinema4d.v1.SimulationResult\x12%\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x16.kinema4d.v1.ErrorInfo\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10\x63\x61ncel_requested\x18\x08 \x01(\x08\"S\n\rSubmitRequest\x12)\n\x04spec\x18\x01 \x01(\x0b\x32\x1b.kinema4d.v1.SimulationSpec\x12\x17\n\x0fidempotency_key\x18\x02 \x01(\t\"6\n\x0eSubmitResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x14\n\x0c\x64\x65\x64uplicated\x18\x02 \x01(\x08\"\x1c\n\nGetRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\",\n\x0bGetResponse\x12\x1d\n\x03job\x18\x01 \x01(\x0b\x32\x10.kinema4d.v1.Job\"\x1e\n\x0cWatchRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\".\n\rWatchResponse\x12\x1d\n\x03job\x18\x01 \x01(\x0b\x32\x10.kinema4d.v1.Job\"\x1f\n\rCancelRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"/\n\x0e\x43\x61ncelResponse\x12\x1d\n\x03job\x18\x01 \x01(\x0b\x32\x10.kinema4d.v1.Job\"^\n\x0fListJobsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\r\x12\x12\n\npage_token\x18\x02 \x01(\t\x12$\n\x05state\x18\x03 \x01(\x0e\x32\x15.kinema4d.v1.JobState\"K\n\x10ListJobsResponse\x12\x1e\n\x04jobs\x18\x01 \x03(\x0b\x32\x10.kinema4d.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\x9a\x01\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x14\n\x10JOB_STATE_QUEUED\x10\x01\x12\x15\n\x11JOB_STATE_RUNNING\x10\x02\x12\x17\n\x13JOB_STATE_SUCCEEDED\x10\x03\x12\x14\n\x10JOB_STATE_FAILED\x10\x04\x12\x17\n\x13JOB_STATE_CANCELLED\x10\x05\x32\xdd\x02\n\x10SimulatorService\x12\x41\n\x06Submit\x12\x1a.kinema4d.v1.SubmitRequest\x1a\x1b.kinema4d.v1.SubmitResponse\x12\x38\n\x03Get\x12\x17.kinema4d.v1.GetRequest\x1a\x18.kinema4d.v1.GetResponse\x12@\n\x05Watch\x12\x19.kinema4d.v1.WatchRequest\x1a\x1a.kinema4d.v1.WatchResponse0\x01\x12\x41\n\x06\x43\x61ncel\x12\x1a.kinema4d.v1.CancelRequest\x1a\x1b.kinema4d.v1.CancelResponse\x12G\n\x08ListJobs\x12\x1c.kinema4d.v1.ListJobsRequest\x1a\x1d.kinema4d.v1.ListJobsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bkinema4d/v1/simulator.proto\x12\x0bkinema4d.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18kinema4d/v1/common.proto\x1a\x1bkinema4d/v1/generator.proto\x1a\x1ckinema4d/v1/kinematics.proto\"\xef\x02\n\x0eSimulationSpec\x12$\n\x05robot\x18\x01 \x01(\x0b\x32\x15.kinema4d.v1.RobotRef\x12,\n\x07\x61\x63tions\x18\x02 \x01(\x0b\x32\x1b.kinema4d.v1.ActionSequence\x12(\n\x06\x63\x61mera\x18\x03 \x01(\x0b\x32\x18.kinema4d.v1.CameraModel\x12.\n\rinitial_image\x18\x04 \x01(\x0b\x32\x17.kinema4d.v1.TensorData\x12$\n\x05model\x18\x05 \x01(\x0b\x32\x15.kinema4d.v1.ModelRef\x12-\n\x08sampling\x18\x06 \x01(\x0b\x32\x1b.kinema4d.v1.SamplingParams\x12\x12\n\nnum_frames\x18\x07 \x01(\r\x12\x16\n\x0e\x63lip_to_limits\x18\x08 \x01(\x08\x12.\n\rinitial_depth\x18\t \x01(\x0b\x32\x17.kinema4d.v1.TensorData\"\x9d\x05\n\x10SimulationResult\x12#\n\x03rgb\x18\x01 \x01(\x0b\x32\x16.kinema4d.v1.TensorRef\x12(\n\x08pointmap\x18\x02 \x01(\x0b\x32\x16.kinema4d.v1.TensorRef\x12.\n\x0erobot_pointmap\x18\x03 \x01(\x0b\x32\x16.kinema4d.v1.TensorRef\x12*\n\nrobot_mask\x18\x04 \x01(\x0b\x32\x16.kinema4d.v1.TensorRef\x12)\n\trobot_rgb\x18\x05 \x01(\x0b\x32\x16.kinema4d.v1.TensorRef\x12&\n\x06joints\x18\x06 \x01(\x0b\x32\x16.kinema4d.v1.TensorRef\x12%\n\x05poses\x18\x07 \x01(\x0b\x32\x16.kinema4d.v1.TensorRef\x12\x15\n\rrgb_video_uri\x18\x08 \x01(\t\x12%\n\x05model\x18\t \x01(\x0b\x32\x16.kinema4d.v1.ModelInfo\x12\x46\n\rstage_seconds\x18\n \x03(\x0b\x32/.kinema4d.v1.SimulationResult.StageSecondsEntry\x12H\n\x0epresigned_urls\x18\x0b \x03(\x0b\x32\x30.kinema4d.v1.SimulationResult.PresignedUrlsEntry\x12)\n\x06stages\x18\x0c \x03(\x0b\x32\x19.kinema4d.v1.StageOutcome\x1a\x33\n\x11StageSecondsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x1a\x34\n\x12PresignedUrlsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"W\n\x0cStageOutcome\x12\r\n\x05stage\x18\x01 \x01(\t\x12\x0f\n\x07seconds\x18\x02 \x01(\x01\x12\x15\n\rfailed_frames\x18\x03 \x01(\r\x12\x10\n\x08warnings\x18\x04 \x03(\t\"\xc3\x02\n\x03Job\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12$\n\x05state\x18\x02 \x01(\x0e\x32\x15.kinema4d.v1.JobState\x12\'\n\x08progress\x18\x03 \x01(\x0b\x32\x15.kinema4d.v1.Progress\x12-\n\x06result\x18\x04 \x01(\x0b\x32\x1d.kinema4d.v1.SimulationResult\x12%\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x16.kinema4d.v1.ErrorInfo\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10\x63\x61ncel_requested\x18\x08 \x01(\x08\x12\r\n\x05owner\x18\t \x01(\t\"S\n\rSubmitRequest\x12)\n\x04spec\x18\x01 \x01(\x0b\x32\x1b.kinema4d.v1.SimulationSpec\x12\x17\n\x0fidempotency_key\x18\x02 \x01(\t\"6\n\x0eSubmitResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x14\n\x0c\x64\x65\x64uplicated\x18\x02 \x01(\x08\"\x1c\n\nGetRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\",\n\x0bGetResponse\x12\x1d\n\x03job\x18\x01 \x01(\x0b\x32\x10.kinema4d.v1.Job\"\x1e\n\x0cWatchRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\".\n\rWatchResponse\x12\x1d\n\x03job\x18\x01 \x01(\x0b\x32\x10.kinema4d.v1.Job\"\x1f\n\rCancelRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"/\n\x0e\x43\x61ncelResponse\x12\x1d\n\x03job\x18\x01 \x01(\x0b\x32\x10.kinema4d.v1.Job\"^\n\x0fListJobsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\r\x12\x12\n\npage_token\x18\x02 \x01(\t\x12$\n\x05state\x18\x03 \x01(\x0e\x32\x15.kinema4d.v1.JobState\"K\n\x10ListJobsResponse\x12\x1e\n\x04jobs\x18\x01 \x03(\x0b\x32\x10.kinema4d.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\x9a\x01\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x14\n\x10JOB_STATE_QUEUED\x10\x01\x12\x15\n\x11JOB_STATE_RUNNING\x10\x02\x12\x17\n\x13JOB_STATE_SUCCEEDED\x10\x03\x12\x14\n\x10JOB_STATE_FAILED\x10\x04\x12\x17\n\x13JOB_STATE_CANCELLED\x10\x05\x32\xdd\x02\n\x10SimulatorService\x12\x41\n\x06Submit\x12\x1a.kinema4d.v1.SubmitRequest\x1a\x1b.kinema4d.v1.SubmitResponse\x12\x38\n\x03Get\x12\x17.kinema4d.v1.GetRequest\x1a\x18.kinema4d.v1.GetResponse\x12@\n\x05Watch\x12\x19.kinema4d.v1.WatchRequest\x1a\x1a.kinema4d.v1.WatchResponse0\x01\x12\x41\n\x06\x43\x61ncel\x12\x1a.kinema4d.v1.CancelRequest\x1a\x1b.kinema4d.v1.CancelResponse\x12G\n\x08ListJobs\x12\x1c.kinema4d.v1.ListJobsRequest\x1a\x1d.kinema4d.v1.ListJobsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,8 +39,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SIMULATIONRESULT_STAGESECONDSENTRY']._serialized_options = b'8\001'
   _globals['_SIMULATIONRESULT_PRESIGNEDURLSENTRY']._loaded_options = None
   _globals['_SIMULATIONRESULT_PRESIGNEDURLSENTRY']._serialized_options = b'8\001'
-  _globals['_JOBSTATE']._serialized_start=2157
-  _globals['_JOBSTATE']._serialized_end=2311
+  _globals['_JOBSTATE']._serialized_start=2172
+  _globals['_JOBSTATE']._serialized_end=2326
   _globals['_SIMULATIONSPEC']._serialized_start=163
   _globals['_SIMULATIONSPEC']._serialized_end=530
   _globals['_SIMULATIONRESULT']._serialized_start=533
@@ -52,27 +52,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_STAGEOUTCOME']._serialized_start=1204
   _globals['_STAGEOUTCOME']._serialized_end=1291
   _globals['_JOB']._serialized_start=1294
-  _globals['_JOB']._serialized_end=1602
-  _globals['_SUBMITREQUEST']._serialized_start=1604
-  _globals['_SUBMITREQUEST']._serialized_end=1687
-  _globals['_SUBMITRESPONSE']._serialized_start=1689
-  _globals['_SUBMITRESPONSE']._serialized_end=1743
-  _globals['_GETREQUEST']._serialized_start=1745
-  _globals['_GETREQUEST']._serialized_end=1773
-  _globals['_GETRESPONSE']._serialized_start=1775
-  _globals['_GETRESPONSE']._serialized_end=1819
-  _globals['_WATCHREQUEST']._serialized_start=1821
-  _globals['_WATCHREQUEST']._serialized_end=1851
-  _globals['_WATCHRESPONSE']._serialized_start=1853
-  _globals['_WATCHRESPONSE']._serialized_end=1899
-  _globals['_CANCELREQUEST']._serialized_start=1901
-  _globals['_CANCELREQUEST']._serialized_end=1932
-  _globals['_CANCELRESPONSE']._serialized_start=1934
-  _globals['_CANCELRESPONSE']._serialized_end=1981
-  _globals['_LISTJOBSREQUEST']._serialized_start=1983
-  _globals['_LISTJOBSREQUEST']._serialized_end=2077
-  _globals['_LISTJOBSRESPONSE']._serialized_start=2079
-  _globals['_LISTJOBSRESPONSE']._serialized_end=2154
-  _globals['_SIMULATORSERVICE']._serialized_start=2314
-  _globals['_SIMULATORSERVICE']._serialized_end=2663
+  _globals['_JOB']._serialized_end=1617
+  _globals['_SUBMITREQUEST']._serialized_start=1619
+  _globals['_SUBMITREQUEST']._serialized_end=1702
+  _globals['_SUBMITRESPONSE']._serialized_start=1704
+  _globals['_SUBMITRESPONSE']._serialized_end=1758
+  _globals['_GETREQUEST']._serialized_start=1760
+  _globals['_GETREQUEST']._serialized_end=1788
+  _globals['_GETRESPONSE']._serialized_start=1790
+  _globals['_GETRESPONSE']._serialized_end=1834
+  _globals['_WATCHREQUEST']._serialized_start=1836
+  _globals['_WATCHREQUEST']._serialized_end=1866
+  _globals['_WATCHRESPONSE']._serialized_start=1868
+  _globals['_WATCHRESPONSE']._serialized_end=1914
+  _globals['_CANCELREQUEST']._serialized_start=1916
+  _globals['_CANCELREQUEST']._serialized_end=1947
+  _globals['_CANCELRESPONSE']._serialized_start=1949
+  _globals['_CANCELRESPONSE']._serialized_end=1996
+  _globals['_LISTJOBSREQUEST']._serialized_start=1998
+  _globals['_LISTJOBSREQUEST']._serialized_end=2092
+  _globals['_LISTJOBSRESPONSE']._serialized_start=2094
+  _globals['_LISTJOBSRESPONSE']._serialized_end=2169
+  _globals['_SIMULATORSERVICE']._serialized_start=2329
+  _globals['_SIMULATORSERVICE']._serialized_end=2678
 # @@protoc_insertion_point(module_scope)
