@@ -17,7 +17,7 @@ help:
 	@echo "make setup   create $(VENV) and install every package (pinned by constraints.txt)"
 	@echo "make test    setup, then the default test suite (real broker + S3 server started by the tests)"
 	@echo "make test-all  the default suite plus slow tests"
-	@echo "make lint    ruff + buf lint"
+	@echo "make lint    ruff, import circles, buf lint"
 	@echo "make demo    the main job: k4d simulate on the shipped Panda example"
 	@echo "make demo-model  generate data, train, export and evaluate the demo model (90 min on 2 cores, timed end to end; resumable)"
 	@echo "make protos  regenerate the committed gRPC/protobuf stubs"
@@ -45,6 +45,7 @@ test-all: setup
 
 lint: setup
 	$(VENV)/bin/ruff check libs services tests tools benchmarks infra
+	$(PY) tools/check_import_cycles.py
 	cd proto && ../$(VENV)/bin/buf lint
 
 demo: setup

@@ -12,10 +12,10 @@ import time
 import grpc
 import pytest
 from k4d.bus import InProcessBus, event_headers
+from k4d.bus.stage_events import read_stage_event
 from k4d.config import load_config
 from k4d.grpc_server import create_server
 from k4d.metrics import waiting
-from k4d.stage_events import read_stage_event
 from kinema4d.v1 import events_pb2
 from prometheus_client import REGISTRY
 

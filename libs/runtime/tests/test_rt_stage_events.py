@@ -3,9 +3,7 @@
 import pytest
 from k4d.bus import InProcessBus
 from k4d.bus.base import Message
-from k4d.bus.topics import SIM_FAILED, SIM_KINEMATICS
-from k4d.errors import InvalidArgument
-from k4d.stage_events import (
+from k4d.bus.stage_events import (
     StageContext,
     cancel_marker_key,
     is_cancelled,
@@ -13,6 +11,8 @@ from k4d.stage_events import (
     publish_stage_event,
     read_stage_event,
 )
+from k4d.bus.topics import SIM_FAILED, SIM_KINEMATICS
+from k4d.errors import InvalidArgument
 from k4d.store import LocalStore
 from kinema4d.v1 import events_pb2
 

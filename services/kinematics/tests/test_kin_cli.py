@@ -9,8 +9,9 @@ import zipfile
 import numpy as np
 import pytest
 from k4d.cli.main import main
-from k4d.robots.descriptions import builtin_names, load_robot
+from k4d.robots.descriptions import load_robot
 from k4d.robots.fk import forward_kinematics
+from k4d.robots.loader import builtin_names
 
 
 def _run(argv, capsys):

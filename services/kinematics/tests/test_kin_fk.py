@@ -3,8 +3,9 @@ mimic handling are correct."""
 
 import numpy as np
 import pytest
-from k4d.robots.descriptions import builtin_names, load_robot
+from k4d.robots.descriptions import load_robot
 from k4d.robots.fk import forward_kinematics
+from k4d.robots.loader import builtin_names
 
 pin = pytest.importorskip("pinocchio")
 

@@ -4,8 +4,9 @@ with residuals, trajectory mode warm-starts, ikpy stays selectable."""
 import numpy as np
 import pytest
 from k4d.errors import InvalidArgument
-from k4d.robots.descriptions import builtin_names, load_robot
+from k4d.robots.descriptions import load_robot
 from k4d.robots.fk import forward_kinematics
+from k4d.robots.loader import builtin_names
 from k4d_kinematics.chain import ChainWorkspace, build_chain, chain_fk, chain_jacobian
 from k4d_kinematics.ik import IKOptions, solve_ik
 
@@ -134,7 +135,7 @@ PERMUTED = """<robot name="permuted">
 def test_chain_with_a_mimic_driven_from_outside_the_chain(tmp_path):
     # Joint m (on the chain to tip) mimics z (off the chain, a later actuated index), so the
     # chain's variables [a, b, z] are not in chain order [a, m, b].
-    from k4d.robots.descriptions import load_robot_file
+    from k4d.robots.loader import load_robot_file
 
     path = tmp_path / "permuted" / "urdf" / "permuted.urdf"
     path.parent.mkdir(parents=True)

@@ -4,8 +4,9 @@ with InvalidArgument naming the element."""
 import numpy as np
 import pytest
 from k4d.errors import InvalidArgument
-from k4d.robots.descriptions import load_robot, load_robot_file
+from k4d.robots.descriptions import load_robot
 from k4d.robots.fk import forward_kinematics
+from k4d.robots.loader import load_robot_file
 from k4d.robots.urdf import parse_urdf
 
 GOOD = """<robot name="toy">

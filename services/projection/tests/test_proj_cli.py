@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from k4d.camera import Camera
 from k4d.cli.main import main
-from k4d.robots.descriptions import BUILTIN_ROBOTS, load_robot
+from k4d.robots.descriptions import load_robot
+from k4d.robots.loader import BUILTIN_ROBOTS
 from k4d.video import read_video
 
 USER_URDF = """<?xml version="1.0"?>

@@ -17,7 +17,6 @@ stage worker starts consuming only after the start-up load finished, and stops t
 
 from __future__ import annotations
 
-import os
 import threading
 
 from k4d.grpc_server import set_serving
@@ -28,18 +27,11 @@ from kinema4d.v1 import generator_pb2, generator_pb2_grpc
 
 from k4d_generator.api import GeneratorServicer
 from k4d_generator.service import ModelManager
+from k4d_generator.settings import generator_settings
+from k4d_generator.worker import build_worker
 
 SERVICE_NAME = generator_pb2.DESCRIPTOR.services_by_name["GeneratorService"].full_name
 log = get_logger(__name__)
-
-
-def generator_settings(env=None) -> dict[str, str]:
-    env = os.environ if env is None else env
-    return {"model": env.get("K4D_GENERATOR_MODEL", ""),
-            "backend": env.get("K4D_GENERATOR_BACKEND", "") or "torch",
-            "precision": env.get("K4D_GENERATOR_PRECISION", ""),
-            "device": env.get("K4D_GENERATOR_DEVICE", "") or "cpu",
-            "cache_dir": env.get("K4D_GENERATOR_CACHE_DIR", "")}
 
 
 class StartupLoad:
@@ -113,8 +105,6 @@ class GeneratorService(Service):
         return [SERVICE_NAME]
 
     def build_worker(self, bus, store):
-        from k4d_generator.worker import build_worker
-
         return build_worker(self.config, bus, store, manager=self.manager,
                             startup=self.startup)
 

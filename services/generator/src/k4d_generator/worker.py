@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 from k4d.bus import StageWorker
+from k4d.bus.stage_events import StageContext, is_cancelled, publish_stage_event
 from k4d.bus.topics import (
     MODEL_PUBLISHED,
     SIM_COMPLETED,
@@ -46,7 +47,6 @@ from k4d.logs import get_logger
 from k4d.model_events import read_model_published
 from k4d.robots.proto import robot_from_ref
 from k4d.robots.registry import RobotRegistry
-from k4d.stage_events import StageContext, is_cancelled, publish_stage_event
 from k4d.store import from_tensor_data, get_array, job_key, put_array
 from k4d.tensor_io import TensorRef
 from k4d.tool import ToolTrack, tool_track
@@ -54,8 +54,9 @@ from kinema4d.v1 import common_pb2, events_pb2, simulator_pb2
 
 from k4d_generator.api import model_info_proto, sampling_kwargs
 from k4d_generator.core import GenerationOutput, choose_backend, run_generation
-from k4d_generator.server import generator_settings
+from k4d_generator.outputs import write_video
 from k4d_generator.service import ModelManager
+from k4d_generator.settings import generator_settings
 
 STAGE = "generation"
 GROUP_ID = "k4d-generator"
@@ -111,8 +112,6 @@ class GenerationStage:
         return tool_track(model, joints, poses)
 
     def _store_video(self, job_id: str, out: GenerationOutput) -> str:
-        from k4d_generator.outputs import write_video
-
         with tempfile.TemporaryDirectory() as tmp:
             path = write_video(Path(tmp) / "rgb.mp4", out.rgb, int(out.metadata.get("fps", 24)))
             return self.store.put_file(job_key(job_id, STAGE, "rgb.mp4"), path).uri

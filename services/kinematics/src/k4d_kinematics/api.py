@@ -16,8 +16,9 @@ from k4d.action_proto import action_spec_from_proto
 from k4d.actions import ActionSpec
 from k4d.errors import InvalidArgument
 from k4d.robots.bundles import BundleLimits
-from k4d.robots.descriptions import BUILTIN_ROBOTS, load_robot
+from k4d.robots.descriptions import load_robot
 from k4d.robots.fk import forward_kinematics
+from k4d.robots.loader import BUILTIN_ROBOTS
 from k4d.robots.proto import robot_from_ref
 from k4d.robots.registry import PREFIX, RobotRegistry
 from k4d.robots.validation import validate_joints, validate_seed, validate_targets

@@ -16,10 +16,10 @@ import time
 
 from k4d.action_proto import action_spec_from_proto
 from k4d.bus import StageWorker
+from k4d.bus.stage_events import StageContext, publish_stage_event
 from k4d.bus.topics import SIM_KINEMATICS, SIM_REQUESTED
 from k4d.robots.proto import robot_from_ref
 from k4d.robots.registry import RobotRegistry
-from k4d.stage_events import StageContext, publish_stage_event
 from k4d.store import from_tensor_data, job_key, put_array
 from kinema4d.v1 import events_pb2
 

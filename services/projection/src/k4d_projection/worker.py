@@ -15,12 +15,12 @@ from __future__ import annotations
 import time
 
 from k4d.bus import StageWorker
+from k4d.bus.stage_events import StageContext, publish_stage_event
 from k4d.bus.topics import SIM_KINEMATICS, SIM_PROJECTED
 from k4d.camera_proto import camera_from_proto
 from k4d.errors import InvalidArgument
 from k4d.robots.proto import robot_from_ref
 from k4d.robots.registry import RobotRegistry
-from k4d.stage_events import StageContext, publish_stage_event
 from k4d.store import get_array, job_key, put_array
 from k4d.tensor_io import TensorRef
 from kinema4d.v1 import events_pb2

@@ -20,10 +20,10 @@ import uuid
 
 from k4d.auth import current_caller
 from k4d.bus import event_headers
+from k4d.bus.stage_events import cancel_marker_key
 from k4d.errors import InvalidArgument, NotFound
 from k4d.generation import STATIC_WORLD
 from k4d.logs import get_logger
-from k4d.stage_events import cancel_marker_key
 from k4d.store import from_tensor_data, job_key, put_array
 from k4d.telemetry import inject_trace_headers
 from k4d_simulator import events as ev

@@ -34,6 +34,7 @@ from k4d.bus.base import (
     Message,
     topic_list,
 )
+from k4d.bus.stage_events import is_cancelled, publish_cancelled, read_stage_event
 from k4d.bus.topics import dlq
 from k4d.errors import Cancelled, InvalidArgument, NotFound
 from k4d.logs import get_logger, log_context
@@ -43,7 +44,7 @@ from k4d.telemetry import extract_trace_context
 
 log = get_logger(__name__)
 Handler = Callable[[Message], None]
-StageHandler = Callable[[Any, Any], None]  # (parsed stage event, k4d.stage_events.StageContext)
+StageHandler = Callable[[Any, Any], None]  # (parsed stage event, k4d.bus.stage_events.StageContext)
 PERMANENT_ERRORS: tuple[type[BaseException], ...] = (InvalidArgument, NotFound)
 MAX_ERROR_HEADER_CHARS = 2000
 
@@ -163,8 +164,7 @@ class StagePrologue:
         self.handle = handle
 
     def __call__(self, message: Message) -> None:
-        # Imported here: k4d.stage_events imports k4d.bus, whose __init__ imports this module.
-        from k4d.stage_events import is_cancelled, publish_cancelled, read_stage_event
+        # Imported here: k4d.bus.stage_events imports k4d.bus, whose __init__ imports this module.
 
         event, context = read_stage_event(message, self.event_type, self.stage)
         if is_cancelled(self.store, context.job_id):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from k4d.errors import InvalidArgument
 
-from .descriptions import BUILTIN_ROBOTS, load_robot
+from .descriptions import load_robot
+from .loader import BUILTIN_ROBOTS
 from .model import RobotModel
 from .registry import RobotRegistry
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from k4d.errors import InvalidArgument, NotFound
 
 from .bundles import BundleLimits, remove_tree, safe_extract
-from .descriptions import BUILTIN_ROBOTS, load_robot_file
+from .loader import BUILTIN_ROBOTS, load_robot_file
 from .model import RobotModel
 
 ROBOT_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")

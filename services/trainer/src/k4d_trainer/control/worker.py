@@ -21,10 +21,10 @@ import threading
 import time
 
 from k4d.bus import StageWorker
+from k4d.bus.stage_events import read_stage_event
 from k4d.bus.topics import TRAIN_REQUESTED
 from k4d.errors import InvalidArgument, NotFound
 from k4d.logs import get_logger, log_context
-from k4d.stage_events import read_stage_event
 from kinema4d.v1 import events_pb2, trainer_pb2
 
 from k4d_trainer import runs
