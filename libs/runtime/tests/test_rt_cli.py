@@ -151,6 +151,48 @@ def test_up_check_starts_broker_s3_and_services_healthy(plugin_env, tmp_path):
             if line.split() and line.split()[0] in ("broker", "s3", "rttest")}
     assert rows["broker"][-1] == rows["s3"][-1] == rows["rttest"][-1] == "healthy"
     assert (tmp_path / "logs" / "rttest.log").is_file()
+    # Secure by default: a CA, a server certificate and tokens in the state directory, the
+    # exports name the CA and the user's token, and the operator's token file is printed.
+    logs = tmp_path / "logs"
+    exports = dict(kv.split("=", 1) for line in result.stdout.splitlines()
+                   if line.startswith("clients: export ") for kv in line.split()[2:])
+    assert exports["K4D_TLS_CA"] == str(logs / "tls" / "ca.pem")
+    assert exports["K4D_TOKEN"] == (logs / "tokens" / "user.token").read_text().strip()
+    assert f"operator token: {logs / 'tokens' / 'operator.token'}" in result.stdout
+    assert (logs / "tls" / "server-key.pem").stat().st_mode & 0o077 == 0
+    roles = [line.split()[0] for line in (logs / "auth-tokens").read_text().splitlines()
+             if not line.startswith("#")]
+    assert sorted(roles) == ["operator", "service", "user"]
+    assert exports["K4D_TOKEN"] not in (logs / "auth-tokens").read_text()  # hashes only
+    assert "INSECURE" not in result.stdout + result.stderr
+
+
+@pytest.mark.integration
+def test_up_insecure_says_so_and_serves_plaintext(plugin_env, tmp_path):
+    from k4d.grpc_client import wait_healthy
+
+    if not s3_server_available():
+        server_unavailable("moto[server] missing")
+    env = dict(plugin_env, K4D_AUTH_TOKENS=str(tmp_path / "ignored"))  # --insecure drops it
+    proc = subprocess.Popen([sys.executable, "-u", "-m", "k4d.cli.main", "up", "--insecure",
+                             "--base-port", "0", "--services", "rttest", "--no-workers",
+                             "--log-dir", str(tmp_path / "logs")],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if "Ctrl-C to stop" in line:
+                break
+        text = "".join(lines)
+        assert "k4d up: INSECURE (--insecure): no TLS and no tokens" in text, text
+        assert "K4D_TLS_CA" not in text and "operator token:" not in text
+        [address] = [line.split()[2] for line in lines if line.startswith("rttest")]
+        assert wait_healthy(address, "k4d.rttest.Echo", timeout_s=10)  # plaintext answers
+        assert not (tmp_path / "logs" / "tls").exists()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(60)
 
 
 @pytest.mark.integration

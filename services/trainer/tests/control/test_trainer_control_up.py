@@ -2,15 +2,16 @@
 services as their own processes): a generator serves version 0 of a registry model; a
 training job submitted to the trainer service runs `k4d train` with 2 processes (FSDP2)
 on a dataset in S3, publishes version <job id> of the same model and announces it on
-k4d.model.published; the running generator switches to it from the event."""
+k4d.model.published; the running generator switches to it from the event. TLS and tokens
+are on (k4d up's default): LoadModel and the trainer take the operator's token."""
 
 import json
 import subprocess
 import sys
 import time
 
-import grpc
 import pytest
+from k4d.grpc_client import create_channel
 from kinema4d.v1 import common_pb2, generator_pb2, generator_pb2_grpc, trainer_pb2, trainer_pb2_grpc
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -26,11 +27,11 @@ def _k4d(*args, env, timeout=300):
 
 @pytest.fixture
 def cluster(tmp_path):
-    """`k4d up` with the generator and the trainer -> ({service: address}, client env)."""
+    """`k4d up` with the generator and the trainer -> UpCluster."""
     from k4d.testing.processes import k4d_up
 
     with k4d_up(["generator", "trainer"], tmp_path / "logs") as up:
-        yield up.addresses, up.client_env
+        yield up
 
 
 def test_a_trained_model_is_served_by_the_running_generator(cluster, tmp_path):
@@ -38,7 +39,7 @@ def test_a_trained_model_is_served_by_the_running_generator(cluster, tmp_path):
     from k4d.episodes import DatasetWriter
     from k4d_trainer.synthetic import synthetic_episode
 
-    addresses, env = cluster
+    addresses, env, operator = cluster.addresses, cluster.client_env, cluster.operator()
     v0 = tmp_path / "v0"
     _k4d("generate", "init-model", "--config", "tiny", "--out", str(v0), env=env)
     _k4d("generate", "publish", "--model", str(v0), "--name", MODEL, "--version", "0", env=env)
@@ -48,8 +49,8 @@ def test_a_trained_model_is_served_by_the_running_generator(cluster, tmp_path):
         writer.write_episode(*synthetic_episode(i))
     writer.close()
 
-    with grpc.insecure_channel(addresses["generator"]) as g_channel, \
-            grpc.insecure_channel(addresses["trainer"]) as t_channel:
+    with create_channel(addresses["generator"], security=operator) as g_channel, \
+            create_channel(addresses["trainer"], security=operator) as t_channel:
         generator = generator_pb2_grpc.GeneratorServiceStub(g_channel)
         generator.LoadModel(generator_pb2.LoadModelRequest(
             model=common_pb2.ModelRef(name=MODEL, version="0"), backend="torch"), timeout=300)

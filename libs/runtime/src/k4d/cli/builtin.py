@@ -50,7 +50,11 @@ def register_up(subparsers) -> None:
     p.add_argument("--services", help="comma-separated subset of services to start (default: all)")
     p.add_argument("--no-workers", action="store_true", help="start services without their stage workers")
     p.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for health (default 90)")
-    p.add_argument("--log-dir", help="where each process writes its log (default: a new temp dir)")
+    p.add_argument("--state-dir", "--log-dir", dest="log_dir",
+                   help="state directory: each process's log, the local CA, certificates and "
+                        "tokens (default: a new temp dir; reused when it has them)")
+    p.add_argument("--insecure", action="store_true",
+                   help="no TLS and no tokens (says so on every start)")
     p.set_defaults(handler=run_up)
 
 
@@ -88,4 +92,5 @@ def run_up(args: argparse.Namespace) -> int:
 
     names = [n.strip() for n in args.services.split(",")] if args.services else None
     return up(UpOptions(check=args.check, base_port=args.base_port, services=names,
-                        workers=not args.no_workers, timeout_s=args.timeout, log_dir=args.log_dir))
+                        workers=not args.no_workers, timeout_s=args.timeout, log_dir=args.log_dir,
+                        insecure=args.insecure))

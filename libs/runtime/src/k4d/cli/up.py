@@ -1,4 +1,9 @@
-"""`k4d up`: broker + S3 server + every installed service as loopback subprocesses."""
+"""`k4d up`: broker + S3 server + every installed service as loopback subprocesses.
+
+Secure by default: the services serve TLS with a certificate of a CA made in the state
+directory and check bearer tokens (a user, an operator and a service token, also there;
+k4d.local_credentials). The `clients: export ...` line gives the CA and the user's token;
+`operator token: PATH` the operator's. `--insecure` turns both off and says so."""
 
 from __future__ import annotations
 
@@ -40,7 +45,8 @@ class UpOptions:
     services: list[str] | None = None
     workers: bool = True
     timeout_s: float = 90.0
-    log_dir: str | None = None
+    log_dir: str | None = None  # the state directory: logs, CA, certificates, tokens
+    insecure: bool = False      # no TLS, no tokens
 
 
 @dataclass(frozen=True)
@@ -76,8 +82,18 @@ def _check_free(plan: PortPlan) -> None:
                                  "(or --base-port 0 for free ports)")
 
 
-def _service_env(name: str, grpc_port: int, metrics_port: int, broker, s3) -> dict[str, str]:
-    env = dict(os.environ)
+# What `--insecure` removes from the environment the services inherit.
+SECURITY_VARS = ("K4D_TLS_CERT", "K4D_TLS_KEY", "K4D_TLS_CLIENT_CA", "K4D_TLS_CA",
+                 "K4D_AUTH_TOKENS", "K4D_TOKEN")
+INSECURE_WARNING = ("k4d up: INSECURE (--insecure): no TLS and no tokens; anyone who can reach "
+                    "these loopback ports may call every RPC")
+
+
+def _service_env(name: str, grpc_port: int, metrics_port: int, broker, s3,
+                 credentials=None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in SECURITY_VARS}
+    if credentials is not None:
+        env.update(credentials.server_env())
     env.update({
         "K4D_GRPC_HOST": local_servers.LOOPBACK, "K4D_GRPC_PORT": str(grpc_port),
         "K4D_METRICS_PORT": str(metrics_port), "K4D_KAFKA_BOOTSTRAP": broker.address,
@@ -161,6 +177,31 @@ def _print_table(rows: list[tuple[str, str, str, str]]) -> None:
     sys.stdout.flush()
 
 
+def _security(options: UpOptions, state_dir: Path):
+    """(credentials, the ClientSecurity `k4d up` checks health with); (None, None) with
+    --insecure, after saying so."""
+    from k4d.grpc_client import ClientSecurity
+
+    if options.insecure:
+        print(INSECURE_WARNING, file=sys.stderr, flush=True)
+        return None, None
+    from k4d.local_credentials import ensure_local_credentials
+
+    credentials = ensure_local_credentials(state_dir)
+    return credentials, ClientSecurity(tls_ca=str(credentials.ca))
+
+
+def _client_lines(broker, s3, credentials) -> list[str]:
+    exported = ("K4D_KAFKA_BOOTSTRAP", "K4D_KAFKA_SESSION_TIMEOUT_MS", "K4D_STORE_URI",
+                "K4D_S3_ENDPOINT", "K4D_S3_ACCESS_KEY", "K4D_S3_SECRET_KEY", "K4D_S3_REGION")
+    env = {k: v for k, v in _service_env("client", 0, 0, broker, s3).items() if k in exported}
+    if credentials is None:
+        return ["clients: export " + " ".join(f"{k}={v}" for k, v in env.items())]
+    env.update(credentials.client_env())
+    return ["clients: export " + " ".join(f"{k}={v}" for k, v in env.items()),
+            f"operator token: {credentials.tokens['operator']}"]
+
+
 def up(options: UpOptions) -> int:
     from k4d.grpc_client import wait_healthy
     from k4d.service import installed
@@ -177,7 +218,8 @@ def up(options: UpOptions) -> int:
     plan = plan_ports(options.base_port, names)
     _check_free(plan)
     log_dir = Path(options.log_dir or tempfile.mkdtemp(prefix="k4d-up-"))
-    print(f"k4d up: logs in {log_dir}", flush=True)
+    print(f"k4d up: logs, certificates and tokens in {log_dir}", flush=True)
+    credentials, security = _security(options, log_dir)
 
     processes: list[local_servers.ManagedProcess] = []
     stop = threading.Event()
@@ -201,7 +243,7 @@ def up(options: UpOptions) -> int:
             argv = [sys.executable, "-m", "k4d.cli.serve", name]
             if name in with_worker:
                 argv.append("--worker")
-            env = _service_env(name, grpc_port, metrics_port, broker, s3)
+            env = _service_env(name, grpc_port, metrics_port, broker, s3, credentials)
             if name == "simulator" and default_model:
                 env[SIMULATOR_DEFAULT_MODEL_ENV] = default_model
             services.append(local_servers.spawn(name, argv, f"{local_servers.LOOPBACK}:{grpc_port}",
@@ -210,7 +252,8 @@ def up(options: UpOptions) -> int:
         all_healthy = True
         for service in services:
             healthy = wait_healthy(service.address, "", options.timeout_s,
-                                   should_abort=lambda s=service: not s.alive() or stop.is_set())
+                                   should_abort=lambda s=service: not s.alive() or stop.is_set(),
+                                   security=security)
             all_healthy &= healthy
             metrics = service.info["metrics_port"]
             status = "healthy" if healthy else ("exited" if not service.alive() else "unhealthy")
@@ -220,10 +263,7 @@ def up(options: UpOptions) -> int:
                 print(f"--- {service.name} log ({service.log_path}) ---\n{service.log_tail()}",
                       file=sys.stderr)
         _print_table(rows)
-        print("clients: export " + " ".join(
-            f"{k}={v}" for k, v in _service_env("client", 0, 0, broker, s3).items()
-            if k in ("K4D_KAFKA_BOOTSTRAP", "K4D_KAFKA_SESSION_TIMEOUT_MS", "K4D_STORE_URI", "K4D_S3_ENDPOINT", "K4D_S3_ACCESS_KEY",
-                     "K4D_S3_SECRET_KEY", "K4D_S3_REGION")), flush=True)
+        print("\n".join(_client_lines(broker, s3, credentials)), flush=True)
         if options.check:
             return 0 if all_healthy else 1
         print("k4d up: running; Ctrl-C to stop", flush=True)

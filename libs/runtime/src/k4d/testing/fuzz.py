@@ -402,7 +402,10 @@ def _warm_up(channel: grpc.Channel, methods: Sequence[Method], report: FuzzRepor
                                                time.monotonic() - started, "warm-up: empty"))
 
 
-def fuzz_server(address: str, **kwargs) -> FuzzReport:
-    """`fuzz_channel` on a fresh insecure channel to `address` (host:port)."""
-    with grpc.insecure_channel(address) as channel:
+def fuzz_server(address: str, security=None, **kwargs) -> FuzzReport:
+    """`fuzz_channel` on a fresh channel to `address` (host:port), with TLS and a token
+    as `security` (a `k4d.grpc_client.ClientSecurity`; default: plaintext, no token)."""
+    from k4d.grpc_client import create_channel
+
+    with create_channel(address, tracing=False, security=security) as channel:
         return fuzz_channel(channel, **kwargs)

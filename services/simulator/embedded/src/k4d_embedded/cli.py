@@ -55,6 +55,7 @@ def register(subparsers) -> None:
     p.add_argument("--address", default=DEFAULT_ADDRESS, help=f"simulator (default {DEFAULT_ADDRESS})")
     p.add_argument("--idempotency-key", default="", help="resubmitting with it returns the same job")
     p.add_argument("--wait", action="store_true", help="watch the job until it is terminal")
+    _add_security_arguments(p)
     p.set_defaults(handler=_run_submit)
 
     p = subparsers.add_parser("jobs", help="list simulation jobs, or show / watch one")
@@ -66,7 +67,25 @@ def register(subparsers) -> None:
     p.add_argument("--limit", type=int, default=50, help="jobs to list (default 50)")
     p.add_argument("--cancel", action="store_true", help="cancel the given job")
     p.add_argument("--json", action="store_true", help="print jobs as JSON lines")
+    _add_security_arguments(p)
     p.set_defaults(handler=_run_jobs)
+
+
+def _add_security_arguments(p) -> None:
+    p.add_argument("--tls-ca", type=Path, default=None,
+                   help="CA certificate (PEM) the simulator's TLS certificate must chain to "
+                        "(default $K4D_TLS_CA; unset = plaintext)")
+    p.add_argument("--token-file", type=Path, default=None,
+                   help="file holding your bearer token (default $K4D_TOKEN)")
+
+
+def _security(args):
+    from k4d.config import load_config
+    from k4d.grpc_client import ClientSecurity
+
+    return ClientSecurity.from_config(
+        load_config(), tls_ca=str(args.tls_ca) if args.tls_ca else None,
+        token_file=str(args.token_file) if args.token_file else None)
 
 
 def _add_spec_arguments(p: argparse.ArgumentParser) -> None:
@@ -137,11 +156,13 @@ def _run_view(args) -> int:
 def _run_submit(args) -> int:
     from k4d_embedded.client import submit_command
 
-    return submit_command(_inputs(args), args.address, args.idempotency_key, args.wait, sys.stdout)
+    return submit_command(_inputs(args), args.address, args.idempotency_key, args.wait, sys.stdout,
+                          security=_security(args))
 
 
 def _run_jobs(args) -> int:
     from k4d_embedded.client import jobs_command
 
     return jobs_command(args.address, job_id=args.job_id, watch=args.watch, state=args.state,
-                        limit=args.limit, cancel=args.cancel, as_json=args.json, out=sys.stdout)
+                        limit=args.limit, cancel=args.cancel, as_json=args.json, out=sys.stdout,
+                        security=_security(args))

@@ -6,8 +6,15 @@ import json
 
 import grpc
 from google.protobuf import json_format
-from k4d.errors import FieldViolation, InvalidArgument, NotFound, Unavailable
-from k4d.grpc_client import create_channel, field_violations
+from k4d.errors import (
+    FieldViolation,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unauthenticated,
+    Unavailable,
+)
+from k4d.grpc_client import ClientSecurity, create_channel, field_violations
 from k4d_embedded.inputs import SimulationInputs, build_spec
 from k4d_simulator.jobs import is_terminal
 from k4d_simulator.outcomes import warnings_of
@@ -19,13 +26,24 @@ STATE_NAMES = {"queued": S.JOB_STATE_QUEUED, "running": S.JOB_STATE_RUNNING,
                "cancelled": S.JOB_STATE_CANCELLED}
 
 
-def _stub(address: str) -> simulator_pb2_grpc.SimulatorServiceStub:
-    return simulator_pb2_grpc.SimulatorServiceStub(create_channel(address))
+def _stub(address: str, security: ClientSecurity | None) -> simulator_pb2_grpc.SimulatorServiceStub:
+    return simulator_pb2_grpc.SimulatorServiceStub(create_channel(address, security=security))
 
 
-def _raise_domain(error: grpc.RpcError, address: str):
+def _raise_domain(error: grpc.RpcError, address: str, security: ClientSecurity | None = None):
     """gRPC status -> the domain error the CLI prints as one line."""
     code = error.code()
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        raise Unauthenticated(f"simulator at {address} refused the call: {error.details()} "
+                              "(UNAUTHENTICATED)") from None
+    if code == grpc.StatusCode.PERMISSION_DENIED:
+        raise PermissionDenied(f"simulator at {address} refused the call: {error.details()} "
+                               "(PERMISSION_DENIED)") from None
+    if code == grpc.StatusCode.UNAVAILABLE and _tls_failure(error.details() or ""):
+        hint = "set K4D_TLS_CA or --tls-ca to the CA" if not (security and security.tls_ca) \
+            else "is --tls-ca / K4D_TLS_CA the CA that signed it"
+        raise Unavailable(f"simulator at {address}: TLS connection failed ({hint}); "
+                          f"{_last_error(error.details())}") from None
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         violations = field_violations(error) or [FieldViolation("", error.details() or "")]
         raise InvalidArgument(error.details() or "invalid argument", violations) from None
@@ -34,6 +52,16 @@ def _raise_domain(error: grpc.RpcError, address: str):
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         raise Unavailable(f"simulator at {address} is unavailable: {error.details()}") from None
     raise Unavailable(f"simulator at {address}: {code.name}: {error.details()}") from None
+
+
+def _tls_failure(details: str) -> bool:
+    """A plaintext client at a TLS port sees the socket closed; a TLS one with the wrong CA
+    a failed handshake."""
+    return "Socket closed" in details or "handshake" in details.lower() or "SSL" in details
+
+
+def _last_error(details: str) -> str:
+    return details.rsplit("last error: ", 1)[-1].splitlines()[0][:200]
 
 
 def state_name(state: int) -> str:
@@ -80,9 +108,9 @@ def watch_job(stub, job_id: str, out, as_json: bool = False) -> simulator_pb2.Jo
 
 
 def submit_command(inputs: SimulationInputs, address: str, idempotency_key: str, wait: bool,
-                   out) -> int:
+                   out, security: ClientSecurity | None = None) -> int:
     spec = build_spec(inputs)
-    stub = _stub(address)
+    stub = _stub(address, security)
     try:
         response = stub.Submit(simulator_pb2.SubmitRequest(spec=spec,
                                                            idempotency_key=idempotency_key))
@@ -92,20 +120,20 @@ def submit_command(inputs: SimulationInputs, address: str, idempotency_key: str,
             return 0
         job = watch_job(stub, response.job_id, out)
     except grpc.RpcError as error:
-        _raise_domain(error, address)
+        _raise_domain(error, address, security)
     return 0 if job is not None and job.state == S.JOB_STATE_SUCCEEDED else 1
 
 
 def jobs_command(address: str, *, job_id: str | None = None, watch: bool = False,
                  state: str = "", limit: int = 50, cancel: bool = False, as_json: bool = False,
-                 out=None) -> int:
+                 out=None, security: ClientSecurity | None = None) -> int:
     if state and state not in STATE_NAMES:
         raise InvalidArgument.for_field("--state", f"expected one of {sorted(STATE_NAMES)}")
     if limit < 1:
         raise InvalidArgument.for_field("--limit", f"must be >= 1, got {limit}")
     if (watch or cancel) and not job_id:
         raise InvalidArgument.for_field("job_id", "--watch and --cancel need a job id")
-    stub = _stub(address)
+    stub = _stub(address, security)
     try:
         if job_id and cancel:
             _print(stub.Cancel(simulator_pb2.CancelRequest(job_id=job_id)).job, as_json, out)
@@ -129,5 +157,5 @@ def jobs_command(address: str, *, job_id: str | None = None, watch: bool = False
             if not token:
                 break
     except grpc.RpcError as error:
-        _raise_domain(error, address)
+        _raise_domain(error, address, security)
     return 0

@@ -1,7 +1,8 @@
 """A local pipeline cluster for e2e tests and benchmarks: a Kafka-protocol broker and an
 S3 server (started elsewhere, e.g. by the runtime's pytest fixtures or `k4d up`) plus every
-service as a subprocess (`k4d serve <name> [--worker]`) configured only by env vars.
-Processes can be SIGKILLed and restarted to exercise redelivery.
+service as a subprocess (`k4d serve <name> [--worker]`) configured only by env vars, with
+TLS and tokens on as under `k4d up` (the same local credentials). Processes can be
+SIGKILLed and restarted to exercise redelivery.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from pathlib import Path
 
 import grpc
 from k4d import local_servers
-from k4d.grpc_client import wait_healthy
+from k4d.grpc_client import ClientSecurity, create_channel, wait_healthy
+from k4d.local_credentials import ensure_local_credentials
+from k4d.pipeline_topology import OPERATOR
 
 STAGE_SERVICES = ("kinematics", "projection", "generator")
 TINY_CLIP = {"frames": 5, "downscale": 15}  # 480x720 / 15 = 32x48, the tiny model's size
@@ -42,6 +45,7 @@ class Cluster:
         self.processes: dict[str, local_servers.ManagedProcess] = {}
         self.ports: dict[str, int] = {}
         self._starts: dict[str, int] = {}
+        self.credentials = ensure_local_credentials(log_dir / "credentials")
 
     def env(self, name: str) -> dict[str, str]:
         env = dict(os.environ)
@@ -55,6 +59,7 @@ class Cluster:
             "K4D_S3_REGION": self.s3.region, "K4D_S3_SECURE": "0",
             "K4D_WORKER_MAX_ATTEMPTS": "3", "K4D_WORKER_BACKOFF_S": "0.2",
             "K4D_LOG_LEVEL": "INFO", "OTEL_SERVICE_NAME": name, "OMP_NUM_THREADS": "1",
+            **self.credentials.server_env(),
         })
         if name == "simulator":  # every open Watch stream holds a server thread
             env["K4D_GRPC_MAX_WORKERS"] = "64"
@@ -74,7 +79,8 @@ class Cluster:
         # health entry); the stage services once their server runs.
         service = SIMULATOR_SERVICE if name == "simulator" else ""
         if not wait_healthy(process.address, service, timeout_s,
-                            should_abort=lambda: not process.alive()):
+                            should_abort=lambda: not process.alive(),
+                            security=ClientSecurity(tls_ca=str(self.credentials.ca))):
             raise RuntimeError(f"{name} did not become healthy:\n{process.log_tail(40)}")
 
     def kill(self, name: str) -> None:
@@ -86,8 +92,14 @@ class Cluster:
     def stop_all(self) -> None:
         local_servers.stop_all(list(self.processes.values()), 10)
 
-    def channel(self) -> grpc.Channel:
-        return grpc.insecure_channel(f"127.0.0.1:{self.ports['simulator']}")
+    def security(self, role: str = OPERATOR) -> ClientSecurity:
+        """TLS to this cluster with `role`'s token."""
+        return ClientSecurity(tls_ca=str(self.credentials.ca), token=self.credentials.token(role))
+
+    def channel(self, role: str = OPERATOR) -> grpc.Channel:
+        """A channel to the simulator front door as `role` (default: an operator)."""
+        return create_channel(f"127.0.0.1:{self.ports['simulator']}", tracing=False,
+                              security=self.security(role))
 
     def logs(self, lines: int = 30) -> str:
         return "\n".join(f"--- {n} ---\n{p.log_tail(lines)}" for n, p in self.processes.items())
