@@ -62,7 +62,7 @@ class EpisodeConfig:
 def robot_and_renderer(name: str):
     """The kinematics robot model and our projection renderer (built once per process)."""
     from k4d.robots.descriptions import load_robot
-    from k4d_projection.renderer import RobotRenderer
+    from k4d_projection import RobotRenderer
 
     model = load_robot(name)
     return model, RobotRenderer.from_robot(model)
@@ -100,7 +100,7 @@ class Rollout:
 def plan_episode(config: EpisodeConfig, rng) -> Rollout:
     """Sample scenes until one is feasible: IK reaches every target and the camera sees the robot."""
     from k4d.robots.fk import forward_kinematics
-    from k4d_kinematics.ik import solve_ik
+    from k4d_kinematics import solve_ik
 
     model, renderer = robot_and_renderer(config.robot)
     task, kind = _choose(config, rng)
@@ -144,7 +144,7 @@ def generate_episode(config: EpisodeConfig, *, verify: bool = False) -> tuple[Ep
     """Arrays in the k4d.episodes schema and their meta. verify=True adds
     `_mujoco_robot_mask` (T, H, W) (MuJoCo's robot-only segmentation) and
     `_mujoco_robot_depth` for the agreement checks of tests and benchmarks."""
-    from k4d_projection.core import robot_condition
+    from k4d_projection import robot_condition
 
     rng = episode_rng(config.seed, config.index)
     rollout = plan_episode(config, rng)

@@ -309,7 +309,7 @@ def _episode_joints(robot, mapping: StateMapping, data: dict[str, np.ndarray], i
     joints = mapping.joints(robot, data)
     if mapping.kind != "ee_pose":
         return joints, None
-    from k4d_kinematics.ik import IKOptions, solve_ik
+    from k4d_kinematics import IKOptions, solve_ik
 
     targets = mapping.poses(data)
     # Tighter than the IK service's default rotation tolerance (1 mrad): the import promises
@@ -337,7 +337,7 @@ def _build_episode(dataset, episode, episode_id, robot, renderer, cameras, joint
                    video_cache, state_key, mapping: StateMapping, ik: dict | None):
     from k4d.robots.fk import forward_kinematics
     from k4d.robots.validation import validate_joints
-    from k4d_projection.core import robot_condition
+    from k4d_projection import robot_condition
 
     i = int(episode["episode_index"])
     joints = validate_joints(robot, joints, clip=False, field=f"episode {i} {state_key}")

@@ -5,4 +5,7 @@ Metrics are additive per-frame sufficient statistics (`k4d_eval.stats`); the vid
 (`k4d_eval.video_metrics`) and geometry (`k4d_eval.geometry`) cores are pure numpy/scipy.
 """
 
+# The public API: nothing. No other package imports this one; the platform reaches it through
+# its entry points (pyproject.toml) only (tests/contract/test_service_imports.py).
+__all__ = ["__version__"]
 __version__ = "0.1.0"

@@ -237,7 +237,7 @@ class ReferencePolicy:
         return xyz, yaw, opening
 
     def _joints(self, ep: _Episode, q_now, xyz, yaw, opening, times) -> np.ndarray:
-        from k4d_kinematics.ik import solve_ik
+        from k4d_kinematics import solve_ik
         from scipy.spatial.transform import Rotation
 
         robot = ep.robot

@@ -51,7 +51,7 @@ class RobotBundle:
 def robot_bundle(name: str = "panda") -> RobotBundle:
     from k4d.robots.descriptions import load_robot
     from k4d.tabletop.scene import link_mesh_files
-    from k4d_projection.renderer import RobotRenderer
+    from k4d_projection import RobotRenderer
 
     robot = load_robot(name)
     renderer = RobotRenderer.from_robot(robot)
@@ -63,7 +63,7 @@ def _feasible(bundle: RobotBundle, scene: SceneSpec, plan: Plan, q0: np.ndarray)
     """The scripted plan's keyframes are reachable and the camera sees the robot."""
     from k4d.robots.fk import forward_kinematics
     from k4d.tabletop.tasks import tcp_pose
-    from k4d_kinematics.ik import solve_ik
+    from k4d_kinematics import solve_ik
 
     targets = np.stack([tcp_pose(k.xyz, k.yaw) for k in plan.keyframes[1:]])
     ik = solve_ik(bundle.robot, targets, link=bundle.tcp_link, seed=q0, mode="trajectory")

@@ -144,7 +144,7 @@ class WorldModel:
 
     def __init__(self, ref: str | None = None, device: str = "cpu"):
         from k4d.errors import FailedPrecondition
-        from k4d_generator.service import ModelManager
+        from k4d_generator import ModelManager
 
         ref = resolve_model_ref(ref or default_model_ref())
         if not ref:
@@ -216,7 +216,7 @@ class WorldModelWorld:
         generated frame (and pointmap), telling the grasp option what is still held."""
         from k4d.robots.fk import forward_kinematics
         from k4d.tool import tool_track
-        from k4d_projection.renderer import CONDITION_OUTPUTS
+        from k4d_projection import CONDITION_OUTPUTS
 
         joints = np.asarray(joints, np.float64)
         T = self.model.clip_shape[0]

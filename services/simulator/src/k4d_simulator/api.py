@@ -26,11 +26,12 @@ from k4d.generation import STATIC_WORLD
 from k4d.logs import get_logger
 from k4d.store import from_tensor_data, job_key, put_array
 from k4d.telemetry import inject_trace_headers
+from kinema4d.v1 import common_pb2, events_pb2, simulator_pb2, simulator_pb2_grpc
+
 from k4d_simulator import events as ev
 from k4d_simulator.jobs import IDEMPOTENCY_WINDOW_S, JobTable, is_terminal
 from k4d_simulator.records import PUBLISH_GRACE_S, JobRecords
 from k4d_simulator.validation import validate_spec
-from kinema4d.v1 import common_pb2, events_pb2, simulator_pb2, simulator_pb2_grpc
 
 log = get_logger(__name__)
 S = simulator_pb2.JobState

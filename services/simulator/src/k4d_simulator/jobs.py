@@ -24,10 +24,11 @@ from dataclasses import dataclass
 
 from k4d.errors import InvalidArgument, NotFound
 from k4d.generation import STATIC_WORLD
+from kinema4d.v1 import common_pb2, simulator_pb2
+
 from k4d_simulator import events as ev
 from k4d_simulator.outcomes import stage_outcomes
 from k4d_simulator.validation import DEFAULT_NUM_FRAMES
-from kinema4d.v1 import common_pb2, simulator_pb2
 
 S = simulator_pb2.JobState
 TERMINAL_STATES = frozenset({S.JOB_STATE_SUCCEEDED, S.JOB_STATE_FAILED, S.JOB_STATE_CANCELLED})

@@ -123,6 +123,7 @@ def _inputs(args):
 
 def _run_simulate(args) -> int:
     from k4d.generation import STATIC_WORLD
+
     from k4d_embedded.embedded import simulate_to_directory
     from k4d_embedded.outputs import model_note
     from k4d_embedded.shipped import default_model

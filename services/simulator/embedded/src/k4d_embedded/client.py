@@ -15,10 +15,10 @@ from k4d.errors import (
     Unavailable,
 )
 from k4d.grpc_client import ClientSecurity, create_channel, field_violations
-from k4d_embedded.inputs import SimulationInputs, build_spec
-from k4d_simulator.jobs import is_terminal
-from k4d_simulator.outcomes import warnings_of
+from k4d_simulator import is_terminal, warnings_of
 from kinema4d.v1 import simulator_pb2, simulator_pb2_grpc
+
+from k4d_embedded.inputs import SimulationInputs, build_spec
 
 S = simulator_pb2.JobState
 STATE_NAMES = {"queued": S.JOB_STATE_QUEUED, "running": S.JOB_STATE_RUNNING,

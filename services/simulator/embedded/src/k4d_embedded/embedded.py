@@ -13,6 +13,8 @@ from google.protobuf import json_format
 from k4d.camera_proto import camera_from_proto
 from k4d.errors import InvalidArgument
 from k4d.generation import STATIC_WORLD
+from k4d_simulator import STATIC_WORLD_WARNING, warnings_of
+
 from k4d_embedded.inputs import SimulationInputs, load_simulation
 from k4d_embedded.outputs import robot_link_meshes, write_rollout
 from k4d_embedded.pipeline import (
@@ -23,7 +25,6 @@ from k4d_embedded.pipeline import (
 )
 from k4d_embedded.shipped import shipped_notice
 from k4d_embedded.viewer import STATIC_WORLD_NOTICE
-from k4d_simulator.outcomes import STATIC_WORLD_WARNING, warnings_of
 
 log = logging.getLogger("k4d.simulate")
 

@@ -30,15 +30,14 @@ from k4d.errors import Cancelled, InvalidArgument
 from k4d.initial_scene import camera_pose, depth_pointmap
 from k4d.store import from_tensor_data
 from k4d.tool import tool_track
-from k4d_simulator.outcomes import stage_outcomes
-from k4d_simulator.validation import DEFAULT_NUM_FRAMES, validate_spec
+from k4d_simulator import DEFAULT_NUM_FRAMES, stage_outcomes, validate_spec
 from kinema4d.v1 import common_pb2, simulator_pb2
 
 if TYPE_CHECKING:  # the stage packages are imported when a stage runs (`k4d submit`
     # reads its inputs with this package and needs none of them)
-    from k4d_generator.core import GenerationOutput
-    from k4d_kinematics.core import KinematicsOutput
-    from k4d_projection.renderer import RenderResult
+    from k4d_generator import GenerationOutput
+    from k4d_kinematics import KinematicsOutput
+    from k4d_projection import RenderResult
 
 ProgressFn = Callable[[common_pb2.Progress], None]
 CancelFn = Callable[[], bool]
@@ -103,7 +102,7 @@ class StageCores:
 
     def __init__(self, render_engine: str = "open3d", device: str = "cpu",
                  cache_dir: str | None = None):
-        from k4d_projection.core import RendererCache
+        from k4d_projection import RendererCache
 
         self.render_engine, self.device, self.cache_dir = render_engine, device, cache_dir
         self.renderers = RendererCache(engine=render_engine)
@@ -119,7 +118,7 @@ class StageCores:
 
     def models(self, store=None):
         """The ModelManager of `store` (the registry models are read from)."""
-        from k4d_generator.service import ModelManager
+        from k4d_generator import ModelManager
 
         key = id(store)
         if key not in self._managers:
@@ -136,8 +135,7 @@ class StageCores:
         (`k4d_generator.core.choose_backend`); static-world for a job without a model.
         With `clip` (T, H, W), InvalidArgument unless the model samples that clip, so a
         job fails before its other stages run."""
-        from k4d_generator.api import sampling_kwargs
-        from k4d_generator.core import choose_backend
+        from k4d_generator import choose_backend, sampling_kwargs
 
         manager = self.models(store)
         ref = spec.model
@@ -156,7 +154,7 @@ def run_kinematics(spec: simulator_pb2.SimulationSpec, cores: StageCores,
     """Decode the robot and the actions; the kinematics core (the worker's, with its IK
     budget)."""
     from k4d.action_proto import action_spec_from_proto
-    from k4d_kinematics.core import run_kinematics as kinematics_core
+    from k4d_kinematics import run_kinematics as kinematics_core
 
     model = cores.robot(_robot_name(spec), store)
     actions = action_spec_from_proto(
@@ -169,7 +167,7 @@ def run_kinematics(spec: simulator_pb2.SimulationSpec, cores: StageCores,
 def run_projection(spec: simulator_pb2.SimulationSpec, kin: KinematicsOutput,
                    cores: StageCores, store=None) -> RenderResult:
     """The projection core: every link ray-cast into the camera (the robot condition)."""
-    from k4d_projection.core import robot_condition
+    from k4d_projection import robot_condition
 
     camera = camera_from_proto(spec.camera, "spec.camera")
     model = cores.robot(_robot_name(spec), store)
@@ -183,7 +181,7 @@ def run_generation(spec: simulator_pb2.SimulationSpec, scene: InitialScene,
                    kin: KinematicsOutput | None = None) -> GenerationOutput:
     """The generation core: the real sampler for a model, static-world without one. `kin`
     gives the model the tool's track (its grasp option)."""
-    from k4d_generator.core import run_generation as generation_core
+    from k4d_generator import run_generation as generation_core
 
     def on_step(done: int, total: int) -> None:
         if progress is not None:
@@ -205,7 +203,7 @@ def run_generation(spec: simulator_pb2.SimulationSpec, scene: InitialScene,
 
 def uses_model(spec: simulator_pb2.SimulationSpec) -> bool:
     """Whether generation runs a real model (else the static-world backend)."""
-    from k4d_generator.core import uses_model as core_uses_model
+    from k4d_generator import uses_model as core_uses_model
 
     return core_uses_model(spec.model.name, spec.model.uri, spec.sampling.backend)
 

@@ -134,7 +134,7 @@ def unreachable_example(directory: Path, example_dir: Path) -> Path:
 
 def wait_terminal(stub, job_ids, timeout_s: float):
     """job id -> final Job; raises with the non-terminal ones on timeout."""
-    from k4d_simulator.jobs import is_terminal
+    from k4d_simulator import is_terminal
     from kinema4d.v1 import simulator_pb2
 
     final, deadline = {}, time.monotonic() + timeout_s
