@@ -46,6 +46,7 @@ test-all: setup
 lint: setup
 	$(VENV)/bin/ruff check libs services tests tools benchmarks infra
 	$(PY) tools/check_import_cycles.py
+	$(PY) tools/check_docs.py
 	cd proto && ../$(VENV)/bin/buf lint
 
 demo: setup
