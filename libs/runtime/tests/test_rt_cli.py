@@ -167,6 +167,20 @@ def test_up_check_starts_broker_s3_and_services_healthy(plugin_env, tmp_path):
     assert "INSECURE" not in result.stdout + result.stderr
 
 
+def _up_until_running(env, tmp_path, *flags: str):
+    """`k4d up` with the rttest service, its output read until it runs -> (process, lines)."""
+    proc = subprocess.Popen([sys.executable, "-u", "-m", "k4d.cli.main", "up", *flags,
+                             "--base-port", "0", "--services", "rttest", "--no-workers",
+                             "--log-dir", str(tmp_path / "logs")],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "Ctrl-C to stop" in line:
+            break
+    return proc, lines
+
+
 @pytest.mark.integration
 def test_up_insecure_says_so_and_serves_plaintext(plugin_env, tmp_path):
     from k4d.grpc_client import wait_healthy
@@ -174,16 +188,8 @@ def test_up_insecure_says_so_and_serves_plaintext(plugin_env, tmp_path):
     if not s3_server_available():
         server_unavailable("moto[server] missing")
     env = dict(plugin_env, K4D_AUTH_TOKENS=str(tmp_path / "ignored"))  # --insecure drops it
-    proc = subprocess.Popen([sys.executable, "-u", "-m", "k4d.cli.main", "up", "--insecure",
-                             "--base-port", "0", "--services", "rttest", "--no-workers",
-                             "--log-dir", str(tmp_path / "logs")],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = []
+    proc, lines = _up_until_running(env, tmp_path, "--insecure")
     try:
-        for line in proc.stdout:
-            lines.append(line)
-            if "Ctrl-C to stop" in line:
-                break
         text = "".join(lines)
         assert "k4d up: INSECURE (--insecure): no TLS and no tokens" in text, text
         assert "K4D_TLS_CA" not in text and "operator token:" not in text
@@ -202,15 +208,8 @@ def test_up_stops_every_child_on_ctrl_c(plugin_env, tmp_path):
 
     if not s3_server_available():
         server_unavailable("moto[server] missing")
-    proc = subprocess.Popen([sys.executable, "-u", "-m", "k4d.cli.main", "up", "--base-port", "0",
-                             "--services", "rttest", "--no-workers", "--log-dir", str(tmp_path / "logs")],
-                            env=plugin_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = []
+    proc, lines = _up_until_running(plugin_env, tmp_path)
     try:
-        for line in proc.stdout:
-            lines.append(line)
-            if "Ctrl-C to stop" in line:
-                break
         rows = [line.split() for line in lines if line.split()[:1] in (["broker"], ["s3"], ["rttest"])]
         addresses = [row[2].removeprefix("http://") for row in rows]
         assert len(addresses) == 3 and all(row[-1] == "healthy" for row in rows), "".join(lines)

@@ -3,6 +3,7 @@
 Stage events are published on the bus exactly as the stage workers publish them (the
 contract of events.proto); the table must follow them."""
 
+import contextlib
 import threading
 import time
 
@@ -53,8 +54,10 @@ def make_spec(height=48, width=72):
         sampling=generator_pb2.SamplingParams(num_steps=2))
 
 
-@pytest.fixture
-def service(tmp_path):
+@contextlib.contextmanager
+def simulator_server(tmp_path, **settings):
+    """A SimulatorService on loopback over the in-process bus and a local store ->
+    (address, bus, store, table, feed)."""
     bus, store, table = InProcessBus(), LocalStore(tmp_path / "store"), JobTable()
     feed = JobFeed(bus, table, poll_timeout_s=0.05).start()
     servicer = SimulatorServicer(bus, store, table, watch_poll_s=0.05)
@@ -63,13 +66,22 @@ def service(tmp_path):
         simulator_pb2_grpc.add_SimulatorServiceServicer_to_server(servicer, server)
         return ["kinema4d.v1.SimulatorService"]
 
-    server, port = create_server(Config(grpc_host="127.0.0.1", grpc_port=0), [register])
+    server, port = create_server(Config(grpc_host="127.0.0.1", grpc_port=0, **settings),
+                                 [register])
     server.start()
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-    yield simulator_pb2_grpc.SimulatorServiceStub(channel), bus, store, table, feed
-    channel.close()
-    server.stop(0)
-    feed.stop()
+    try:
+        yield f"127.0.0.1:{port}", bus, store, table, feed
+    finally:
+        server.stop(0)
+        feed.stop()
+
+
+@pytest.fixture
+def service(tmp_path):
+    with simulator_server(tmp_path) as (address, bus, store, table, feed):
+        channel = grpc.insecure_channel(address)
+        yield simulator_pb2_grpc.SimulatorServiceStub(channel), bus, store, table, feed
+        channel.close()
 
 
 def publish_stage_events(bus, store, job_id: str, *, complete: bool = True, repeat: int = 1,
@@ -437,25 +449,12 @@ def simulator(tmp_path):
     tokens = tmp_path / "tokens"
     tokens.write_text("".join(auth.token_line(role, name, token) + "\n"
                               for name, (role, token) in TOKENS.items()))
-    bus, store, table = InProcessBus(), LocalStore(tmp_path / "store"), JobTable()
-    feed = JobFeed(bus, table, poll_timeout_s=0.05).start()
-    servicer = SimulatorServicer(bus, store, table, watch_poll_s=0.05)
-
-    def register(server, config):
-        simulator_pb2_grpc.add_SimulatorServiceServicer_to_server(servicer, server)
-        return ["kinema4d.v1.SimulatorService"]
-
-    server, port = create_server(Config(grpc_host="127.0.0.1", grpc_port=0,
-                                        auth_tokens=str(tokens)), [register])
-    server.start()
-    channels = {name: create_channel(f"127.0.0.1:{port}", security=ClientSecurity(token=token))
-                for name, (_, token) in TOKENS.items()}
-    stubs = {name: simulator_pb2_grpc.SimulatorServiceStub(c) for name, c in channels.items()}
-    yield stubs, bus
-    for channel in channels.values():
-        channel.close()
-    server.stop(0)
-    feed.stop()
+    with simulator_server(tmp_path, auth_tokens=str(tokens)) as (address, bus, *_):
+        channels = {name: create_channel(address, security=ClientSecurity(token=token))
+                    for name, (_, token) in TOKENS.items()}
+        yield {name: simulator_pb2_grpc.SimulatorServiceStub(c) for name, c in channels.items()}, bus
+        for channel in channels.values():
+            channel.close()
 
 
 def _not_found(call) -> None:
