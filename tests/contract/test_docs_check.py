@@ -33,3 +33,14 @@ def test_a_long_cell_and_round_history_are_found_outside_code_blocks():
 
 def test_escaped_pipes_stay_inside_a_cell():
     assert docs.table_cells(r"| a \| b | c |") == [r"a \| b", "c"]
+
+
+def test_every_benchmark_script_is_listed_in_docs_benchmarks():
+    """benchmarks/ holds benchmarks (issue 46 point 5): each script there is listed in
+    docs/benchmarks.md with what it measures, or it leaves the repository."""
+    listed = (REPO / "docs" / "benchmarks.md").read_text()
+    scripts = sorted(path.relative_to(REPO).as_posix() for pattern in ("*.py", "*.sh")
+                     for path in (REPO / "benchmarks").rglob(pattern)
+                     if "wheels" not in path.parts and "__pycache__" not in path.parts)
+    missing = [script for script in scripts if f"`{script}`" not in listed]
+    assert not missing, f"not listed in docs/benchmarks.md: {missing}"

@@ -205,7 +205,7 @@ def _with_geometry_stage(dataset, run, log):
 
 
 def test_a_network_trained_alone_by_its_table_entry_is_the_stages_own(tmp_path, make_dataset):
-    # What benchmarks/demo_model/refiner_draws.py relies on: NETWORKS gives each network's
+    # What training one network alone relies on: NETWORKS gives each network's
     # seed and stage folder as the stage itself uses them.
     dataset = open_dataset(make_dataset(tmp_path / "ds", count=2, frames=5, height=32, width=48))
     staged, _ = _with_geometry_stage(dataset, RunDir(str(tmp_path / "a")), lambda _: None)
