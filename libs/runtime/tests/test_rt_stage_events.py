@@ -63,6 +63,23 @@ def test_rt_publish_stamps_the_header_and_cancel_reads_the_marker(tmp_path):
     assert (failed.error.code, failed.error.stage) == ("CANCELLED", "projection")
 
 
+def test_rt_the_owner_travels_from_the_request_into_every_stage_event(tmp_path):
+    event = events_pb2.SimulationRequested(header=events_pb2.EventHeader(job_id="job-1",
+                                                                         owner="alice"))
+    _, context = read_stage_event(_message(event), events_pb2.SimulationRequested, "kinematics")
+    assert context.owner == "alice"
+    bus = InProcessBus()
+    consumer = bus.consumer(SIM_KINEMATICS, "owner-test")
+    publish_stage_event(bus, SIM_KINEMATICS, context, events_pb2.KinematicsCompleted())
+    (message,) = consumer.poll(1.0)
+    assert events_pb2.KinematicsCompleted.FromString(message.value).header.owner == "alice"
+    assert message.header("k4d-owner") == "alice"
+    anonymous = StageContext("projection", "job-2", 1, "")
+    publish_stage_event(bus, SIM_KINEMATICS, anonymous, events_pb2.KinematicsCompleted())
+    (message,) = consumer.poll(1.0)
+    assert message.header("k4d-owner") is None
+
+
 def test_rt_stage_prologue_skips_cancelled_jobs_and_reports_a_cancel_mid_stage(tmp_path):
     """StageWorker.for_stage: `handle(event, context)` runs for a live job; a job with a
     cancel marker, or one whose handler raises Cancelled, ends in SimulationFailed{CANCELLED}."""

@@ -14,6 +14,7 @@ import time
 from google.protobuf import timestamp_pb2
 from k4d import pipeline_topology
 from k4d.bus import topics
+from k4d.bus.base import HEADER_OWNER
 from kinema4d.v1 import events_pb2
 
 # The runtime owns the topic names; these aliases read better in this module's callers.
@@ -30,7 +31,6 @@ PAYLOAD_TYPES = {topic: pipeline_topology.event_type(topic)
 SIM_TOPICS = tuple(PAYLOAD_TYPES)
 
 HEADER_IDEMPOTENCY_KEY = "k4d-idempotency-key"
-HEADER_OWNER = "k4d-owner"
 
 # Pipeline order of the stages; progress never moves backwards through it.
 STAGE_ORDER = {name: i for i, name in enumerate(

@@ -18,6 +18,7 @@ from k4d.telemetry import inject_trace_headers
 
 HEADER_ATTEMPT = "k4d-attempt"
 HEADER_JOB_ID = "k4d-job-id"
+HEADER_OWNER = "k4d-owner"  # the job's submitter (issue 47), on every event of the job
 HEADER_ERROR = "k4d-error"
 HEADER_ERROR_TYPE = "k4d-error-type"
 HEADER_ORIGINAL_TOPIC = "k4d-original-topic"

@@ -13,7 +13,7 @@ from google.protobuf.message import DecodeError
 from google.protobuf.timestamp_pb2 import Timestamp
 from kinema4d.v1 import common_pb2, events_pb2
 
-from k4d.bus.base import event_headers
+from k4d.bus.base import HEADER_OWNER, event_headers
 from k4d.bus.topics import SIM_FAILED
 from k4d.errors import InvalidArgument
 from k4d.metrics import note_queued_since
@@ -28,6 +28,7 @@ class StageContext:
     job_id: str
     attempt: int
     traceparent: str
+    owner: str = ""  # the job's submitter (EventHeader.owner), carried into every event
 
 
 def cancel_marker_key(job_id: str) -> str:
@@ -55,18 +56,21 @@ def read_stage_event(message, event_type, stage: str):
     traceparent = message.header("traceparent") or event.header.traceparent
     if event.header.HasField("created_at"):  # queue time of this stage (k4d.metrics)
         note_queued_since(event.header.created_at.ToNanoseconds() / 1e9)
-    return event, StageContext(stage, job_id, message.attempt, traceparent)
+    owner = event.header.owner or message.header(HEADER_OWNER) or ""
+    return event, StageContext(stage, job_id, message.attempt, traceparent, owner)
 
 
 def publish_stage_event(bus, topic: str, context: StageContext, event) -> None:
-    """Stamp `event.header` from the context and publish it keyed by job id."""
+    """Stamp `event.header` from the context and publish it keyed by job id (with the
+    job's owner in the header and the `k4d-owner` Kafka header)."""
     created = Timestamp()
     created.GetCurrentTime()
     event.header.CopyFrom(events_pb2.EventHeader(
         job_id=context.job_id, stage=context.stage, attempt=context.attempt,
-        created_at=created, traceparent=context.traceparent))
+        created_at=created, traceparent=context.traceparent, owner=context.owner))
+    extra = {HEADER_OWNER: context.owner} if context.owner else {}
     bus.publish(topic, context.job_id, event.SerializeToString(),
-                event_headers(context.job_id, attempt=1))
+                event_headers(context.job_id, attempt=1, **extra))
 
 
 def publish_cancelled(bus, context: StageContext) -> None:
