@@ -200,3 +200,39 @@ def test_policy_grpc_malformed_chunks_name_the_server_and_step(pick_scene, bundl
             server.stop(0)
         assert out.status == "malformed" and words in out.error
         assert f"'grpc://127.0.0.1:{port}' at step 0" in out.error
+
+
+def test_policy_server_with_tls_and_tokens_takes_services_not_users(tmp_path, pick_scene, bundle,
+                                                                      first_obs):
+    """Issue 47: a PolicyService behind TLS and a token file; the `service` role (policy
+    evaluation) may Reset/Act, a `user` token is refused with the reason."""
+    from k4d import auth, local_pki
+    from k4d.config import load_config
+    from k4d.grpc_client import ClientSecurity
+    from k4d.grpc_server import create_server
+    from k4d_policy.remote import GrpcPolicy
+    from k4d_policy.runner import PolicyUnavailable
+    from k4d_policy.server import policy_register_fn
+
+    ca = local_pki.create_ca(tmp_path)
+    cert = local_pki.issue(ca, tmp_path, "server")
+    tokens = tmp_path / "tokens"
+    tokens.write_text(auth.token_line("service", "policy-eval", "svc") + "\n"
+                      + auth.token_line("user", "alice", "usr") + "\n")
+    server, port = create_server(load_config(
+        env={}, grpc_port=0, tls_cert=str(cert.cert), tls_key=str(cert.key),
+        auth_tokens=str(tokens)), [policy_register_fn("expert")])
+    server.start()
+    try:
+        as_service = GrpcPolicy(f"127.0.0.1:{port}", timeout_s=30,
+                                security=ClientSecurity(tls_ca=str(ca.cert), token="svc"))
+        as_service.reset(_context(pick_scene, bundle, first_obs))
+        assert as_service.act(first_obs).shape == (6, 8)
+        as_service.close()
+        as_user = GrpcPolicy(f"127.0.0.1:{port}", timeout_s=30,
+                             security=ClientSecurity(tls_ca=str(ca.cert), token="usr"))
+        with pytest.raises(PolicyUnavailable, match="PERMISSION_DENIED.*role 'user' \\(alice\\)"):
+            as_user.reset(_context(pick_scene, bundle, first_obs))
+        as_user.close()
+    finally:
+        server.stop(0)

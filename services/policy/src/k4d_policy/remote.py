@@ -55,16 +55,20 @@ def context_from_proto(msg) -> EpisodeContext:
 
 
 class GrpcPolicy:
-    """A PolicyService at `address` ("HOST:PORT" or "grpc://HOST:PORT")."""
+    """A PolicyService at `address` ("HOST:PORT" or "grpc://HOST:PORT"), reached with TLS
+    and a token as `security` says (a `k4d.grpc_client.ClientSecurity`; default: what
+    K4D_TLS_CA and K4D_TOKEN say, as for every client)."""
 
-    def __init__(self, address: str, timeout_s: float = DEFAULT_TIMEOUT_S):
-        from k4d.grpc_client import create_channel
+    def __init__(self, address: str, timeout_s: float = DEFAULT_TIMEOUT_S, security=None):
+        from k4d.config import load_config
+        from k4d.grpc_client import ClientSecurity, create_channel
         from kinema4d.v1 import policy_pb2_grpc
 
         self.address = address[len(GRPC_PREFIX):] if address.startswith(GRPC_PREFIX) else address
         self.name = f"{GRPC_PREFIX}{self.address}"
         self.timeout_s = timeout_s
-        self._channel = create_channel(self.address)
+        security = security or ClientSecurity.from_config(load_config())
+        self._channel = create_channel(self.address, security=security)
         self._stub = policy_pb2_grpc.PolicyServiceStub(self._channel)
         self._episode = ""
 
