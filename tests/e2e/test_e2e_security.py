@@ -16,7 +16,7 @@ import pytest
 from k4d import auth
 from k4d.grpc_client import ClientSecurity, create_channel
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.integration  # in `make test`: issue 47 is done when this passes
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "panda_pick"
 SERVICES = ["generator", "simulator", "trainer"]
