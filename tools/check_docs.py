@@ -30,8 +30,6 @@ KNOWN_EXCEPTIONS = {
     "docs/evaluation.md": "issue 46 point 4: long cells, round history",
     "docs/generator.md": "issue 46 point 4: long cells, round history",
     "docs/policy.md": "issue 46 point 4: round history",
-    "docs/projection.md": "issue 46 point 4: long cells",
-    "docs/simulator.md": "issue 46 point 4: long cells",
     "docs/training.md": "issue 46 point 4: long cells, round history",
 }
 
