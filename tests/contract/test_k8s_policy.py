@@ -27,7 +27,7 @@ OPT_IN_SERVICES: set[str] = set()
 OVERLAYS = DEFAULT_OVERLAYS + [f"{o}+{s}" for o in DEFAULT_OVERLAYS for s in sorted(OPT_IN_SERVICES)]
 WORKLOAD_RENDERS = OVERLAYS + ["jobs/train", "jobs/datagen", "jobs/policy-eval"]
 # Created out of band outside dev (docs/operations.md): allowed to be absent from a render.
-EXTERNAL_SECRETS = {"k4d-s3-credentials", "k4d-minio-config"}
+EXTERNAL_SECRETS = {"k4d-s3-credentials", "k4d-minio-config", "k4d-auth-tokens"}
 APP_UID = 10001
 
 
@@ -291,11 +291,16 @@ def test_references_resolve_inside_the_render(kustomization):
         allowed_missing_secrets = set()
     else:
         allowed_missing_secrets = EXTERNAL_SECRETS
+    # cert-manager writes each Certificate's Secret (issue 47)
+    issued = {c["spec"]["secretName"] for c in _kind(docs, "Certificate")}
     for workload, pod in _pod_specs(docs):
         assert pod["serviceAccountName"] in accounts, workload
         for volume in pod.get("volumes", []):
             if "configMap" in volume:
                 assert volume["configMap"]["name"] in config_maps, workload
+            if "secret" in volume:
+                assert volume["secret"]["secretName"] in secrets | allowed_missing_secrets | issued, \
+                    workload
         for container in pod["containers"]:
             for source in container.get("envFrom", []):
                 assert source["configMapRef"]["name"] in config_maps, workload
@@ -315,6 +320,7 @@ def test_dev_generates_every_secret_it_uses():
     assert set(secrets) == EXTERNAL_SECRETS
     assert set(secrets["k4d-s3-credentials"]["data"]) == {"accessKey", "secretKey"}
     assert set(secrets["k4d-minio-config"]["data"]) == {"config.env"}
+    assert set(secrets["k4d-auth-tokens"]["data"]) == {"tokens"}
 
 
 @pytest.mark.parametrize("kustomization", OVERLAYS)
