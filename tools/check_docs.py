@@ -24,8 +24,6 @@ HISTORY = re.compile(r"\b(?:rounds? \d+|this round|last round|previous round|nex
 # Files the checks know to fail today, each with what removes it from this list.
 KNOWN_EXCEPTIONS = {
     "models/demo-small/README.md": "removed when the model card is rewritten, issue 45",
-    # Still to shorten and clear of round history (issue 46 point 4, not yet done): each
-    # entry goes as soon as its file passes (a passing listed file fails the check).
 }
 
 
