@@ -13,6 +13,7 @@ What the topology says, and the policy it becomes (namespace k4d, default deny b
   whose RPCs allow the `service` role (stages calling each other);
 - the trainer reaches the Kubernetes API server (it creates PyTorchJobs) and its pods
   reach each other (torchrun rendezvous);
+- the batch jobs (datagen, policy evaluation) reach MinIO, the collector and those services;
 - `/metrics` is open to namespaces labelled `kinema4d.io/metrics-scraper: "true"`;
 - Kafka, MinIO and the collector take traffic from the namespace and from namespaces
   labelled `kinema4d.io/platform-operator: "true"` (their operators); DNS is open to all.
@@ -37,6 +38,9 @@ API_SERVER_CLIENTS = ("trainer",)  # creates PyTorchJobs (components/trainer RBA
 OPERATOR_NAMESPACES = {"kinema4d.io/operator-access": "true"}
 SCRAPER_NAMESPACES = {"kinema4d.io/metrics-scraper": "true"}
 PLATFORM_OPERATOR_NAMESPACES = {"kinema4d.io/platform-operator": "true"}
+# Batch jobs of infra/k8s/jobs in the namespace (the training job's pods are the trainer's):
+# they read and write the object store and may call the services other services call.
+BATCH_JOBS = ("datagen", "policy-eval")
 
 
 def _ports(*numbers: int, protocol: str = "TCP") -> list[dict]:
@@ -107,6 +111,19 @@ def service_policy(service: str) -> dict:
     return _policy(f"k4d-{service}", {"matchLabels": {NAME_LABEL: service}}, ingress, egress, why)
 
 
+def jobs_policy() -> dict:
+    from k4d import pipeline_topology as topology
+    from k4d.config import SERVICE_PORTS
+
+    callees = [s for s in topology.service_called_services() if s in SERVICE_PORTS]
+    egress = [{"to": [{"podSelector": {"matchLabels": MINIO_PODS}}], "ports": _ports(PORTS["minio"])},
+              {"to": [{"podSelector": {"matchLabels": OTEL_PODS}}], "ports": _ports(PORTS["otel"])},
+              {"to": [{"podSelector": _platform_pods(callees)}],
+               "ports": _ports(*sorted(SERVICE_PORTS[s][0] for s in callees))}]
+    return _policy("k4d-batch-jobs", _platform_pods(BATCH_JOBS), [], egress,
+                   "batch jobs: the object store and the services' service-role RPCs")
+
+
 def infra_policy(name: str, pods: dict) -> dict:
     peers = [{"podSelector": {}},
              {"namespaceSelector": {"matchLabels": PLATFORM_OPERATOR_NAMESPACES}}]
@@ -122,6 +139,7 @@ def policies() -> list[dict]:
         _policy("default-deny", {}, [], [], "nothing in or out unless a policy below allows it"),
         _policy("allow-dns", {}, None, [dns], "name resolution for every pod"),
         *(service_policy(s) for s in platform_services()),
+        jobs_policy(),
         infra_policy("k4d-kafka", KAFKA_PODS),
         infra_policy("k4d-minio", MINIO_PODS),
         infra_policy("k4d-otel-collector", OTEL_PODS),

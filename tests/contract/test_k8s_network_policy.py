@@ -101,6 +101,18 @@ def test_each_service_admits_what_the_topology_says(service):
         assert {p["port"] for p in api_server[0]["ports"]} == set(tool.API_SERVER_PORTS)
 
 
+def test_the_batch_jobs_reach_the_store_and_are_covered():
+    policy = POLICIES["k4d-batch-jobs"]
+    for job in tool.BATCH_JOBS:
+        (rendered,) = [d for d in load_path_module(
+            REPO / "infra/tools/manifests.py", "k4d_infra_manifests").render_spec(f"jobs/{job}")
+            if d["kind"] == "Job"]
+        name = rendered["spec"]["template"]["metadata"]["labels"][tool.NAME_LABEL]
+        assert name in policy["spec"]["podSelector"]["matchExpressions"][0]["values"], job
+    assert _egress_ports(policy, tool.MINIO_PODS) == {tool.PORTS["minio"]}
+    assert policy["spec"]["ingress"] == []
+
+
 def test_the_base_deploys_the_policies_and_every_deployment_is_covered():
     manifests = load_path_module(REPO / "infra/tools/manifests.py", "k4d_infra_manifests")
     try:
