@@ -42,7 +42,9 @@ def _metrics(run: Path) -> list[dict]:
     path = run / "metrics.jsonl"
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    from k4d_trainer.runs import step_lines  # the steps' lines, not the sample lines
+
+    return step_lines([json.loads(line) for line in path.read_text().splitlines() if line.strip()])
 
 
 def export(config_path: str, run: Path, out: Path, label: str, name: str,

@@ -39,6 +39,7 @@ def _error_lines(capsys) -> list[str]:
     ({"training": {"robot_loss_weight": "heavy"}}, "training.robot_loss_weight"),
     ({"model": {"init": "elsewhere"}}, "model.init"),
     ({"training": {"latent_target": "delta"}}, "training.latent_target"),
+    ({"training": {"sample_every": 50}}, "training.sample_uri"),  # no episodes to sample
 ])
 def test_bad_recipe_is_one_error_naming_the_field(tmp_path, capsys, recipe, change, field):
     path = recipe(tmp_path, str(tmp_path / "data"), str(tmp_path / "base"), **change)

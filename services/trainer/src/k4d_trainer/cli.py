@@ -230,11 +230,12 @@ def run_encode(args) -> int:
 def run_status(args) -> int:
     from k4d.config import load_config
 
-    from k4d_trainer.runs import RunDir
+    from k4d_trainer.runs import RunDir, sample_lines, step_lines
 
     run = RunDir(args.run, load_config("trainer"))
     status = run.read_status()
-    metrics = run.read_metrics()
-    print(json.dumps({**status.to_dict(), "last_metrics": metrics[-1] if metrics else None},
-                     indent=2))
+    lines = run.read_metrics()
+    metrics, samples = step_lines(lines), sample_lines(lines)
+    print(json.dumps({**status.to_dict(), "last_metrics": metrics[-1] if metrics else None,
+                      "last_sample": samples[-1] if samples else None}, indent=2))
     return 0

@@ -214,12 +214,14 @@ def set_trainable(transformer: torch.nn.Module, recipe: str) -> list[str]:
     return names
 
 
-def unwrapped(components: ModelComponents, transformer_state: dict[str, torch.Tensor]
-              ) -> ModelComponents:
+def unwrapped(components: ModelComponents, transformer_state: dict[str, torch.Tensor],
+              device: str = "meta") -> ModelComponents:
     """A fresh, plain Kinema4D transformer (no adapter, no parallel wrapper) holding
-    `transformer_state`, with the other components shared: what publishing saves."""
+    `transformer_state`, with the other components shared: what publishing saves. Built on
+    the meta device it only holds the state (its non-persistent buffers, the RoPE tables,
+    stay empty); `device="cpu"` gives one that runs (k4d_trainer.progress)."""
     config = {k: v for k, v in components.transformer.config.items() if not k.startswith("_")}
-    with torch.device("meta"):
+    with torch.device(device):
         plain = Kinema4DTransformer3DModel(**config)
     plain.load_state_dict(transformer_state, strict=True, assign=True)
     return dataclasses.replace(components, transformer=plain.eval())

@@ -48,6 +48,15 @@ def soften_mask(arm_cond: torch.Tensor, ratio: float, mask_channels: int,
     return torch.cat([softened, arm_cond[mask_channels:]], dim=0)
 
 
+def clean_sample(latents: torch.Tensor, change_target: bool) -> torch.Tensor:
+    """(B, 16, F, h, 2w) latents -> the clean sample x the transformer learns to draw: the
+    latents, or with `change_target` their change from frame 0's RGB latent
+    (k4d_model.latent_target)."""
+    if not change_target:
+        return latents
+    return change_from_first(latents, latents[:, :, :1, :, : latents.shape[-1] // 2])
+
+
 @dataclass
 class NoisedBatch:
     model_input: torch.Tensor  # (B, 36, F, h, 2w)
@@ -66,9 +75,7 @@ def noise_batch(batch: dict[str, torch.Tensor], sample_numbers: list[int], seed:
     inputs, ts, targets, arms = [], [], [], []
     for i, number in enumerate(sample_numbers):
         generator = sample_generator(seed, number)
-        x = batch["latents"][i]
-        if change_target:
-            x = change_from_first(x[None], x[None, :, :1, :, : x.shape[-1] // 2])[0]
+        x = clean_sample(batch["latents"][i][None], change_target)[0]
         index = int(torch.randint(0, len(timesteps), (1,), generator=generator))
         eps = torch.randn(x.shape, generator=generator, dtype=x.dtype)
         s = sigmas[index]

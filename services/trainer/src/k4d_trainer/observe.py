@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from k4d_trainer.runs import METRICS_FILE, RunDir, RunStatus
+from k4d_trainer.runs import METRICS_FILE, RunDir, RunStatus, sample_lines, step_lines
 
 log = logging.getLogger("k4d.trainer")
 LOSS_PNG = "loss.png"
@@ -27,6 +27,7 @@ class NullReporter:
 
     def start(self, status: RunStatus, resumed_step: int) -> None: ...
     def step(self, metrics: dict) -> None: ...
+    def sample(self, figures: dict) -> None: ...
     def status(self, status: RunStatus, force: bool = False) -> None: ...
     def close(self, status: RunStatus) -> None: ...
 
@@ -67,12 +68,7 @@ class RunReporter(NullReporter):
         self.status(status, force=True)
 
     def step(self, metrics: dict) -> None:
-        self.lines.append(metrics)
-        if self.run.uri.startswith("s3://"):
-            self._write_metrics()
-        else:
-            with open(self.local / METRICS_FILE, "a") as f:
-                f.write(json.dumps(metrics) + "\n")
+        self._append(metrics)
         step = metrics["step"]
         if self._tb is not None:
             for key in ("loss", "lr", "grad_norm", "samples_per_s", "peak_mem_bytes"):
@@ -83,6 +79,14 @@ class RunReporter(NullReporter):
         if self._bar is not None:
             self._bar.update(1)
             self._bar.set_postfix(loss=f"{metrics['loss']:.4f}")
+
+    def sample(self, figures: dict) -> None:
+        """A `kind: "sample"` line of the sample-based progress (k4d_trainer.progress)."""
+        self._append(figures)
+        if self._tb is not None:
+            for key, value in figures.items():
+                if key not in ("kind", "step") and isinstance(value, float):
+                    self._tb.add_scalar(f"sample/{key}", value, figures["step"])
 
     def status(self, status: RunStatus, force: bool = False) -> None:
         """status.json at most every 0.5 s during training, always when forced."""
@@ -118,6 +122,14 @@ class RunReporter(NullReporter):
             shutil.rmtree(self._staging, ignore_errors=True)
 
     # -- helpers -------------------------------------------------------------------------
+
+    def _append(self, line: dict) -> None:
+        self.lines.append(line)
+        if self.run.uri.startswith("s3://"):
+            self._write_metrics()
+        else:
+            with open(self.local / METRICS_FILE, "a") as f:
+                f.write(json.dumps(line) + "\n")
 
     def _write_metrics(self) -> None:
         data = "".join(json.dumps(m) + "\n" for m in self.lines).encode()
@@ -185,7 +197,10 @@ class _PrometheusGauges:
 
 
 def write_loss_curves(lines: list[dict], folder: Path) -> list[Path]:
-    """loss.png (raw + smoothed) and lr.png from the metrics lines."""
+    """loss.png (raw + smoothed; with sample lines a second panel of their figures) and
+    lr.png from the metrics lines."""
+    samples = sample_lines(lines)
+    lines = step_lines(lines)
     if not lines:
         return []
     import matplotlib
@@ -197,7 +212,11 @@ def write_loss_curves(lines: list[dict], folder: Path) -> list[Path]:
     steps = np.array([m["step"] for m in lines])
     loss = np.array([m["loss"] for m in lines], dtype=float)
     written = []
-    fig, ax = plt.subplots(figsize=(7, 4))
+    if samples:
+        fig, (ax, lower) = plt.subplots(2, 1, figsize=(7, 7), sharex=True)
+        _sample_panel(lower, samples)
+    else:
+        fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(steps, loss, alpha=0.35, label="loss")
     window = max(1, len(loss) // 20)
     if window > 1:
@@ -222,3 +241,25 @@ def write_loss_curves(lines: list[dict], folder: Path) -> list[Path]:
     plt.close(fig)
     written.append(folder / LR_PNG)
     return written
+
+
+def _sample_panel(ax, samples: list[dict]) -> None:
+    """The sample-based progress (k4d_trainer.progress): sample PSNR against the VAE's
+    reconstruction (dB, left) and the x0 error at sigma = 1 beside predicting zero (right)."""
+    steps = [m["step"] for m in samples]
+    for key, label in (("sample_psnr_db", "sample PSNR"),
+                       ("sample_static_psnr_db", "sample PSNR, static pixels")):
+        ax.plot(steps, [m.get(key) if m.get(key) is not None else float("nan")
+                        for m in samples], marker="o", label=label)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("dB against the VAE's reconstruction")
+    ax.grid(alpha=0.3)
+    errors = ax.twinx()
+    errors.plot(steps, [m["x0_error_sigma1"] for m in samples], color="tab:red", marker="s",
+                label="x0 error at sigma 1")
+    errors.plot(steps, [m["x0_error_sigma1_zero"] for m in samples], color="tab:red",
+                linestyle=":", label="predicting zero")
+    errors.set_ylabel("x0 MSE")
+    handles = ax.get_legend_handles_labels()
+    more = errors.get_legend_handles_labels()
+    ax.legend(handles[0] + more[0], handles[1] + more[1], fontsize=8)

@@ -4,7 +4,10 @@ A run lives at a URI (`file:///...`, a path, or `s3://bucket/prefix`):
 
     RUN_URI/status.json      {"state", "step", "total_steps", "loss", "checkpoint_uri",
                               "published_model", "error", "updated_at"}, replaced atomically
-    RUN_URI/metrics.jsonl    one JSON line per optimizer step (rank 0)
+    RUN_URI/metrics.jsonl    one JSON line per optimizer step (rank 0), and a line with
+                             `"kind": "sample"` per sample-based measurement
+                             (k4d_trainer.progress; `step_lines` / `sample_lines` split them)
+    RUN_URI/samples/         the measurements' pictures, step-XXXXXXXX.png
     RUN_URI/cancel           marker: the run checkpoints at the next step boundary and ends
                              with state "cancelled"
     RUN_URI/checkpoints/     torch.distributed.checkpoint states (k4d_trainer.checkpoint)
@@ -28,6 +31,7 @@ from k4d_trainer import uris
 STATUS_FILE = "status.json"
 METRICS_FILE = "metrics.jsonl"
 CANCEL_FILE = "cancel"
+SAMPLE_KIND = "sample"  # metrics.jsonl lines of the sample-based progress figures
 STATES = ("running", "succeeded", "failed", "cancelled")
 TERMINAL_STATES = ("succeeded", "failed", "cancelled")
 
@@ -133,13 +137,24 @@ class RunDir:
         return self.exists(CANCEL_FILE)
 
 
+def step_lines(lines: list[dict]) -> list[dict]:
+    """The metrics lines of optimizer steps (loss, lr, ...), without the sample lines."""
+    return [m for m in lines if "kind" not in m]
+
+
+def sample_lines(lines: list[dict]) -> list[dict]:
+    """The metrics lines of the sample-based progress measurements (k4d_trainer.progress)."""
+    return [m for m in lines if m.get("kind") == SAMPLE_KIND]
+
+
 def read_status(run_uri: str, config=None) -> RunStatus:
     """The run's current status; NotFound while the run has not written one yet."""
     return RunDir(run_uri, config).read_status()
 
 
 def read_metrics(run_uri: str, config=None) -> list[dict]:
-    """Every metrics line written so far (one per optimizer step), oldest first."""
+    """Every metrics line written so far (one per optimizer step, and the sample lines:
+    `step_lines` / `sample_lines`), oldest first."""
     return RunDir(run_uri, config).read_metrics()
 
 

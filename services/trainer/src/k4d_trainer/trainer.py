@@ -44,6 +44,7 @@ from k4d_trainer.parallel import (
     parallelize,
     stage_dtype,
 )
+from k4d_trainer.progress import SampleProgress, sampling_transformer
 from k4d_trainer.runs import RunDir, RunStatus
 from k4d_trainer.schedule import lr_lambda
 
@@ -88,8 +89,9 @@ class Trainer:
     def __init__(self, config: TrainConfig, run: RunDir, dist: DistInfo, components, model,
                  trainable: list[torch.nn.Parameter], optimizer, scheduler, sampler,
                  cache: LatentCache, clip: ClipSpec, checkpointer: Checkpointer, reporter,
-                 job_id: str, env_config=None, bus=None):
+                 job_id: str, env_config=None, bus=None, progress: SampleProgress | None = None):
         self.config, self.run, self.dist = config, run, dist
+        self.progress = progress
         self.env_config, self.bus = env_config, bus
         self.components, self.model, self.trainable = components, model, trainable
         self.optimizer, self.lr_scheduler, self.sampler = optimizer, scheduler, sampler
@@ -124,6 +126,7 @@ class Trainer:
         model_lib.set_latent_target(components, config.training.latent_target)
         clip = model_lib.clip_of(components)
         episode_ids = select_episodes(dataset, config.data, clip)
+        progress = SampleProgress(config, components, clip, dist, run, env_config)
 
         stages = stage_dtype(config.model.precision)  # the stages before the transformer
         if config.recipe == "from-scratch" and not config.model.init:
@@ -172,7 +175,8 @@ class Trainer:
                                    bus=bus if obs.bus_events else None,
                                    event_every=obs.event_every, progress_bar=obs.progress_bar)
         trainer = cls(config, run, dist, components, model, trainable, optimizer, scheduler,
-                      sampler, cache, clip, checkpointer, reporter, job_id, env_config, bus)
+                      sampler, cache, clip, checkpointer, reporter, job_id, env_config, bus,
+                      progress)
         if resume:
             trainer.restore()
         return trainer
@@ -211,6 +215,8 @@ class Trainer:
             metrics = self.train_step()
             self.status.step, self.status.loss = self.state.step, metrics["loss"]
             self.reporter.step(metrics)
+            if self.progress is not None and self.progress.due(self.state.step):
+                self.measure_samples()
             self.reporter.status(self.status)
             if every and self.state.step % every == 0:
                 self.save_checkpoint()
@@ -257,6 +263,24 @@ class Trainer:
                 "peak_mem_bytes": max(peaks), "peak_mem_bytes_per_rank": peaks,
                 "step_time_s": elapsed,
                 "epoch": self.sampler.position.epoch}
+
+    def measure_samples(self) -> None:
+        """The sample-based progress figures of the current weights (k4d_trainer.progress):
+        every rank takes part in gathering sharded weights, rank 0 samples and reports, the
+        others wait at a barrier so the data-parallel ranks stay in step."""
+        transformer = sampling_transformer(self.components, self.dist,
+                                           self.config.model.lora_alpha)
+        if self.dist.is_main:
+            figures = self.progress.measure(transformer, self.state.step)
+            self.reporter.sample(figures)
+            static = figures["sample_static_psnr_db"]
+            log.info("samples at step %d: PSNR %.2f dB against the VAE's reconstruction "
+                     "(static pixels %s), x0 error at sigma 1 %.4f (predicting zero %.4f); "
+                     "%d episodes in %.1f s", self.state.step, figures["sample_psnr_db"],
+                     "none" if static is None else f"{static:.2f} dB",
+                     figures["x0_error_sigma1"], figures["x0_error_sigma1_zero"],
+                     figures["episodes"], figures["seconds"])
+        barrier(self.dist)
 
     # ------------------------------------------------------------------ stopping
 

@@ -1,0 +1,263 @@
+"""Judging the transformer stage's progress by samples, not loss (issue 45).
+
+Raw loss is a poor progress signal: predicting zero and memorising are far apart in it,
+while samples can stay noise. So every `training.sample_every` steps (and at the last step)
+rank 0 takes the first `training.sample_episodes` episodes of `training.sample_uri`
+(default `vae.heldout_uri`; the same episodes all run) and, with the weights being trained:
+
+- `x0_error_sigma1`: the transformer's x0 prediction from pure noise at sigma = 1
+  (x0 = x_t - sigma v = eps - v) against the clean sample the loss trains towards (the
+  latents, or their change from frame 0 with `training.latent_target: change`), the mean
+  squared error per element, averaged over the episodes; `x0_error_sigma1_zero`, the error
+  of predicting zero, is its reference;
+- `sample_psnr_db`: one full sampling run per episode through `Kinema4DPipeline`, the sampler
+  users get, with the model's own settings (num_inference_steps, flow shift, guidance) on
+  the trainer's in-memory components; its RGB, decoded, against the VAE's reconstruction of
+  the ground truth (the decoded latents of the clip), over frames t >= 1, in dB of 0-255
+  pixels (the episodes' pooled squared error); `sample_static_psnr_db` the same over the
+  pixels whose ground truth does not change from frame 0 (the evaluator's `static` region:
+  `k4d.scene_change`, outside the robot in frame t and in frame 0).
+
+The model's output options (`model.fidelity`) are left out: the figures are the decoded
+sample's own. Each measurement is a `kind: "sample"` line in metrics.jsonl, one log line
+with the seconds it took, and RUN/samples/step-XXXXXXXX.png (per episode the rows ground
+truth, VAE reconstruction, sample for a few frames). The cost is one sampling run per
+episode (num_inference_steps transformer passes and a decode) and one transformer pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from k4d.errors import InvalidArgument, NotFound
+from k4d.generation import LATENT_TARGET_KEY, VAE_DECODE_KEY
+from k4d_model.checkpoints import ModelComponents
+from k4d_model.conditions import PointmapNormalization
+from k4d_model.lora import LoraLayer, LoraWeights, fuse_lora
+from k4d_model.pipeline import Kinema4DPipeline
+from k4d_model.results import RobotCondition
+
+from k4d_trainer import model as model_lib
+from k4d_trainer.clips import ClipSpec, read_clip
+from k4d_trainer.config import DataSection, TrainConfig
+from k4d_trainer.data import open_source, select_episodes
+from k4d_trainer.latents import SampleEncoder, changed_pixels, clip_normalisation
+from k4d_trainer.objective import clean_sample
+from k4d_trainer.parallel import DistInfo, autocast, autocast_dtype, stage_dtype
+from k4d_trainer.runs import SAMPLE_KIND, RunDir
+from k4d_trainer.vae import psnr_of_mse
+
+SIGMA_ONE_TIMESTEP = 1000.0  # the 1000-step flow-matching schedule's first timestep: sigma 1
+PICTURE_FRAMES = 4           # frames per episode in the picture, evenly spread
+PICTURE_TILE_HEIGHT = 96     # larger frames are shrunk to this height in the picture
+SAMPLES_FOLDER = "samples"
+
+
+@dataclass
+class ProgressEpisode:
+    """An episode measured at every measurement, prepared once (rank 0)."""
+
+    episode_id: str
+    rgb: np.ndarray                  # (T, H, W, 3) uint8 ground truth; rgb[0] is the image
+    robot: RobotCondition
+    norm: PointmapNormalization
+    sample: dict[str, torch.Tensor]  # the training sample (k4d_trainer.latents), CPU
+    reconstruction: np.ndarray       # (T, H, W, 3) float32 in [-1, 1]: the VAE's, decoded
+    static: np.ndarray               # (T, H, W) bool: unchanged from frame 0, off the robot
+
+
+class _TrainedDenoiser:
+    """The transformer being trained as the pipeline's backend, under the run's autocast."""
+
+    def __init__(self, transformer: torch.nn.Module, compute_dtype: torch.dtype | None,
+                 device: torch.device):
+        self.model, self.compute_dtype, self.device = transformer, compute_dtype, device
+
+    @torch.no_grad()
+    def __call__(self, hidden_states, timestep, image_embeds, arm_cond, arm_latent_gain):
+        with autocast(self.compute_dtype, self.device):
+            return self.model(hidden_states, timestep, image_embeds, arm_cond,
+                              arm_latent_gain.to(self.device), return_dict=False)[0].float()
+
+    def describe(self) -> dict:
+        return {"backend": "trainer", "autocast": str(self.compute_dtype)}
+
+
+class SampleProgress:
+    """`due(step)` on every rank; `measure(transformer, step)` on rank 0 -> the figures."""
+
+    def __init__(self, config: TrainConfig, components: ModelComponents, clip: ClipSpec,
+                 dist: DistInfo, run: RunDir, env_config=None):
+        training = config.training
+        self.every, self.total_steps = training.sample_every, training.steps
+        self.change_target = training.latent_target == "change"
+        self.seed, self.uri = config.seed, config.sample_uri
+        self.components, self.clip, self.dist, self.run = components, clip, dist, run
+        self.compute_dtype = autocast_dtype(config.model.precision, dist.device)
+        self.stage_dtype = stage_dtype(config.model.precision)
+        self.episodes: list[ProgressEpisode] | None = None  # read at the first measurement
+        self.dataset, self.episode_ids = None, []
+        if self.every:  # a bad dataset fails now, on every rank, not after sample_every steps
+            self.dataset, self.episode_ids = _open_episodes(
+                self.uri, training.sample_episodes, clip, config.data.max_upscale, env_config)
+
+    def due(self, step: int) -> bool:
+        return self.every > 0 and (step % self.every == 0 or step == self.total_steps)
+
+    @torch.no_grad()
+    def measure(self, transformer: torch.nn.Module, step: int) -> dict:
+        """Rank 0: the figures of the module's current weights as one metrics line; writes
+        the picture. The module's train/eval mode is restored."""
+        started = time.perf_counter()
+        device = self.dist.device
+        was_training = transformer.training
+        transformer.eval()
+        try:
+            pipe = self._pipeline(transformer)
+            if self.episodes is None:
+                self.episodes = [self._prepare(pipe, eid) for eid in self.episode_ids]
+            x0 = [x0_errors(transformer, e.sample, self.seed + i, self.change_target,
+                            self.compute_dtype, device) for i, e in enumerate(self.episodes)]
+            samples = [_sample_rgb(pipe, e, self.seed + i) for i, e in enumerate(self.episodes)]
+        finally:
+            transformer.train(was_training)
+            if device.type != "cpu":  # the training loop keeps the encoders off the GPU
+                self.components.vae.cpu()
+                self.components.image_encoder.cpu()
+        figures = sample_figures(self.episodes, samples, x0)
+        self.run.write_bytes(f"{SAMPLES_FOLDER}/step-{step:08d}.png",
+                             progress_picture(self.episodes, samples))
+        return {"kind": SAMPLE_KIND, "step": step, **figures,
+                "episodes": len(self.episodes), "seconds": time.perf_counter() - started}
+
+    def _pipeline(self, transformer: torch.nn.Module) -> Kinema4DPipeline:
+        """The generator's sampler on the in-memory components, without the output options
+        (the latent target and the VAE's decoding stay: they are how the sample reads)."""
+        info = self.components.info
+        extra = {k: info.extra[k] for k in (LATENT_TARGET_KEY, VAE_DECODE_KEY)
+                 if k in info.extra}
+        components = dataclasses.replace(self.components, transformer=transformer, refiner=None,
+                                         info=dataclasses.replace(info, extra=extra))
+        self.components.vae.eval()
+        backend = _TrainedDenoiser(transformer, self.compute_dtype, self.dist.device)
+        return Kinema4DPipeline(components, backend, device=str(self.dist.device),
+                                model_id="trainer-progress")
+
+    def _prepare(self, pipe: Kinema4DPipeline, episode_id: str) -> ProgressEpisode:
+        clip = read_clip(self.dataset.open(episode_id), self.clip)
+        encoder = SampleEncoder(pipe.components, pipe.device, self.stage_dtype)
+        sample = encoder.encode(clip)
+        reconstruction, _ = pipe.decode_float(sample["latents"][None].to(pipe.device))
+        robot_mask = np.asarray(clip["robot_mask"], dtype=bool)
+        static = ~changed_pixels(clip) & ~robot_mask & ~robot_mask[:1]
+        robot = RobotCondition(clip["robot_rgb"], clip["robot_pointmap"].astype(np.float32),
+                               robot_mask)
+        return ProgressEpisode(episode_id, clip["rgb"], robot, clip_normalisation(clip),
+                               sample, reconstruction, static)
+
+
+def _open_episodes(uri: str, count: int, clip: ClipSpec, max_upscale: float, env_config
+                   ) -> tuple[object, list[str]]:
+    """The dataset and its first `count` episodes, checked against the clip; a problem is
+    InvalidArgument naming training.sample_uri."""
+    try:
+        dataset = open_source(DataSection(uri=uri), env_config)
+        section = DataSection(uri=uri, max_episodes=count, max_upscale=max_upscale)
+        return dataset, select_episodes(dataset, section, clip)
+    except (InvalidArgument, NotFound) as exc:
+        raise InvalidArgument.for_field("training.sample_uri", f"{uri}: {exc}") from None
+
+
+def sampling_transformer(components: ModelComponents, dist: DistInfo, lora_alpha: float
+                         ) -> torch.nn.Module | None:
+    """Every rank: the weights being trained as a module rank 0 can sample alone. Without
+    sharding that is the transformer itself (DDP's replicas share its parameters); under
+    FSDP2 its full state is gathered as publishing does (k4d_trainer.publish) into a plain
+    copy on rank 0, the LoRA fused at the trainer's scale alpha / r. None on other ranks."""
+    if dist.dp_shard <= 1:
+        return components.transformer
+    from k4d_trainer.publish import full_model_state, split_lora
+
+    state = full_model_state(components.transformer)
+    if not dist.is_main:
+        return None
+    plain, layers = split_lora(state, 0)
+    model = model_lib.unwrapped(components, plain, device="cpu").transformer
+    if layers:
+        lora = LoraWeights({m: LoraLayer(m, down, up) for m, (down, up) in layers.items()},
+                           alpha=lora_alpha)
+        fuse_lora(model, lora, lora_scale=1.0)
+    return model.to(dist.device)
+
+
+@torch.no_grad()
+def x0_errors(transformer: torch.nn.Module, sample: dict[str, torch.Tensor], seed: int,
+              change_target: bool, compute_dtype: torch.dtype | None, device: torch.device
+              ) -> tuple[float, float]:
+    """(MSE of the x0 predicted from pure noise at sigma = 1, MSE of predicting zero) against
+    the clean sample the loss trains towards; the noise is seeded, so only the weights move
+    the first figure."""
+    x = clean_sample(sample["latents"][None], change_target)
+    eps = torch.randn(x.shape, generator=torch.Generator().manual_seed(seed), dtype=x.dtype)
+    model_input = torch.cat([eps, sample["condition"][None]], dim=1)  # x_t = eps at sigma 1
+    timestep = torch.full((1,), SIGMA_ONE_TIMESTEP, device=device)
+    with autocast(compute_dtype, device):
+        velocity = transformer(model_input.to(device), timestep,
+                               sample["image_embeds"][None].to(device),
+                               sample["arm_cond"][None].to(device), return_dict=False)[0]
+    x0 = eps - velocity.float().cpu()
+    return float((x0 - x).square().mean()), float(x.square().mean())
+
+
+def _sample_rgb(pipe: Kinema4DPipeline, episode: ProgressEpisode, seed: int) -> np.ndarray:
+    """(T, H, W, 3) uint8: one sampling run with the model's own settings."""
+    robot = episode.robot
+    result = pipe(episode.rgb[0], robot.rgb, robot.pointmap, robot.mask, seed=seed,
+                  pointmap_normalization=episode.norm)
+    return result.rgb
+
+
+def sample_figures(episodes: list[ProgressEpisode], samples: list[np.ndarray],
+                   x0: list[tuple[float, float]]) -> dict:
+    """The metrics line's figures; `sample_static_psnr_db` is None when no pixel is static."""
+    whole, static = [], []
+    for episode, rgb in zip(episodes, samples, strict=True):
+        error = np.square(rgb[1:].astype(np.float32) / 127.5 - 1.0
+                          - episode.reconstruction[1:]).mean(axis=-1)  # (T - 1, H, W)
+        whole.append(float(error.mean()))
+        if episode.static[1:].any():
+            static.append(float(error[episode.static[1:]].mean()))
+    return {"x0_error_sigma1": float(np.mean([e for e, _ in x0])),
+            "x0_error_sigma1_zero": float(np.mean([z for _, z in x0])),
+            "sample_psnr_db": psnr_of_mse(float(np.mean(whole))),
+            "sample_static_psnr_db": psnr_of_mse(float(np.mean(static))) if static else None}
+
+
+def progress_picture(episodes: list[ProgressEpisode], samples: list[np.ndarray]) -> bytes:
+    """PNG bytes: per episode three rows (ground truth, VAE reconstruction, sample) of
+    PICTURE_FRAMES frames spread over the clip, episodes one under the other."""
+    from PIL import Image
+
+    gap = 4
+    blocks = []
+    for episode, rgb in zip(episodes, samples, strict=True):
+        frames = np.unique(np.linspace(0, len(rgb) - 1, PICTURE_FRAMES).round().astype(int))
+        recon = np.round((episode.reconstruction + 1.0) * 127.5).clip(0, 255).astype(np.uint8)
+        rows = [np.concatenate(list(video[frames]), axis=1)
+                for video in (episode.rgb, recon, rgb)]
+        blocks.append(np.concatenate(rows, axis=0))
+        blocks.append(np.full((gap, blocks[-1].shape[1], 3), 255, np.uint8))
+    image = Image.fromarray(np.concatenate(blocks[:-1], axis=0))
+    height = episodes[0].rgb.shape[1]
+    if height > PICTURE_TILE_HEIGHT:
+        scale = PICTURE_TILE_HEIGHT / height
+        image = image.resize((round(image.width * scale), round(image.height * scale)),
+                             Image.BILINEAR)
+    out = io.BytesIO()
+    image.save(out, format="PNG", optimize=True)
+    return out.getvalue()
