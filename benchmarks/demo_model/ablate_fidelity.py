@@ -177,8 +177,8 @@ def main() -> None:
             started = time.perf_counter()
             if key in decoded:
                 norm = PointmapNormalization.from_points(condition.pointmap, condition.mask)
-                rgb, points, _ = pipe.finish_output(image, condition, *decoded[key], norm,
-                                                    initial, pose, tool)
+                rgb, points = pipe.finish_output(image, condition, *decoded[key], norm,
+                                                 initial, pose)
             else:
                 def remember(latents, _key=key):
                     decoded[_key] = original_decode(latents)

@@ -362,24 +362,14 @@ def k4d_train_demo(ctx: Context) -> dict:
     recipe["vae"].update(steps=vae_steps, long_steps=long_steps, checkpoint_every=0,
                          log_every=max(1, vae_steps // 2), warmup_steps=min(
                              recipe["vae"].get("warmup_steps", 0), vae_steps // 2))
-    if recipe.get("refiner", {}).get("steps"):  # the change refiner's stage, as short
-        refiner_steps = 2 if ctx.dry_run else 50
-        # on the run's own clips: the recipe's clip-size renders are not on that machine;
-        # those synthetic clips carry no object ids for the object network to learn from,
-        # nor for the geometry network to weight and label the object pixels by
-        recipe["refiner"].pop("objects", None)
-        recipe["model"].get("fidelity", {}).pop("object_pixels", None)
-        for key in ("object_weight", "object_planes"):
-            recipe["refiner"].get("geometry", {}).pop(key, None)
-        for section in (recipe["refiner"], recipe["refiner"].get("geometry")):
-            if section:
-                section.update(steps=refiner_steps, checkpoint_every=0, log_every=1,
-                               data_uri="", warmup_steps=min(section.get("warmup_steps", 0),
-                                                             refiner_steps // 2))
+    recipe["vae"].pop("heldout_uri", None)  # the validation episodes are not on that machine
     recipe["training"].update(steps=ctx.train_steps, warmup_steps=min(
         recipe["training"]["warmup_steps"], ctx.train_steps // 2))
     if ctx.dry_run:
         recipe["training"]["global_batch_size"] = 2
+        # the tiny size's causal VAE: the change target needs a per-frame one
+        recipe["training"]["latent_target"] = "absolute"
+        recipe["vae"].pop("crop_frames", None)
         recipe["vae"].update(batch_size=2, long_batch_size=1, crop=16, long_frames=5)
     recipe["checkpoint"] = {"every": 0, "keep": 1}
     path = ctx.workdir / "demo-model-gpu.yaml"
@@ -400,7 +390,7 @@ def k4d_train_demo(ctx: Context) -> dict:
     peak = max((m.get("peak_mem_bytes") or 0) for m in metrics)
     return {"recipe": "examples/train/demo-model.yaml", "episodes": episodes,
             "vae_steps": vae_steps, "vae_long_steps": long_steps,
-            "refiner_steps": recipe.get("refiner", {}).get("steps", 0), "steps": len(metrics),
+            "steps": len(metrics),
             "global_batch_size": recipe["training"]["global_batch_size"],
             "wall_s": round(wall, 1), "step_s_median": round(step_s, 4),
             "samples_per_s": round(recipe["training"]["global_batch_size"] / step_s, 2),

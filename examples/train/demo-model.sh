@@ -1,23 +1,21 @@
 #!/usr/bin/env bash
-# The demo model's recipe from a fresh clone (issue 13; `make demo-model`):
-#   1. training and held-out episodes with k4d datagen (disjoint seeds; .k4d/demo-model/data),
-#      rendered at the clip's own size (train-clip, heldout)
-#   2. stage 1: k4d train --config examples/train/demo-model.yaml (VAE stage, refiner stage, then 3794
-#      transformer steps), resumed from the run's newest checkpoint, or from the state
-#      committed under models/demo-small/resume/ when the run directory is new
-#   3. with DEMO_STAGE2=1 only (issue 21's measured second stage, not shipped: it did not
-#      beat stage 1 on the held-out goals, models/demo-small/README.md): stage 1 exported to
-#      .k4d/demo-model/stage1, then k4d train --config examples/train/demo-model-stage2.yaml,
-#      which starts from that model (model.init) and trains on with the change-weighted loss
-#   4. the newest committed checkpoint exported to models/demo-small/ (manifest with sha256,
-#      loss.png, golden.json) and evaluated with `k4d eval run` against static-world
+# The demo model's recipe from a fresh clone (`make demo-model`, ADR 019, model card
+# models/demo-small/README.md):
+#   1. workspace-framed episodes with k4d datagen (.k4d/demo-model/data): train (seed 1013),
+#      validation (9013), held-out (6271) and shifted held-out (6389, objects 1.25x larger,
+#      camera at 0.75x the distance)
+#   2. k4d train --config examples/train/demo-model.yaml: the per-frame VAE (its held-out
+#      reconstruction in RUN/vae/heldout.json), the latent cache, the transformer on the
+#      change from frame 0; resumable (--resume continues the newest checkpoint)
+#   3. export to models/demo-small (manifest with sha256, loss.png, golden.json)
+#   4. k4d eval run on validation, held-out and shifted held-out against the floor, and the
+#      transformer ablation on held-out (ablate_fidelity.py --ablate-transformer)
 #   bash examples/train/demo-model.sh [path/to/k4d]
-# Settings (environment): DEMO_STEPS (stage 1's total optimizer steps, default the recipe's),
-# DEMO_NPROC (training processes, default 2), DEMO_LABEL (early | trained, default trained:
-# the recipe's full run is the shipped model), DEMO_DEFAULT (1, the default: it is the model
-# `k4d simulate` uses without --model, as the shipped one is; 0: not), DEMO_SKIP_TRAIN=1
-# (export/evaluate only), DEMO_RUN (stage 1's run directory, default .k4d/demo-model/run),
-# DEMO_STAGE2=1 (train and ship the second stage instead of stage 1).
+# Settings (environment): DEMO_STEPS (transformer steps, default the recipe's), DEMO_NPROC
+# (training processes, default 2), DEMO_RUN (run directory, default .k4d/demo-model/run),
+# DEMO_OUT (the exported model, default models/demo-small), DEMO_DEFAULT (1, the default:
+# the model `k4d simulate` uses without --model; 0: not), DEMO_SKIP_TRAIN=1 (export and
+# evaluate only).
 set -euo pipefail
 
 K4D="${1:-k4d}"
@@ -26,56 +24,48 @@ cd "$ROOT"
 PY="$(dirname "$(command -v "$K4D")")/python"
 WORK=.k4d/demo-model
 RUN="${DEMO_RUN:-$WORK/run}"
-RUN2="$WORK/run2"
-MODEL=models/demo-small
+MODEL="${DEMO_OUT:-models/demo-small}"
 CONFIG=examples/train/demo-model.yaml
-CONFIG2=examples/train/demo-model-stage2.yaml
-STAGE1="$WORK/stage1"  # CONFIG2's model.init is $STAGE1/weights
 export MUJOCO_GL="${MUJOCO_GL:-osmesa}"
-# One thread per process, DEMO_NPROC processes (default 2, data parallel): on this shared
-# 2-core VM a 2-thread torch step was 2x (VAE) to 11x (transformer) slower than a 1-thread
-# one under load (benchmarks/demo_model/bench_recipe.py, models/demo-small/README.md).
+# One thread per process, DEMO_NPROC processes (default 2, data parallel): on a shared 2-core
+# VM a 2-thread torch step was 2x (VAE) to 11x (transformer) slower than a 1-thread one
+# under load (benchmarks/demo_model/bench_recipe.py).
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 
-# Each step says when it starts (UTC): the recipe's budget is <= 100 min on a 2-core machine
+# Each step says when it starts (UTC): the recipe's budget is <= 150 min on a 2-core machine
 step() { echo "demo-model: $1 at $(date -u +%H:%M:%S)"; }
 step "data generation"
-"$K4D" datagen synthetic --episodes 384 --seed 1013 --task mix --failures 0.1 \
-  --frames 13 --height 96 --width 144 --workers 2 --out "$WORK/data/train-clip"
-"$K4D" datagen synthetic --episodes 16 --seed 9013 --task mix --failures 0.25 \
-  --frames 13 --height 96 --width 144 --workers 2 --out "$WORK/data/heldout"
-
+for split in "train 384 1013 0.1 objects=1,camera=1" "val 16 9013 0.25 objects=1,camera=1" \
+             "heldout 16 6271 0.25 objects=1,camera=1" "shifted 16 6389 0.25 objects=1.25,camera=0.75"; do
+  read -r name count seed failures shift <<<"$split"
+  "$K4D" datagen synthetic --episodes "$count" --seed "$seed" --task mix --failures "$failures" \
+    --frames 13 --height 96 --width 144 --workers 2 --framing workspace \
+    --scene-shift "$shift" --out "$WORK/data/$name" --no-progress
+done
 if [[ "${DEMO_SKIP_TRAIN:-0}" != 1 ]]; then
-  if [[ ! -f "$RUN/checkpoints/latest.json" && -f "$MODEL/resume/checkpoints/latest.json" ]]; then
-    "$PY" examples/train/demo_model.py resume-unpack --src "$MODEL/resume" --run "$RUN"
-  fi
   steps=()
   [[ -n "${DEMO_STEPS:-}" ]] && steps=(--steps "$DEMO_STEPS")
-  # --resume: continues the newest committed checkpoint (and the committed VAE), or starts
   step "training"
   "$K4D" train --config "$CONFIG" --out "$RUN" --resume --nproc "${DEMO_NPROC:-2}" "${steps[@]}"
 fi
-
 default=()
 [[ "${DEMO_DEFAULT:-1}" == 1 ]] && default=(--default)
-if [[ "${DEMO_STAGE2:-0}" == 1 ]]; then
-  "$PY" examples/train/demo_model.py export --config "$CONFIG" --run "$RUN" --out "$STAGE1" \
-    --label "${DEMO_LABEL:-trained}"
-  if [[ "${DEMO_SKIP_TRAIN:-0}" != 1 ]]; then
-    "$K4D" train --config "$CONFIG2" --out "$RUN2" --resume --nproc "${DEMO_NPROC:-2}"
-  fi
-  CONFIG="$CONFIG2"
-  RUN="$RUN2"
-fi
 step "export"
 "$PY" examples/train/demo_model.py export --config "$CONFIG" --run "$RUN" --out "$MODEL" \
-  --label "${DEMO_LABEL:-trained}" "${default[@]}"
+  --label trained --name k4d-demo-small "${default[@]}"
 "$PY" examples/train/demo_model.py golden --model "$MODEL"
-step "held-out evaluation"
-"$K4D" eval run --model "$MODEL" --data "$WORK/data/heldout" --out "$WORK/eval" --no-progress
-"$PY" examples/train/demo_model.py headline --model "$MODEL" --report "$WORK/eval/report.json"
+for split in val heldout shifted; do
+  step "evaluation on $split"
+  "$K4D" eval run --model "$MODEL" --data "$WORK/data/$split" --out "$WORK/eval-$split" --no-progress
+done
+"$PY" examples/train/demo_model.py headline --model "$MODEL" --report "$WORK/eval-heldout/report.json"
+step "transformer ablation"
+"$PY" benchmarks/demo_model/ablate_fidelity.py --model "$MODEL/weights" --data "$WORK/data/heldout" \
+  --run "$WORK/eval-heldout" --out "$WORK/ablation" --ablate-transformer
+"$PY" benchmarks/demo_model/ablate_fidelity.py --out "$WORK/ablation" --table --model "$MODEL" \
+  --data "$WORK/data/heldout" --run "$WORK/eval-heldout"
 mkdir -p "$MODEL/eval"
-cp "$WORK/eval/summary.md" "$WORK/eval/summary.csv" "$WORK/eval/per_frame.png" \
-   "$WORK/eval/strip.png" "$MODEL/eval/"
+cp "$WORK/eval-heldout/summary.md" "$WORK/eval-heldout/summary.csv" \
+   "$WORK/eval-heldout/per_frame.png" "$WORK/eval-heldout/strip.png" "$MODEL/eval/"
 step "done"
-echo "demo model in $MODEL (model card: $MODEL/README.md); evaluation: $WORK/eval/summary.md"
+echo "demo model in $MODEL (model card: $MODEL/README.md); evaluation: $WORK/eval-heldout/summary.md"

@@ -356,9 +356,10 @@ def resume_unpack(src: Path, run: Path) -> dict:
 GOLDEN_INDEX = {"frames": [0, 6, 12], "rows": [20, 40, 60, 80], "cols": [30, 60, 90, 120]}
 
 
-def golden(model: Path, example: Path, steps: int, seed: int) -> dict:
-    """A short sampling run of the shipped model on the held-out example scene; writes
-    MODEL/golden.json (the slice the golden test compares)."""
+def golden(model: Path, example: Path, steps: int | None, seed: int) -> dict:
+    """A sampling run of the shipped model on the held-out example scene, with its own
+    settings (its sampler steps unless `steps` is given); writes MODEL/golden.json (the
+    slice the golden test compares)."""
     import tempfile
 
     import numpy as np
@@ -367,7 +368,8 @@ def golden(model: Path, example: Path, steps: int, seed: int) -> dict:
     frames = json.loads((example / "actions.json").read_text())["num_frames"]
     args = ["--robot", "panda", "--actions", str(example / "actions.json"),
             "--image", str(example / "scene.png"), "--camera", str(example / "camera.json"),
-            "--frames", str(frames), "--steps", str(steps), "--seed", str(seed)]
+            "--frames", str(frames), *(["--steps", str(steps)] if steps else []),
+            "--seed", str(seed)]
     with tempfile.TemporaryDirectory(prefix="k4d-golden-") as tmp:
         if k4d_main(["simulate", *args, "--model", str(model), "--out", tmp, "--no-progress",
                      "--no-recording"]) != 0:
@@ -428,7 +430,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("golden")
     p.add_argument("--model", required=True, type=Path)
     p.add_argument("--example", type=Path, default=Path("examples/demo_heldout"))
-    p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--steps", type=int, default=None,
+                   help="sampler steps (default: the model's own, as shipped)")
     p.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.command == "export":

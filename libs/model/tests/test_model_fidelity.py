@@ -134,7 +134,7 @@ def test_without_options_the_output_is_the_decoders(make_tiny):
     np.testing.assert_array_equal(out.rgb, expected_rgb)
     np.testing.assert_array_equal(out.pointmap, norm.denormalise(decoded["pointmap"]))
     assert not np.array_equal(out.rgb[0], image)  # frame 0 is the decoder's, not the input
-    assert out.metadata["fidelity"]["decode"] == "" and out.metadata["contacts"] == []
+    assert out.metadata["fidelity"]["decode"] == "" and "contacts" not in out.metadata
 
 
 def test_bad_initial_pointmap_is_invalid_argument(make_tiny):
@@ -150,17 +150,17 @@ def test_bad_initial_pointmap_is_invalid_argument(make_tiny):
         pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1, initial_pointmap=bad)
 
 
-def test_change_near_the_robot_only_and_composite_over_input():
+def test_change_mask_and_composite_over_input():
     T, H, W = 3, 20, 20
     delta = np.zeros((T, H, W, 3), np.float32)
-    delta[2, 3, 3] = 90.0     # a change next to where the robot went
-    delta[2, 15, 15] = 90.0   # far from it: decoder noise in a static scene
+    delta[2, 3, 3] = 90.0     # a change the decoder shows
+    delta[2, 15, 15] = 20.0   # below the threshold: decoder noise
     robot = np.zeros((T, H, W), bool)
-    robot[1, 2:4, 5:7] = True
+    robot[1, 8:10, 5:7] = True
     opts = FidelityOptions.from_extra({"decode": "composite", "change_threshold": 40,
-                                       "change_dilate": 0, "change_near_robot_px": 3})
+                                       "change_dilate": 0})
     mask = change_mask(delta, None, robot, opts)
-    assert mask[2, 3, 3] and not mask[2, 15, 15]
+    assert mask[2, 3, 3] and not mask[2, 15, 15] and mask[1, 8, 5] and not mask[0].any()
     first = np.zeros((H, W, 3), np.float32)
     generated = np.full((T, H, W, 3), 7.0, np.float32)
     out = compose_over_input(first, generated, mask)
@@ -168,9 +168,11 @@ def test_change_near_the_robot_only_and_composite_over_input():
 
 
 def test_composite_options_are_checked():
-    assert FidelityOptions.check({"decode": "composite", "change_near_robot_px": 4}).against_input
+    assert FidelityOptions.check({"decode": "composite", "change_threshold": 4}).against_input
     with pytest.raises(InvalidArgument):
-        FidelityOptions.check({"change_near_robot_px": -1})
+        FidelityOptions.check({"change_threshold": -1})
+    with pytest.raises(InvalidArgument, match="change_near_robot_px"):
+        FidelityOptions.check({"change_near_robot_px": 4})  # a rule of where the world moves
 
 
 def test_input_frames_are_the_input_with_the_robot_condition_over_it():

@@ -24,13 +24,10 @@ from k4d_model.refiner import (
     RefinerConfig,
     depth_on_planes,
     depth_scale,
-    fill_convex_top,
     load_refiner,
-    plane_modes,
     predict_change,
     refiner_inputs,
     save_refiner,
-    snap_planes,
     with_colour,
     with_geometry,
     with_objects,
@@ -409,137 +406,6 @@ def test_scene_planes_give_frame_zeros_depth_with_a_camera_pose():
     assert blind.first_plane is None
 
 
-def test_plane_modes_are_the_surfaces_most_pixels_predict():
-    rng = np.random.default_rng(0)
-    table, floor = rng.normal(0.0, 0.004, 600), rng.normal(-0.75, 0.004, 400)
-    unsure = rng.uniform(-0.7, -0.05, 200)  # between the two: the regression's blends
-    values = np.concatenate([table, floor, unsure])
-    assert np.allclose(plane_modes(values, 0.1), [-0.75, 0.0], atol=0.005)
-    assert np.allclose(plane_modes(values, 0.4), [0.0], atol=0.005)  # the floor holds 1/3
-    assert plane_modes(values, 0.9).size == 0 and plane_modes(np.zeros(0), 0.1).size == 0
-    twin = np.concatenate([table, table + 0.01])  # one surface read 1 cm apart: one mode
-    assert len(plane_modes(twin, 0.1)) == 1
-
-
-def test_snap_planes_moves_each_axis_to_its_nearest_mode():
-    coordinate = np.zeros((3, 10, 10))
-    coordinate[2, :, :6], coordinate[2, :, 6:] = 0.0, -0.75
-    coordinate[2, :, 5], coordinate[2, :, 6] = -0.3, -0.5  # unsure columns
-    coordinate[0] = np.linspace(0.2, 0.8, 100).reshape(10, 10)  # no x mode holds 20 %
-    logits = np.zeros((4, 10, 10))
-    logits[3, :, 1:], logits[1, :, 0] = 1.0, 2.0  # a z plane but column 0, on x = c
-    snapped = snap_planes(coordinate, logits, 0.2)  # each unsure column: 11 % of the z pixels
-    assert np.allclose(snapped[2, :, 1:6], 0.0) and np.allclose(snapped[2, :, 6:], -0.75)
-    assert np.allclose(snapped[0], coordinate[0])       # its pixels keep their own
-    assert np.allclose(snapped[2, :, 0], coordinate[2, :, 0])  # column 0 is on x = c
-    assert np.allclose(coordinate[2, :, 5], -0.3)       # the input is left as it was
-
-
-def test_the_highest_surface_fills_its_convex_hull():
-    height = np.full((20, 30), -0.75)
-    height[4:16, 5:25] = 0.0                 # a table top, seen from above
-    height[10:16, 8:14] = -0.75              # a patch of it and its near edge read as floor
-    horizontal = np.ones((20, 30), bool)
-    horizontal[0, :] = False                 # a wall's pixels stay as they are
-    before = height.copy()
-    fill_convex_top(height, horizontal, 0.0)
-    assert (height[4:16, 5:25] == 0.0).all()  # the hull of the table's pixels
-    outside = np.ones((20, 30), bool)
-    outside[4:16, 5:25] = False
-    assert (height[outside] == before[outside]).all()
-    line = np.full((5, 5), -0.75)
-    line[2, :] = 0.0                          # collinear: no area, nothing filled
-    fill_convex_top(line, np.ones((5, 5), bool), 0.0)
-    assert (line[[0, 1, 3, 4]] == -0.75).all()
-    coordinate = np.zeros((3, 20, 30))
-    coordinate[2] = np.where(before == 0.0, 0.004, -0.745)
-    coordinate[2, 10:16, 8:14] = -0.5        # unsure there: snapped to the floor, then filled
-    logits = np.zeros((4, 20, 30))
-    logits[3] = 1.0
-    snapped = snap_planes(coordinate, logits, 0.1)
-    assert np.allclose(snapped[2, 10:16, 8:14], -0.745)
-    filled = snap_planes(coordinate, logits, 0.1, convex_top=True)
-    assert np.allclose(filled[2, 4:16, 5:25], 0.004) and np.allclose(filled[2, 16:], -0.745)
-    with pytest.raises(InvalidArgument, match="plane_top_convex"):
-        FidelityOptions.check({"plane_top_convex": True})  # needs the snapped planes
-    with pytest.raises(InvalidArgument, match="plane_top_convex"):
-        FidelityOptions.check({"plane_mode_share": 0.1, "plane_top_convex": "yes"})
-    assert FidelityOptions.check({"plane_mode_share": 0.1,
-                                  "plane_top_convex": True}).plane_top_convex
-
-
-class _TableAndFloorRefiner(ChangeRefiner):
-    """_plane_refiner's network with a table z = 0 on the left half of the image, a floor
-    z = -0.75 on the right half, and one column between them read at z = -0.3."""
-
-    def forward(self, x):
-        y = super().forward(x).clone()
-        z = self.config.planes_index + 2
-        half = y.shape[-1] // 2
-        y[:, z, :, :half], y[:, z, :, half:], y[:, z, :, half - 1] = 0.0, -0.75, -0.3
-        return y
-
-
-def test_plane_mode_share_snaps_the_planes_depth_is_read_off(make_tiny):
-    image, robot = _ray_cast_robot()
-    plain = _plane_refiner(np.log(1.6), (0.0, 0.0, 0.0), plane=3)
-    combined = with_geometry(_constant_refiner(0.0, -6.0), plain)
-    combined.geometry = _TableAndFloorRefiner(plain.config).eval()  # its weights, new forward
-    combined.geometry.load_state_dict(plain.state_dict())
-    # the camera 1 m above z = 0, looking down: the table at 1 m, the floor at 1.75 m
-    own = predict_change(combined, image, robot, batch=3, T_cam_from_base=CAMERA_POSE)
-    snapped = predict_change(combined, image, robot, batch=3, T_cam_from_base=CAMERA_POSE,
-                             plane_mode_share=0.1)
-    assert np.allclose(own.first_depth_m[:, 23], 1.3, atol=1e-4)
-    assert np.allclose(snapped.first_depth_m[:, 23], 1.0, atol=1e-4)  # the table's
-    assert np.allclose(snapped.first_depth_m[:, :23], own.first_depth_m[:, :23])
-    assert np.allclose(snapped.first_depth_m[:, 24:], 1.75, atol=1e-4)
-    extra = {"first_frame": "given", "decode": "composite", "change_threshold": 1000,
-             "change_depth_m": 0, "change_dilate": 0, "robot_pointmap": "kinematics",
-             "refiner_first_depth": "estimated", "plane_mode_share": 0.1}
-    out = _pipe(make_tiny, combined, extra)(image, robot.rgb, robot.pointmap, robot.mask,
-                                             num_steps=1, T_cam_from_base=CAMERA_POSE)
-    off = ~robot.mask[0][:, 23]
-    assert np.allclose(out.pointmap[0][:, 23][off][:, 2], 1.0, atol=1e-4)
-    for bad in (1.0, -0.1, "0.1", True):
-        with pytest.raises(InvalidArgument, match="plane_mode_share"):
-            FidelityOptions.check({"plane_mode_share": bad})
-    assert FidelityOptions.from_extra({}).plane_mode_share == 0.0
-
-
-class _PatchedTableRefiner(_TableAndFloorRefiner):
-    """_TableAndFloorRefiner with a patch of the table read as the floor."""
-
-    def forward(self, x):
-        y = super().forward(x)
-        y[:, self.config.planes_index + 2, 10:14, 5:10] = -0.75
-        return y
-
-
-def test_plane_top_convex_puts_a_patch_read_as_floor_back_on_the_table(make_tiny):
-    image, robot = _ray_cast_robot()
-    plain = _plane_refiner(np.log(1.6), (0.0, 0.0, 0.0), plane=3)
-    combined = with_geometry(_constant_refiner(0.0, -6.0), plain)
-    combined.geometry = _PatchedTableRefiner(plain.config).eval()
-    combined.geometry.load_state_dict(plain.state_dict())
-    snapped = predict_change(combined, image, robot, batch=3, T_cam_from_base=CAMERA_POSE,
-                             plane_mode_share=0.1)
-    filled = predict_change(combined, image, robot, batch=3, T_cam_from_base=CAMERA_POSE,
-                            plane_mode_share=0.1, plane_top_convex=True)
-    assert np.allclose(snapped.first_depth_m[10:14, 5:10], 1.75, atol=1e-4)
-    assert np.allclose(filled.first_depth_m[10:14, 5:10], 1.0, atol=1e-4)
-    assert np.allclose(filled.first_depth_m[:, 24:], 1.75, atol=1e-4)  # the floor stays
-    extra = {"first_frame": "given", "decode": "composite", "change_threshold": 1000,
-             "change_depth_m": 0, "change_dilate": 0, "robot_pointmap": "kinematics",
-             "refiner_first_depth": "estimated", "plane_mode_share": 0.1,
-             "plane_top_convex": True}
-    out = _pipe(make_tiny, combined, extra)(image, robot.rgb, robot.pointmap, robot.mask,
-                                             num_steps=1, T_cam_from_base=CAMERA_POSE)
-    patch = np.zeros(robot.mask[0].shape, bool)
-    patch[10:14, 5:10] = True
-    assert np.allclose(out.pointmap[0][patch & ~robot.mask[0]][:, 2], 1.0, atol=1e-4)
-
-
 def test_an_rgb_rollout_with_a_camera_pose_reads_its_depth_off_the_planes(make_tiny):
     image, robot = _ray_cast_robot()
     extra = {"first_frame": "given", "decode": "composite", "change_threshold": 1000,
@@ -557,89 +423,6 @@ def test_an_rgb_rollout_with_a_camera_pose_reads_its_depth_off_the_planes(make_t
         with pytest.raises(InvalidArgument) as exc:
             pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1, T_cam_from_base=bad)
         assert exc.value.violations[0].field == "T_cam_from_base"
-
-
-ESTIMATED_EXTRA = {"first_frame": "given", "decode": "composite", "change_threshold": 1000,
-                   "change_depth_m": 0, "change_dilate": 0, "robot_pointmap": "kinematics",
-                   "refiner_first_depth": "estimated"}
-
-
-def _estimating_pipe_with_tool(make_tiny, more: dict):
-    """(pipe, image, robot, tool, measured): a pipeline that estimates frame 0's depth on a
-    floor at z = 0.2 (ESTIMATED_EXTRA + more), a still tool track, and a measured frame-0
-    pointmap (3 m away) for the same image."""
-    from k4d.tool import ToolTrack
-
-    image, robot = _ray_cast_robot()
-    refiner = with_geometry(_constant_refiner(0.0, -6.0),
-                            _plane_refiner(np.log(1.2), (0.0, 0.0, 0.2), plane=3))
-    pipe = _pipe(make_tiny, refiner, {**ESTIMATED_EXTRA, **more})
-    frames = robot.mask.shape[0]
-    tool = ToolTrack(np.repeat(np.eye(4)[None], frames, axis=0), np.zeros(frames))
-    measured = np.zeros(image.shape, np.float32)
-    measured[..., 2] = 3.0
-    return pipe, image, robot, tool, measured
-
-
-@pytest.mark.parametrize("push_estimated, push_colour", [(False, False), (True, False),
-                                                        (True, True)])
-def test_push_runs_on_estimated_points_only_when_asked(make_tiny, monkeypatch, push_estimated,
-                                                       push_colour):
-    """`push` reads measured frame-0 points; with `push_estimated` also the refiner's
-    estimate of an RGB image's; with `push_colour` it is given the image to find objects
-    by their colour."""
-    import k4d_model.pipeline as pipeline
-
-    seen, colours = [], []
-
-    def record(first_points, robot_first, tool, T_cam_from_base, held, first_rgb=None,
-               radius_m=None, known=None):
-        seen.append(np.array(first_points))
-        colours.append(first_rgb)
-        return []
-
-    monkeypatch.setattr(pipeline, "pushed_objects", record)
-    pipe, image, robot, tool, measured = _estimating_pipe_with_tool(
-        make_tiny, {"push": "quasi-static", "push_estimated": push_estimated,
-                    "push_colour": push_colour})
-    out = pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1,
-               T_cam_from_base=CAMERA_POSE, tool=tool)
-    assert len(seen) == int(push_estimated)
-    if push_estimated:  # the estimate: frame 0's output points
-        assert np.array_equal(seen[0], out.pointmap[0])
-        assert (colours[0] is None) is not push_colour
-        if push_colour:  # the given image, frame 0 of the output
-            assert np.array_equal(colours[0], image)
-    pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1, initial_pointmap=measured,
-         T_cam_from_base=CAMERA_POSE, tool=tool)
-    assert len(seen) == int(push_estimated) + 1  # measured points: always,
-    assert colours[-1] is None  # and by height: they stand the objects up
-    for key in ("push_estimated", "push_colour"):
-        with pytest.raises(InvalidArgument, match=key):
-            FidelityOptions.check({key: "yes"})
-
-
-def test_grasp_release_settle_runs_on_measured_points_only(make_tiny, monkeypatch):
-    """`grasp_release: settle` lets objects fall onto what frame 0's points show under them:
-    measured points; an RGB image's estimate misses objects (white ones lie flat), and an
-    object let go of over one would fall through it."""
-    import k4d_model.pipeline as pipeline
-
-    calls = []
-
-    def record(*args, settle=False, **kwargs):
-        calls.append(settle)
-        return []
-
-    monkeypatch.setattr(pipeline, "grasped_objects", record)
-    settle = {"grasp": "rigid", "grasp_release": "settle"}
-    pipe, image, robot, tool, measured = _estimating_pipe_with_tool(make_tiny, settle)
-    kwargs = {"num_steps": 1, "T_cam_from_base": CAMERA_POSE, "tool": tool}
-    pipe(image, robot.rgb, robot.pointmap, robot.mask, **kwargs)
-    pipe(image, robot.rgb, robot.pointmap, robot.mask, initial_pointmap=measured, **kwargs)
-    pipe.components.info.extra = {**ESTIMATED_EXTRA, **settle, "grasp_release": ""}
-    pipe(image, robot.rgb, robot.pointmap, robot.mask, initial_pointmap=measured, **kwargs)
-    assert calls == [False, True, False]
 
 
 def test_refiner_pointmap_drawn_moves_the_points_where_the_colour_changes(make_tiny):
@@ -661,65 +444,6 @@ def test_refiner_pointmap_drawn_moves_the_points_where_the_colour_changes(make_t
     assert np.array_equal(run({"refiner_pointmap": "change"}).pointmap, run({}).pointmap)
     with pytest.raises(FailedPrecondition, match="no depth head"):
         _pipe(make_tiny, _constant_refiner(0.0, 1.0), {"refiner_pointmap": "drawn"})
-
-
-def test_estimated_objects_stand_up_and_the_refiner_leaves_them_alone(make_tiny):
-    """`estimated_objects: standing` stands frame 0's objects up in the estimate (nearer the
-    camera, on their own rays); `refiner_objects: kept` shows no refined change on them."""
-    _, robot = _ray_cast_robot()
-    image = np.full((32, 48, 3), 150, np.uint8)  # a grey table
-    image[robot.mask[0]] = 255
-    thing = np.zeros((32, 48), bool)
-    thing[22:26, 36:40] = True  # a yellow object on it, off the robot
-    image[thing] = (230, 200, 40)
-    extra = {"first_frame": "given", "decode": "input", "robot_pointmap": "kinematics",
-             "refiner_first_depth": "estimated", "refiner": "change", "refiner_threshold": 0.05}
-    refiner = with_geometry(_constant_refiner(40.0, 4.0),
-                            _plane_refiner(np.log(1.2), (0.0, 0.0, 0.2), plane=3))
-
-    def run(options):
-        pipe = _pipe(make_tiny, refiner, {**extra, **options})
-        return pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1,
-                    T_cam_from_base=CAMERA_POSE)
-
-    plain = run({})
-    both = run({"estimated_objects": "standing", "refiner_objects": "kept"})
-    assert np.allclose(plain.pointmap[0][thing][:, 2], 0.8, atol=1e-5)  # laid flat
-    standing = both.pointmap[0][thing][:, 2]
-    assert (standing <= 0.8 + 1e-6).all() and standing.mean() < 0.78  # its near edge stays
-    rays = both.pointmap[0][thing] / both.pointmap[0][thing][:, 2:]
-    assert np.allclose(rays, plain.pointmap[0][thing] / plain.pointmap[0][thing][:, 2:])
-    table = ~robot.mask[0] & ~thing
-    assert np.array_equal(both.pointmap[0][table], plain.pointmap[0][table])
-    fitted = run({"estimated_objects": "fitted", "refiner_objects": "kept"}).pointmap[0]
-    assert (fitted[thing][:, 2] <= 0.8 + 1e-6).all() and fitted[thing][:, 2].mean() < 0.78
-    assert np.allclose(fitted[thing] / fitted[thing][:, 2:], rays)
-    assert np.array_equal(fitted[table], plain.pointmap[0][table])
-    sized = run({"estimated_objects": "fitted", "refiner_objects": "kept",
-                 "object_radius_m": [0.1, 0.2]}).pointmap[0]  # read as a far wider object
-    assert not np.allclose(sized[thing], fitted[thing])
-    assert np.allclose(sized[thing] / sized[thing][:, 2:], rays)
-    assert np.array_equal(sized[table], plain.pointmap[0][table])
-    still = thing & ~robot.mask.any(axis=0)
-    assert (both.rgb[1:][:, still] == image[still]).all()  # kept as the image shows it
-    assert not (plain.rgb[1:][:, still] == image[still]).all()  # the refiner's change
-    assert (both.rgb[1:][:, table & ~robot.mask.any(axis=0)] != 150).any()  # shown elsewhere
-    for key, value in (("estimated_objects", "upright"), ("refiner_objects", "frozen")):
-        with pytest.raises(InvalidArgument, match=key):
-            FidelityOptions.check({key: value})
-
-
-class _MarkedObjects(ChangeRefiner):
-    """An object network whose logit is +8 on `marked` (H, W) pixels and -8 elsewhere."""
-
-    def __init__(self, marked: np.ndarray):
-        super().__init__(RefinerConfig(channels=SMALL.channels, object_logit=True))
-        self.marked = torch.from_numpy(np.asarray(marked, bool))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = torch.zeros(x.shape[0], self.config.outputs, *x.shape[-2:])
-        out[:, self.config.object_index] = torch.where(self.marked, 8.0, -8.0)
-        return out
 
 
 def test_an_object_network_is_stored_beside_the_others_and_found_objects_averaged(tmp_path):
@@ -745,38 +469,3 @@ def test_an_object_network_is_stored_beside_the_others_and_found_objects_average
         with_objects(combined, geometry)  # no object head
     with pytest.raises(InvalidArgument, match="refiner.objects"):
         with_objects(geometry, combined)  # it has networks of its own
-
-
-def test_object_pixels_learned_finds_an_object_the_colour_rule_cannot(make_tiny):
-    """A light grey cube on a light grey table: the colour rule finds nothing to stand up;
-    with `object_pixels: learned` the object network's pixels are the piece and it stands
-    up; the table stays."""
-    _, robot = _ray_cast_robot()
-    image = np.full((32, 48, 3), 150, np.uint8)  # a grey table
-    image[robot.mask[0]] = 255
-    thing = np.zeros((32, 48), bool)
-    thing[22:26, 36:40] = True
-    image[thing] = 160  # a grey object on it: like the table lit
-    extra = {"first_frame": "given", "decode": "input", "robot_pointmap": "kinematics",
-             "refiner_first_depth": "estimated", "estimated_objects": "fitted"}
-    base = with_geometry(_constant_refiner(0.0, -6.0),
-                         _plane_refiner(np.log(1.2), (0.0, 0.0, 0.2), plane=3))
-    refiner = with_objects(base, ChangeRefiner(RefinerConfig(channels=SMALL.channels,
-                                                             object_logit=True)))
-    refiner.objects = _MarkedObjects(thing).eval()
-
-    def first_points(options, net=refiner):
-        pipe = _pipe(make_tiny, net, {**extra, **options})
-        return pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1,
-                    T_cam_from_base=CAMERA_POSE).pointmap[0]
-
-    by_colour = first_points({})
-    learned = first_points({"object_pixels": "learned"})
-    assert np.allclose(by_colour[thing][:, 2], 0.8, atol=1e-5)  # not found: laid flat
-    assert learned[thing][:, 2].mean() < 0.78  # found: stood up, nearer the camera
-    table = ~robot.mask[0] & ~thing
-    assert np.array_equal(learned[table], by_colour[table])
-    with pytest.raises(FailedPrecondition, match="object_pixels"):
-        first_points({"object_pixels": "learned"}, base)  # no object network
-    with pytest.raises(InvalidArgument, match="object_pixels"):
-        FidelityOptions.check({"object_pixels": "colour"})

@@ -15,13 +15,13 @@ def test_known_options_pass():
 
 
 @pytest.mark.parametrize("extra, field", [
-    ({"grasp": "rigdi"}, "extra.grasp"),
+    ({"decode": "relatvie"}, "extra.decode"),
     ({"grasp_strength": 1}, "extra.grasp_strength"),
     ({"latent_target": "delta"}, "extra.latent_target"),
     ({"vae_decode": "joint"}, "extra.vae_decode"),
     ({"change_dilate": 1.5}, "extra.change_dilate"),
     ({"refiner_threshold": True}, "extra.refiner_threshold"),
-    ({"push_colour": "yes"}, "extra.push_colour"),
+    ({"latent_anchor": "yes"}, "extra.latent_anchor"),
 ])
 def test_unknown_keys_and_bad_values_are_refused_by_name(extra, field):
     with pytest.raises(InvalidArgument) as err:
@@ -32,3 +32,16 @@ def test_unknown_keys_and_bad_values_are_refused_by_name(extra, field):
 def test_extra_must_be_an_object():
     with pytest.raises(InvalidArgument, match="extra"):
         check_model_extra(["grasp"])
+
+
+@pytest.mark.parametrize("key, value", [
+    ("grasp", "rigid"), ("grasp_release", "settle"), ("push", "quasi-static"),
+    ("estimated_objects", "fitted"), ("refiner_objects", "kept"), ("object_radius_m", [0.018, 0.028]),
+    ("plane_mode_share", 0.1), ("change_near_robot_px", 4), ("object_pixels", "learned"),
+])
+def test_the_removed_world_rules_are_unknown_options(key, value):
+    """The hand-written tabletop priors left the model (ADR 020): a model that still sets
+    one is refused at load, not silently run without it."""
+    with pytest.raises(InvalidArgument) as err:
+        check_model_extra({key: value})
+    assert [v.field for v in err.value.violations] == [f"extra.{key}"]

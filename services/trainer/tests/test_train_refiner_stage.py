@@ -557,16 +557,3 @@ def test_an_object_network_learns_from_every_frame_as_a_given_image(tmp_path, ma
         assert expected.any() and np.array_equal(example.objects[0].numpy() > 0, expected)
         assert np.array_equal(example.off_robot[0].numpy() > 0, ~mask[t])
         assert not example.changed.any() and not example.first_known.any()
-
-
-def test_a_recipe_whose_model_finds_objects_by_learning_needs_the_object_network():
-    from pathlib import Path
-
-    from k4d_trainer.config import load_config_file
-
-    recipe = Path(__file__).resolve().parents[3] / "examples" / "train" / "demo-model.yaml"
-    config = load_config_file(str(recipe))  # the demo recipe: the option and its network
-    assert config.model.fidelity["object_pixels"] == "learned" and config.refiner.objects
-    config.refiner.objects = None
-    with pytest.raises(InvalidArgument, match="model.fidelity.object_pixels"):
-        config.validate()

@@ -43,9 +43,6 @@ def change_mask(rgb_delta: np.ndarray, depth_delta_m: np.ndarray | None,
         weight = (level > options.change_threshold).astype(np.float32)
     if depth_delta_m is not None and options.change_depth_m > 0:  # 0: RGB change only
         weight = np.maximum(weight, np.abs(depth_delta_m) > options.change_depth_m)
-    if options.change_near_robot_px > 0:
-        swept = np.logical_or.accumulate(robot_mask, axis=0)  # where the robot has been
-        weight = weight * _grow(swept.astype(np.float32), options.change_near_robot_px)
     weight = np.maximum(weight, robot_mask | robot_mask[:1])
     if options.change_dilate > 0:
         weight = _grow(weight, options.change_dilate)

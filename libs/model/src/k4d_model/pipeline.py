@@ -29,17 +29,10 @@ import torch
 from k4d.camera import check_rigid, fit_pinhole
 from k4d.errors import Cancelled, FailedPrecondition, InvalidArgument
 from k4d.generation import (
-    ESTIMATED_OBJECTS_FITTED,
-    ESTIMATED_OBJECTS_STANDING,
     FIRST_FRAME_GIVEN,
-    GRASP_RELEASE_SETTLE,
-    GRASP_RIGID,
-    OBJECT_PIXELS_LEARNED,
-    PUSH_QUASI_STATIC,
     REFINER_CHANGE,
     REFINER_DRAWN,
     REFINER_FIRST_DEPTH_ESTIMATED,
-    REFINER_OBJECTS_KEPT,
     ROBOT_POINTMAP_KINEMATICS,
     ROBOT_RGB_CALIBRATED,
     ROBOT_RGB_SHADED,
@@ -59,7 +52,6 @@ from k4d_model.conditions import (
     first_frame_mask,
     uniform_pointmap,
 )
-from k4d_model.contact import carry_grasped, grasped_objects, pushed_objects
 from k4d_model.fidelity import (
     anchor_first_latent,
     calibrated_robot_render,
@@ -78,9 +70,8 @@ from k4d_model.fidelity import (
 from k4d_model.frame_vae import temporal_stride
 from k4d_model.latent_target import add_first, repeat_first_frame, samples_change
 from k4d_model.memory import ensure_fits, estimate
-from k4d_model.refiner import PLANE_HORIZONTAL, keep_objects, predict_change
+from k4d_model.refiner import predict_change
 from k4d_model.results import GenerationResult, RobotCondition, check_robot
-from k4d_model.surface import object_pieces, standing_objects
 
 ProgressCallback = Callable[[int, int], None]  # (steps done, total steps)
 CancelCheck = Callable[[], bool]
@@ -305,13 +296,11 @@ class Kinema4DPipeline:
     def finish_output(self, image: np.ndarray, robot: RobotCondition, rgb: np.ndarray | None,
                       pointmap: np.ndarray | None, norm: PointmapNormalization,
                       initial_pointmap: np.ndarray | None,
-                      T_cam_from_base: np.ndarray | None = None, tool: ToolTrack | None = None
-                      ) -> tuple[np.ndarray, np.ndarray, list[dict]]:
+                      T_cam_from_base: np.ndarray | None = None
+                      ) -> tuple[np.ndarray, np.ndarray]:
         """Decoded rgb / pointmap ([-1, 1] floats) -> uint8 RGB, metric pointmap under the
-        model's fidelity options (k4d_model.fidelity), and the objects the grasp and push
-        options moved (GraspedObject.to_dict each). T_cam_from_base: the camera's pose,
-        for a refiner whose geometry network reads it (scene planes) and for the grasp
-        option, which also needs the tool track (k4d_model.contact). With `decode: input`
+        model's fidelity options (k4d_model.fidelity). T_cam_from_base: the camera's pose,
+        for a refiner whose geometry network reads it (scene planes). With `decode: input`
         and frame 0's points known, rgb and pointmap are None: the transformer was not
         sampled."""
         opts = FidelityOptions.from_extra(self.info.extra)
@@ -319,30 +308,10 @@ class Kinema4DPipeline:
         change = None
         if opts.refiner or opts.refiner_pointmap or opts.refiner_first_depth:
             self._check_refiner(opts)
-            change = predict_change(self.refiner, image, robot, T_cam_from_base=T_cam_from_base,
-                                    plane_mode_share=opts.plane_mode_share,
-                                    plane_top_convex=opts.plane_top_convex)
-        pieces = None  # frame 0's objects on the refiner's floors (k4d_model.surface)
-        if (opts.estimated_objects or opts.refiner_objects) and change is not None and (
-                change.first_plane is not None):
-            found = (change.object_probability > 0.5
-                     if opts.object_pixels == OBJECT_PIXELS_LEARNED else None)
-            pieces = object_pieces(image, change.first_plane == PLANE_HORIZONTAL, robot.mask[0],
-                                   found)
-        if opts.refiner_objects == REFINER_OBJECTS_KEPT and pieces is not None:
-            change = keep_objects(change, pieces > 0)
-        observed = initial_pointmap is not None  # frame 0's points measured, not estimated
-        centred = None  # on an estimate, the objects whose centres it knows (fitted)
+            change = predict_change(self.refiner, image, robot, T_cam_from_base=T_cam_from_base)
         if initial_pointmap is None and opts.refiner_first_depth == REFINER_FIRST_DEPTH_ESTIMATED:
             # as if the caller had given the refiner's estimate as the initial pointmap
             initial_pointmap = estimated_first_points(change.first_depth_m, robot)
-            fitted = opts.estimated_objects == ESTIMATED_OBJECTS_FITTED
-            if (opts.estimated_objects in (ESTIMATED_OBJECTS_STANDING, ESTIMATED_OBJECTS_FITTED)
-                    and pieces is not None and initial_pointmap is not None
-                    and T_cam_from_base is not None):
-                initial_pointmap = standing_objects(initial_pointmap, pieces, T_cam_from_base,
-                                                    fitted, opts.object_radius_m)
-                centred = pieces > 0 if fitted else None
         if opts.input_only:
             first = (initial_pointmap if points is None
                      else _first_points(points[0], initial_pointmap))
@@ -400,37 +369,13 @@ class Kinema4DPipeline:
             behind = fill_points_behind_robot(points[0], robot.pointmap[0], robot.mask[0])
             points = np.where(uncovered_by_robot(robot.mask)[..., None], behind[None],
                               points).astype(np.float32)
-        held = []
-        if tool is not None and T_cam_from_base is not None:
-            # a flat estimate's object centres lie 2-3 cm off (k4d.generation: grasp_centre_m)
-            centre_m = opts.grasp_centre_m if observed or centred is not None else 0.0
-            held = (grasped_objects(rgb_out[0], points[0], robot.mask[0], tool, T_cam_from_base,
-                                    centre_m, centred, opts.object_radius_m,
-                                    # an estimate misses objects (white ones lie flat):
-                                    # what it does not stand up holds nothing up
-                                    settle=opts.grasp_release == GRASP_RELEASE_SETTLE
-                                    and observed)
-                    if opts.grasp == GRASP_RIGID else [])
-            if opts.push == PUSH_QUASI_STATIC and (observed or opts.push_estimated):
-                # measured points stand objects up; an estimate lays them flat (push_colour)
-                by_colour = opts.push_colour and not observed
-                # the pixels stood up with an object go with it, whatever their colour
-                known = centred if by_colour and opts.object_pixels else None
-                held += pushed_objects(points[0], robot.mask[0], tool, T_cam_from_base, held,
-                                       rgb_out[0] if by_colour else None, opts.object_radius_m,
-                                       known)
-            rgb_out, points = carry_grasped(rgb_out, points, robot.mask, robot.pointmap, held)
-        return rgb_out, points, [obj.to_dict() for obj in held]
+        return rgb_out, points
 
     def _check_refiner(self, opts: FidelityOptions) -> None:
         for key in ("refiner", "refiner_pointmap", "refiner_first_depth"):
             if getattr(opts, key) and self.refiner is None:
                 raise FailedPrecondition(f"model {self.info.name} sets extra.{key}="
                                          f"{getattr(opts, key)!r} but has no refiner/ directory")
-        if opts.object_pixels and self.refiner.objects is None:
-            raise FailedPrecondition(f"model {self.info.name} sets extra.object_pixels="
-                                     f"{opts.object_pixels!r} but its refiner has no object "
-                                     "network (refiner/config.json \"objects\": null)")
         for key, head in (("refiner_pointmap", "depth"), ("refiner_first_depth", "first_depth")):
             if getattr(opts, key) and not getattr(self.refiner.geometry_source.config, head):
                 raise FailedPrecondition(f"model {self.info.name} sets extra.{key}="
@@ -459,8 +404,8 @@ class Kinema4DPipeline:
         rendered with, relative to the robot's base: a refiner with scene planes reads frame
         0's depth off the base frame's planes with it (k4d_model.refiner; ADR 017).
         tool: optional k4d.tool.ToolTrack of the rollout (the tool frame and the gripper's
-        opening per frame): with the camera's pose, the `grasp` option moves what the
-        gripper holds with it (k4d_model.contact; ADR 018).
+        opening per frame): checked against the clip and recorded; no network of this model
+        reads it yet.
         ablation: "first-frame" replaces the transformer's sample by frame 0's latent in every
         frame (a sample that changes nothing), to measure what the transformer contributes;
         None: the sample itself."""
@@ -483,19 +428,18 @@ class Kinema4DPipeline:
         if opts.input_only and self._first_points_known(opts, robot, initial_pointmap):
             # `decode: input` with frame 0's points known: nothing reads the transformer's
             # frames, so it is not sampled (k4d.generation)
-            rgb, pointmap, contacts = self.finish_output(image, robot, None, None, norm,
-                                                         initial_pointmap, T_cam_from_base,
-                                                         tool)
+            rgb, pointmap = self.finish_output(image, robot, None, None, norm, initial_pointmap,
+                                               T_cam_from_base)
             sampling = {"num_steps": 0, "scheduler": None, "shift": None,
                         "guidance": {"passes": 0, "reason": "decode: input (the transformer's "
                                                             "frames are not shown)"}}
             timings = {"conditioning": 0.0, "denoising": 0.0,
                        "decoding": time.perf_counter() - started}
         else:
-            rgb, pointmap, contacts, sampling, timings = self._sample_and_finish(
+            rgb, pointmap, sampling, timings = self._sample_and_finish(
                 image, robot, norm, num_steps, seed, guidance, guidance_mode, negative,
                 scheduler, shift, callback, should_cancel, initial_pointmap, T_cam_from_base,
-                tool, opts, started, ablation)
+                opts, started, ablation)
         metadata = {
             "generator": "kinema4d", "model": self.info.to_dict(), "model_id": self.model_id,
             "backend": self.backend.describe(), "seed": int(seed), **sampling,
@@ -503,9 +447,6 @@ class Kinema4DPipeline:
             "fidelity": opts.to_dict(), "initial_pointmap": initial_pointmap is not None,
             "camera_pose": T_cam_from_base is not None,
             "tool": tool is not None,
-            # what the grasp and push priors moved: a caller that continues the clip (a
-            # policy's next chunk) passes ToolTrack.holding when a grasp is still held
-            "contacts": contacts,
             "fps": self.info.fps,
             "timings_s": timings,
         }
@@ -522,9 +463,9 @@ class Kinema4DPipeline:
 
     def _sample_and_finish(self, image, robot, norm, num_steps, seed, guidance, guidance_mode,
                            negative, scheduler, shift, callback, should_cancel,
-                           initial_pointmap, T_cam_from_base, tool, opts, started, ablation=None):
+                           initial_pointmap, T_cam_from_base, opts, started, ablation=None):
         """Steps 2-7: condition, sample and decode the transformer's rollout, then the
-        output options. Returns rgb, pointmap, contacts, the sampling's metadata and the
+        output options. Returns rgb, pointmap, the sampling's metadata and the
         timings. A model that samples the change from frame 0 (k4d_model.latent_target) has
         frame 0's RGB latent added back before decoding."""
         # 2.-4. conditioning
@@ -563,9 +504,8 @@ class Kinema4DPipeline:
             latents = add_first(latents, self.clean_first_latent(image))
         denoised = time.perf_counter()
         # 7. decode and de-normalise
-        rgb, pointmap, contacts = self.finish_output(image, robot, *self.decode_float(latents),
-                                                     norm, initial_pointmap, T_cam_from_base,
-                                                     tool)
+        rgb, pointmap = self.finish_output(image, robot, *self.decode_float(latents), norm,
+                                           initial_pointmap, T_cam_from_base)
         sampling = {
             "num_steps": num_steps, "scheduler": type(sampler).__name__,
             "shift": float(sampler.config.get("flow_shift", sampler.config.get("shift", 0.0))),
@@ -574,7 +514,7 @@ class Kinema4DPipeline:
             "ablation": ablation}
         timings = {"conditioning": conditioned - started, "denoising": denoised - conditioned,
                    "decoding": time.perf_counter() - denoised}
-        return rgb, pointmap, contacts, sampling, timings
+        return rgb, pointmap, sampling, timings
 
     def _check_memory(self, batch: int) -> None:
         dtype = getattr(self.backend, "dtype", torch.float32)

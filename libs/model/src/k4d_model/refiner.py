@@ -25,9 +25,8 @@ where it has been so far), and outputs per pixel
                  object (the data engine's object ids >= 1), read once, from frame 0's inputs
                  (the robot's frame 0 only: it learns from every frame of a training clip
                  as an image given with its robot). A third network beside the colour one
-                 (`RefinerConfig.objects`) finds frame 0's objects for the `object_pixels:
-                 learned` option, where the colour rule (k4d_model.surface) takes a white
-                 object for a lit table (issue 21, round 18).
+                 (`RefinerConfig.objects`) finds frame 0's objects (RefinedChange.
+                 object_probability); no output option reads it today.
 
 Trained by `k4d train` (the recipe's `refiner` section, k4d_trainer.refiner_stage) on the same
 clips as the transformer; used by the pipeline when the model's `refiner` option is set
@@ -62,8 +61,6 @@ PLANE_HORIZONTAL = 3  # RefinedChange.first_plane of a pixel put on a plane z = 
 # misclassified pixel (a ray nearly parallel to the plane) and the direct estimate is kept
 PLANE_DEPTH_RATIO = 2.0
 DEPTH_GAIN = 10.0  # a lifted object moves ~5 % of the camera distance: keep the target near 1
-PLANE_MODE_BIN_M = 0.01  # plane_modes: the histogram's bin
-PLANE_MODE_WINDOW = 2  # and the bins either side of a peak that count towards it (+-2.5 cm)
 
 
 @dataclass(frozen=True)
@@ -289,76 +286,6 @@ def depth_on_planes(free_depth: np.ndarray, coordinate: np.ndarray, logits: np.n
             np.where(use, plane, 0).astype(np.int8))
 
 
-def plane_modes(values: np.ndarray, share: float) -> np.ndarray:
-    """(K,) metres, ascending: the modes of plane coordinates `values` (N,) metres, each a
-    peak of their histogram (PLANE_MODE_BIN_M bins, summed over PLANE_MODE_WINDOW bins either
-    side) holding at least `share` of them, at the median of the values around it; a peak
-    within two windows of a higher one is part of it. Empty when no peak holds that share."""
-    values = np.asarray(values, np.float64)
-    if values.size == 0:
-        return np.zeros(0)
-    edges = np.arange(values.min(), values.max() + 2 * PLANE_MODE_BIN_M, PLANE_MODE_BIN_M)
-    counts = np.histogram(values, edges)[0]
-    mass = np.convolve(counts, np.ones(2 * PLANE_MODE_WINDOW + 1), "same")
-    modes, taken = [], []
-    for peak in np.argsort(-mass, kind="stable"):
-        if mass[peak] < share * values.size:
-            break
-        if any(abs(int(peak) - t) <= 2 * PLANE_MODE_WINDOW for t in taken):
-            continue
-        low = edges[max(peak - PLANE_MODE_WINDOW, 0)]
-        high = edges[min(peak + PLANE_MODE_WINDOW + 1, len(edges) - 1)]
-        taken.append(int(peak))
-        modes.append(float(np.median(values[(values >= low) & (values <= high)])))
-    return np.sort(np.asarray(modes))
-
-
-def snap_planes(coordinate: np.ndarray, logits: np.ndarray, share: float,
-                convex_top: bool = False) -> np.ndarray:
-    """(3, H, W) metres: `coordinate` (3, H, W) with each pixel's coordinate on its most
-    likely plane (logits (4, H, W): none, x, y, z) moved to the nearest of that axis's
-    plane_modes (the `plane_mode_share` option, k4d.generation); unchanged where an axis has
-    no mode. convex_top (the `plane_top_convex` option): then fill_convex_top."""
-    plane = np.argmax(logits, axis=0)
-    snapped = np.array(coordinate, np.float64, copy=True)
-    heights = np.zeros(0)
-    for axis in range(3):
-        on = plane == axis + 1
-        modes = plane_modes(snapped[axis][on], share) if on.any() else np.zeros(0)
-        if modes.size:
-            values = snapped[axis][on]
-            snapped[axis][on] = modes[np.abs(values[:, None] - modes[None]).argmin(axis=1)]
-        if axis == 2:
-            heights = modes
-    if convex_top and heights.size > 1:  # a table over a floor: the table's hull
-        fill_convex_top(snapped[2], plane == 3, float(heights[-1]))
-    return snapped
-
-
-def fill_convex_top(height: np.ndarray, horizontal: np.ndarray, top: float) -> None:
-    """In place on `height` (H, W) metres, the snapped z coordinates: the pixels of
-    `horizontal` (H, W) bool that lie inside the convex hull, in the image, of those at the
-    highest height `top` are put at it. The highest horizontal surface is taken for a table
-    top, a convex polygon whose image is convex too (a projective map keeps convexity in
-    front of the camera); the network reads patches of a patterned table, and its near edge,
-    as the floor below it."""
-    from scipy.spatial import Delaunay, QhullError
-
-    on_top = horizontal & (np.abs(height - top) < 1e-9)
-    rows, cols = np.nonzero(on_top)
-    if len(rows) < 3:
-        return
-    try:
-        hull = Delaunay(np.stack([rows, cols], axis=-1).astype(np.float64))
-    except QhullError:  # collinear: no area to fill
-        return
-    lower = horizontal & (height < top)
-    candidates = np.argwhere(lower)
-    if len(candidates):
-        inside = hull.find_simplex(candidates.astype(np.float64)) >= 0
-        height[tuple(candidates[inside].T)] = top
-
-
 def depth_scale(robot: RobotCondition) -> float:
     """The robot's mean depth in frame 0 (metres; 1 without robot pixels there): the depth
     unit of the refiner's inputs and of its depth head."""
@@ -397,14 +324,11 @@ class RefinedChange:
 
 @torch.no_grad()
 def predict_change(refiner: ChangeRefiner, image: np.ndarray, robot: RobotCondition,
-                   batch: int = 4, T_cam_from_base: np.ndarray | None = None,
-                   plane_mode_share: float = 0.0, plane_top_convex: bool = False
+                   batch: int = 4, T_cam_from_base: np.ndarray | None = None
                    ) -> RefinedChange:
     """The refiner's change for frames 1..T-1 of the clip (RefinedChange). T_cam_from_base
     (4, 4): the camera's pose the robot condition was rendered with, for a geometry network
-    with scene planes (without it, that network's direct depth estimate is used).
-    plane_mode_share > 0: the planes' coordinates snap to their modes (snap_planes), and with
-    plane_top_convex the highest horizontal one fills its convex hull (fill_convex_top)."""
+    with scene planes (without it, that network's direct depth estimate is used)."""
     T, H, W = robot.mask.shape
     geometry = refiner.geometry_source
     rays = BaseRays.from_robot(robot, T_cam_from_base) if geometry.config.scene_planes else None
@@ -444,30 +368,9 @@ def predict_change(refiner: ChangeRefiner, image: np.ndarray, robot: RobotCondit
         change.first_depth_m = (scale * np.exp(log_first / (T - 1))).astype(np.float32)
         if rays is not None:  # every frame predicts frame 0's planes: their mean
             planes /= T - 1
-            coordinate = (snap_planes(planes[:3], planes[3:], plane_mode_share,
-                                      plane_top_convex)
-                          if plane_mode_share > 0 else planes[:3])
             change.first_depth_m, change.first_plane = depth_on_planes(
-                change.first_depth_m, coordinate, planes[3:], rays)
+                change.first_depth_m, planes[:3], planes[3:], rays)
     return change
-
-
-def keep_objects(change: RefinedChange, objects: np.ndarray) -> RefinedChange:
-    """The change with no change shown on `objects` (H, W) bool, frame 0's objects (the
-    `refiner_objects: kept` option): they keep the input's pixels and points there, and only
-    the grasp and push priors move them. Dilated by a pixel for their anti-aliased edges."""
-    from scipy import ndimage
-
-    keep = ndimage.binary_dilation(objects)
-    probability = change.probability.copy()
-    probability[:, keep] = 0.0
-    point_probability = change.point_probability
-    if point_probability is change.probability:
-        point_probability = probability
-    elif point_probability is not None:
-        point_probability = point_probability.copy()
-        point_probability[:, keep] = 0.0
-    return replace(change, probability=probability, point_probability=point_probability)
 
 
 def save_refiner(refiner: ChangeRefiner, model_dir: str | Path) -> Path:

@@ -26,21 +26,18 @@ is the input, not a VAE reconstruction of it:
                      "input": the transformer's frames are not shown. Frame t starts as the
                      input image and frame 0's points, with the robot condition's render and
                      points where the robot is; the options below (the refiner's change, the
-                     robot's colours, the uncovered fill, the grasp and push priors) draw
-                     the world's change over it. The pipeline then does not sample at all,
-                     unless frame 0's points are unknown (no initial pointmap, or one with
-                     holes, and no `refiner_first_depth` estimate): then the transformer is
-                     sampled for its frame-0 points only. For models whose transformer's
-                     frames cost more fidelity than they add (the demo model, round 10:
-                     static region 40.4 -> 49.4 dB, the changed region the same).
+                     robot's colours, the uncovered fill) draw the world's change over it.
+                     The pipeline then does not sample at all, unless frame 0's points are
+                     unknown (no initial pointmap, or one with holes, and no
+                     `refiner_first_depth` estimate): then the transformer is sampled for
+                     its frame-0 points only. Whatever moves then comes from the refiner,
+                     which never sees a sample: not a world model's mode (the shipped model
+                     decodes "relative").
   change_threshold   with "relative" or "composite": a pixel keeps x_0 exactly unless its
                      decoded change D(z)_t - R_t exceeds this many RGB levels (0-255) or
                      `change_depth_m` metres of depth (0: RGB alone decides; a model's own
                      depth flickers more than its colour), or the robot covers it now or in frame
-                     0; the mask is grown by `change_dilate` pixels. With
-                     `change_near_robot_px` > 0, change away from the robot counts only
-                     within that many pixels of where the robot has been up to frame t (in
-                     a tabletop scene the world moves where the robot touches it).
+                     0; the mask is grown by `change_dilate` pixels.
   change_ramp        with "composite": > 0 fades from x_0 to the generated pixel as the
                      decoded change rises from `change_threshold` to `change_threshold` +
                      this many levels, instead of switching at the threshold (a small
@@ -102,106 +99,12 @@ is the input, not a VAE reconstruction of it:
                      filled exactly) rings from the outside in, then Laplace smoothing, along
                      each pixel's camera ray. Otherwise they keep frame 0's robot points: a
                      ghost of the robot in the pointmap.
-  grasp              "rigid": an object the gripper closes on moves with the tool, rigidly,
-                     until the gripper opens (a kinematic prior, not learned; ADR 018). Where
-                     the gripper starts to close, the object is the piece of frame 0's scene
-                     next to the tool frame that stands above the surface under it or differs
-                     from its colour; the tool at or below that surface holds nothing. Its
-                     frame-0 pixels and points are drawn where the tool takes them (behind
-                     the robot where the robot is nearer); where it was, the frame shows its
-                     surroundings filled in (uncovered's fill) and the points the surface
-                     behind it. Needs the rollout's tool track (k4d.tool.ToolTrack: the
-                     simulator passes it from the kinematics stage) and the camera's pose;
-                     without them the option does nothing.
-  grasp_release      "settle": an object `grasp` lets go of falls onto what lies under it,
-                     where it was let go (frame 0's points under its footprint: the table, a
-                     marker, the object it is stacked on), instead of hanging where the hand
-                     opened. A top-down hand closes at an object's middle and places it at
-                     its plan's height (on the demo data 0.8 cm above where it stood; a
-                     stack's top let go of beside its base, 4-6 cm above the table). It keeps
-                     its place when frame 0 shows nothing under it (k4d_model.contact.
-                     settled). Measured frame-0 points only (an initial pointmap: RGB-D,
-                     `k4d policy-eval`'s worlds): an RGB image's estimate misses objects
-                     (white and grey ones lie flat), and an object let go of over one fell
-                     through it. "" (default): it stays where it was let go.
-  refiner_objects    "kept": the refiner's change is not shown on frame 0's objects (the pieces
-                     `estimated_objects` finds on the refiner's floors, a pixel wider): they
-                     keep the input's pixels and points, and only `grasp` and `push` move
-                     them. The refiner draws a stack's placement as a smear over its base,
-                     where the grasp prior draws the placed object itself. Needs the
-                     refiner's planes.
-  grasp_centre_m     > 0: with measured frame-0 points (an initial pointmap), `grasp` holds an
-                     object only when its centre lies within this many metres of the tool frame
-                     horizontally (between the fingers; its centre read from its footprint,
-                     k4d_model.surface.flat_footprint), and no longer checks the tool's height
-                     against the surface. On an estimate, only with `estimated_objects:
-                     fitted` and only for the objects it stood up: a flat footprint's centre
-                     lies 2.1 cm too far from the camera on average, a fitted one's 0.0 cm
-                     (spread 1.7 cm; validation split, 72 objects). Elsewhere the grasp is as
-                     with 0 (default): the nearest piece within 6 cm, the tool above the
-                     surface.
-  push               "quasi-static": an object the tool sweeps moves with it (a kinematic
-                     prior, not learned; ADR 018): the pieces of frame 0's scene standing
-                     above the surface near where the tool is low; between two frames, one
-                     within its radius + 1 cm of the tool's path is moved along the motion
-                     until it is that far ahead (its sideways offset kept; no rotation).
-                     Drawn as `grasp` draws. Only with measured frame-0 points (an initial
-                     pointmap) unless `push_estimated`: an estimate puts small objects on the
-                     surface behind them and cannot tell them from texture. Needs the tool
-                     track and the pose.
-  push_estimated     true: `push` also runs on the refiner's estimated frame-0 points (an
-                     RGB image alone). For a geometry network trained to stand objects up
-                     (the trainer's `refiner.geometry.object_weight` and `object_planes`;
-                     with the demo model's networks it did not pay, model card round 9);
-                     false (default): measured frame-0 points only.
-  push_colour        true: `push` tells objects apart by colour rather than height, for an
-                     estimate of frame 0's points (`push_estimated`), which lays small objects
-                     flat on the surface behind them: an object is a piece unlike every colour
-                     of the surface under the tool (those colours shaded or lit, and blends of
-                     two), its footprint is read from its width and near edge, and it is taken
-                     to be as tall as it is wide (k4d_model.surface). Measured frame-0 points
-                     are still read by height. False (default): pieces standing above the
-                     surface.
-  estimated_objects  "standing": on frame 0's estimated points (`refiner_first_depth`), which
-                     lay small objects flat on the surface behind them, the objects stand up
-                     again: pieces of the horizontal planes' pixels unlike their colours (as
-                     `push_colour` finds them) become boxes on their footprint, as tall as they
-                     are wide, each pixel's point moved along its own ray to the box's front
-                     face or top (k4d_model.surface.standing_objects). Needs the refiner's
-                     planes and the camera's pose; measured frame-0 points are kept as given.
-                     "fitted": the same boxes, each slid along the view to where its
-                     silhouette (the pixels whose rays meet it) best matches the object's
-                     pixels: a flat footprint's near edge lies behind the object's front
-                     (its centre 2.1 cm too far on average; fitted: 0.0 cm, spread 1.7 cm;
-                     k4d_model.surface.silhouette_footprint).
-  object_radius_m    [min, max] metres: an object's radius, read from its width across the
-                     view, is clipped to this range of the object sizes the model expects
-                     (for the demo model, its training data's: boxes and cylinders 1.8-2.8
-                     cm) wherever its footprint is read (k4d_model.surface.flat_footprint):
-                     where `estimated_objects` stands it up, `grasp_centre_m` tests its centre
-                     and a `push_colour` push meets it. On an estimate a piece is 3-6 pixels
-                     wide and reads its width to +-42 %; measured points read it truly.
-                     Absent (default): the width alone.
-  plane_mode_share   in [0, 1): with a refiner whose geometry network predicts scene planes,
-                     each plane's coordinate (the height of a table top, a floor) snaps to
-                     the nearest mode of the coordinates its axis's pixels predict, a mode
-                     being a peak that holds at least this share of them (k4d_model.refiner.
-                     plane_modes). The network regresses one coordinate per pixel and, unsure
-                     between a table and the floor 75 cm below, answers in between; a scene
-                     has few surfaces. Measured on test 8837: frame 0's depth AbsRel fell in
-                     31 of 32 episodes. 0 (default): each pixel's own coordinate.
-  plane_top_convex   true: with `plane_mode_share`, the highest horizontal surface (a table
-                     top) is convex: the pixels inside the convex hull, in the image, of those
-                     snapped to it that were snapped to a lower one (the floor) are put on
-                     it (k4d_model.refiner.fill_convex_top). The network reads a patterned
-                     table's patches and a table's near edge as the floor below.
-  object_pixels      "learned": frame 0's objects on the refiner's floors (the pieces
-                     `estimated_objects` stands up and `refiner_objects` keeps) are the
-                     pixels the refiner's object network finds (probability > 0.5;
-                     k4d_model.refiner, RefinerConfig.objects; trained by the recipe's
-                     `refiner.objects` section), not the colour rule's: a white object on a
-                     light table is like the table lit, a black one like it in shadow. Needs
-                     a refiner with an object network. "" (default): the colour rule.
+
+No option says where an object is, whether a grasp holds or where a pushed or released object
+goes: a network decides each (shared/DESIGN.md, "What a model may do"). The hand-written
+tabletop priors that once did (rigid grasp, quasi-static push, settle, plane snapping,
+object finding by colour) were removed with ADR 020; `check_model_extra` refuses their keys
+like any unknown key.
 """
 
 from __future__ import annotations
@@ -213,13 +116,10 @@ from typing import Any
 STATIC_WORLD = "static-world"
 
 FIDELITY_KEYS = ("first_frame", "latent_anchor", "decode", "change_threshold",
-                 "change_depth_m", "change_dilate", "change_near_robot_px", "change_ramp",
-                 "robot_pointmap", "robot_rgb", "uncovered", "refiner", "refiner_threshold",
-                 "refiner_power", "refiner_pointmap", "refiner_pointmap_threshold",
-                 "refiner_first_depth", "uncovered_pointmap", "grasp", "grasp_release", "push",
-                 "push_estimated", "push_colour", "estimated_objects", "grasp_centre_m",
-                 "refiner_objects", "object_radius_m", "plane_mode_share",
-                 "plane_top_convex", "object_pixels")
+                 "change_depth_m", "change_dilate", "change_ramp", "robot_pointmap",
+                 "robot_rgb", "uncovered", "refiner", "refiner_threshold", "refiner_power",
+                 "refiner_pointmap", "refiner_pointmap_threshold", "refiner_first_depth",
+                 "uncovered_pointmap")
 FIRST_FRAME_GIVEN = "given"
 DECODE_RELATIVE = "relative"
 DECODE_COMPOSITE = "composite"
@@ -231,13 +131,6 @@ UNCOVERED_FILLED = "filled"
 REFINER_CHANGE = "change"
 REFINER_DRAWN = "drawn"
 REFINER_FIRST_DEPTH_ESTIMATED = "estimated"
-GRASP_RIGID = "rigid"
-GRASP_RELEASE_SETTLE = "settle"
-PUSH_QUASI_STATIC = "quasi-static"
-ESTIMATED_OBJECTS_STANDING = "standing"
-ESTIMATED_OBJECTS_FITTED = "fitted"
-REFINER_OBJECTS_KEPT = "kept"
-OBJECT_PIXELS_LEARNED = "learned"
 
 
 _CHOICES = {"first_frame": ("", FIRST_FRAME_GIVEN),
@@ -248,13 +141,7 @@ _CHOICES = {"first_frame": ("", FIRST_FRAME_GIVEN),
             "uncovered_pointmap": ("", UNCOVERED_FILLED),
             "refiner": ("", REFINER_CHANGE),
             "refiner_pointmap": ("", REFINER_CHANGE, REFINER_DRAWN),
-            "refiner_first_depth": ("", REFINER_FIRST_DEPTH_ESTIMATED),
-            "grasp": ("", GRASP_RIGID),
-            "grasp_release": ("", GRASP_RELEASE_SETTLE),
-            "push": ("", PUSH_QUASI_STATIC),
-            "estimated_objects": ("", ESTIMATED_OBJECTS_STANDING, ESTIMATED_OBJECTS_FITTED),
-            "refiner_objects": ("", REFINER_OBJECTS_KEPT),
-            "object_pixels": ("", OBJECT_PIXELS_LEARNED)}
+            "refiner_first_depth": ("", REFINER_FIRST_DEPTH_ESTIMATED)}
 # ModelInfo.extra keys of a model directory's k4d_model.json beside the output options:
 # VAE_DECODE_KEY = VAE_DECODE_SPLIT decodes the RGB and pointmap halves apart.
 VAE_DECODE_KEY = "vae_decode"
@@ -298,7 +185,6 @@ class FidelityOptions:
     change_threshold: float = 0.0
     change_depth_m: float = 0.02
     change_dilate: int = 1
-    change_near_robot_px: int = 0
     change_ramp: float = 0.0
     robot_pointmap: str = ""
     robot_rgb: str = ""
@@ -310,18 +196,6 @@ class FidelityOptions:
     refiner_pointmap_threshold: float = 0.5
     refiner_first_depth: str = ""
     uncovered_pointmap: str = ""
-    grasp: str = ""
-    grasp_release: str = ""
-    push: str = ""
-    push_estimated: bool = False
-    push_colour: bool = False
-    estimated_objects: str = ""
-    grasp_centre_m: float = 0.0
-    refiner_objects: str = ""
-    object_radius_m: tuple[float, float] | None = None
-    plane_mode_share: float = 0.0
-    plane_top_convex: bool = False
-    object_pixels: str = ""
 
     @classmethod
     def from_extra(cls, extra: dict[str, Any] | None) -> FidelityOptions:
@@ -332,7 +206,6 @@ class FidelityOptions:
                    change_threshold=float(extra.get("change_threshold", 0.0)),
                    change_depth_m=float(extra.get("change_depth_m", 0.02)),
                    change_dilate=int(extra.get("change_dilate", 1)),
-                   change_near_robot_px=int(extra.get("change_near_robot_px", 0)),
                    change_ramp=float(extra.get("change_ramp", 0.0)),
                    robot_pointmap=str(extra.get("robot_pointmap", "")),
                    robot_rgb=str(extra.get("robot_rgb", "")),
@@ -344,20 +217,7 @@ class FidelityOptions:
                    refiner_pointmap_threshold=float(extra.get("refiner_pointmap_threshold",
                                                               0.5)),
                    refiner_first_depth=str(extra.get("refiner_first_depth", "")),
-                   uncovered_pointmap=str(extra.get("uncovered_pointmap", "")),
-                   grasp=str(extra.get("grasp", "")),
-                   grasp_release=str(extra.get("grasp_release", "")),
-                   push=str(extra.get("push", "")),
-                   push_estimated=bool(extra.get("push_estimated", False)),
-                   push_colour=bool(extra.get("push_colour", False)),
-                   estimated_objects=str(extra.get("estimated_objects", "")),
-                   grasp_centre_m=float(extra.get("grasp_centre_m", 0.0)),
-                   refiner_objects=str(extra.get("refiner_objects", "")),
-                   object_radius_m=(tuple(float(v) for v in extra["object_radius_m"])
-                                    if extra.get("object_radius_m") is not None else None),
-                   plane_mode_share=float(extra.get("plane_mode_share", 0.0)),
-                   plane_top_convex=bool(extra.get("plane_top_convex", False)),
-                   object_pixels=str(extra.get("object_pixels", "")))
+                   uncovered_pointmap=str(extra.get("uncovered_pointmap", "")))
 
     @classmethod
     def check(cls, extra: dict[str, Any], prefix: str = "extra") -> FidelityOptions:
@@ -374,33 +234,23 @@ class FidelityOptions:
             if key in extra and extra[key] not in allowed:
                 raise InvalidArgument.for_field(f"{prefix}.{key}",
                                                 f"must be one of {allowed}, got {extra[key]!r}")
-        for key in ("change_threshold", "change_depth_m", "change_dilate",
-                    "change_near_robot_px", "change_ramp", "grasp_centre_m"):
+        for key in ("change_threshold", "change_depth_m", "change_dilate", "change_ramp"):
             value = extra.get(key, 0)
             if not _is_number(value) or value < 0:
                 raise InvalidArgument.for_field(f"{prefix}.{key}", f"must be a number >= 0, got {value!r}")
-        for key in ("change_dilate", "change_near_robot_px"):
-            if key in extra and not isinstance(extra[key], int):
-                raise InvalidArgument.for_field(f"{prefix}.{key}", f"must be a whole number, got {extra[key]!r}")
-        for key in ("refiner_threshold", "refiner_pointmap_threshold", "plane_mode_share"):
+        if "change_dilate" in extra and not isinstance(extra["change_dilate"], int):
+            raise InvalidArgument.for_field(f"{prefix}.change_dilate",
+                                            f"must be a whole number, got {extra['change_dilate']!r}")
+        for key in ("refiner_threshold", "refiner_pointmap_threshold"):
             threshold = extra.get(key, 0.5)
             if not _is_number(threshold) or not 0 <= threshold < 1:
                 raise InvalidArgument.for_field(f"{prefix}.{key}", f"must be in [0, 1), got {threshold!r}")
         power = extra.get("refiner_power", 1.0)
         if not _is_number(power) or not 0 < power <= 8:
             raise InvalidArgument.for_field(f"{prefix}.refiner_power", f"must be in (0, 8], got {power!r}")
-        radius = extra.get("object_radius_m")
-        if radius is not None and not (
-                isinstance(radius, (list, tuple)) and len(radius) == 2
-                and all(_is_number(v) for v in radius) and 0 < radius[0] <= radius[1]):
-            raise InvalidArgument.for_field(f"{prefix}.object_radius_m",
-                                            "must be [min, max] metres with 0 < min <= max")
-        for key in ("latent_anchor", "push_estimated", "push_colour", "plane_top_convex"):
-            if not isinstance(extra.get(key, False), bool):
-                raise InvalidArgument.for_field(f"{prefix}.{key}", f"must be true or false, got {extra[key]!r}")
-        if extra.get("plane_top_convex") and not extra.get("plane_mode_share"):
-            raise InvalidArgument.for_field(f"{prefix}.plane_top_convex",
-                                            "needs plane_mode_share > 0 (the snapped planes)")
+        if not isinstance(extra.get("latent_anchor", False), bool):
+            raise InvalidArgument.for_field(f"{prefix}.latent_anchor",
+                                            f"must be true or false, got {extra['latent_anchor']!r}")
         return cls.from_extra(extra)
 
     @property

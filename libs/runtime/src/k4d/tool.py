@@ -1,7 +1,7 @@
 """The robot's tool over a rollout: where its tool frame is and how far its gripper is open,
 frame by frame. Read off the kinematics stage's output (joints and link poses) with the robot
-model's `ee_link` and `gripper_joints`; the generator's grasp option (k4d_model.contact)
-moves the objects the gripper holds with it (ADR 018)."""
+model's `ee_link` and `gripper_joints`, and passed to the generator with the rollout: a
+conditioning signal a model's networks may learn from (none of ours reads it yet)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,7 @@ class ToolTrack:
     frame. opening: (T,) float64, the gripper's opening in its joints' units (the sum of the
     gripper joints; larger is more open); all zeros for a robot without a gripper.
     holding: the gripper already holds an object at frame 0 (a clip that continues one in
-    which it closed on the object: the second chunk of a policy's grasp). A grasp is
-    otherwise found only where the opening falls within the track."""
+    which it closed on the object: the second chunk of a policy's grasp)."""
 
     T_base_from_tool: np.ndarray
     opening: np.ndarray

@@ -18,7 +18,8 @@ from k4d.tabletop.tasks import HOME_JOINTS, TASKS, Plan, plan_task
 
 MAX_ATTEMPTS = 25
 MIN_ROBOT_PIXELS_FRACTION = 0.01
-DEMO_SEED, DEMO_INDEX = 9013, 0  # examples/demo_heldout: `k4d datagen synthetic --seed 9013` episode 0
+# examples/demo_heldout: `k4d datagen synthetic --seed 9013 --framing workspace` episode 0
+DEMO_SEED, DEMO_INDEX, DEMO_FRAMING = 9013, 0, "workspace"
 
 
 @dataclass
@@ -74,7 +75,8 @@ def _feasible(bundle: RobotBundle, scene: SceneSpec, plan: Plan, q0: np.ndarray)
     return float(mask.mean()) >= MIN_ROBOT_PIXELS_FRACTION
 
 
-def _draw(rng, task: str, height: int, width: int, bundle: RobotBundle) -> tuple[SceneSpec, Plan]:
+def _draw(rng, task: str, height: int, width: int, bundle: RobotBundle,
+          framing: str = "wide") -> tuple[SceneSpec, Plan]:
     from k4d.robots.fk import forward_kinematics
 
     robot = bundle.robot
@@ -83,25 +85,27 @@ def _draw(rng, task: str, height: int, width: int, bundle: RobotBundle) -> tuple
     gripper = robot.joint_names.index(robot.gripper_joints[0])
     travel = float(robot.upper[gripper] - robot.lower[gripper])
     for _ in range(MAX_ATTEMPTS):
-        scene = sample_scene(rng, task, width, height)
+        scene = sample_scene(rng, task, width, height, framing)
         plan = plan_task(scene, task, rng, False, travel, start[:3, 3])
         if _feasible(bundle, scene, plan, q0):
             return scene, plan
     raise RuntimeError(f"no feasible {task} scene in {MAX_ATTEMPTS} attempts")
 
 
-def scenario(seed: int, index: int, task: str, height: int, width: int, robot: str = "panda") -> Scenario:
-    """Scene `index` of `task` under `seed` at the clip size (height, width)."""
+def scenario(seed: int, index: int, task: str, height: int, width: int, robot: str = "panda",
+             framing: str = "wide") -> Scenario:
+    """Scene `index` of `task` under `seed` at the clip size (height, width), seen by a camera
+    of `framing` (k4d.tabletop.scene.FRAMINGS)."""
     bundle = robot_bundle(robot)
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), int(index), TASKS.index(task)]))
-    scene, plan = _draw(rng, task, height, width, bundle)
+    scene, plan = _draw(rng, task, height, width, bundle, framing)
     return Scenario(f"{task}-s{seed}-{index:04d}", seed, index, task, scene, plan,
                     np.array(HOME_JOINTS, np.float64))
 
 
 def demo_scenario(height: int = 96, width: int = 144, robot: str = "panda") -> Scenario:
     """The shipped demo scene (examples/demo_heldout): episode 0 of `k4d datagen synthetic
-    --seed 9013 --task mix --failures 0.25`, redrawn with the data engine's random stream
+    --seed 9013 --task mix --failures 0.25 --framing workspace`, redrawn with the data engine's random stream
     (task, failure kind, then scenes until one is feasible) at the clip size."""
     from k4d.tabletop.tasks import sample_noise
 
@@ -119,7 +123,7 @@ def demo_scenario(height: int = 96, width: int = 144, robot: str = "panda") -> S
     gripper = bundle.robot.joint_names.index(bundle.robot.gripper_joints[0])
     travel = float(bundle.robot.upper[gripper] - bundle.robot.lower[gripper])
     for _ in range(MAX_ATTEMPTS):
-        scene = sample_scene(rng, task, width, height)
+        scene = sample_scene(rng, task, width, height, DEMO_FRAMING)
         plan = plan_task(scene, task, rng, near_miss, travel, start[:3, 3])
         if noise:
             sample_noise(rng)

@@ -167,7 +167,7 @@ class WorldModel:
 
     def generate(self, image, robot, seed: int, pointmap=None, T_cam_from_base=None, tool=None):
         """T_cam_from_base and tool (k4d.tool.ToolTrack): the camera's pose and the tool's
-        track, which the model's scene planes and grasp options read (k4d.generation)."""
+        track: a refiner with scene planes reads the pose; the track is the model's to use."""
         kwargs = {"initial_pointmap": np.asarray(pointmap, np.float32)} if self._takes_points and pointmap is not None \
             else {}
         result = self.manager.generate(image, robot.rgb, robot.pointmap, robot.mask, seed=int(seed),
@@ -213,7 +213,8 @@ class WorldModelWorld:
         joint so far, the chunk's, then held, and the chunk's frames are kept: the model sees
         the whole episode, so a grasp or push that spans two chunks is one contact and no
         generated frame is fed back as input. Past one clip it continues from the last
-        generated frame (and pointmap), telling the grasp option what is still held."""
+        generated frame (and pointmap), telling the model what a grasp it reported (its
+        metadata's `contacts`) still holds."""
         from k4d.robots.fk import forward_kinematics
         from k4d.tool import tool_track
         from k4d_projection import CONDITION_OUTPUTS

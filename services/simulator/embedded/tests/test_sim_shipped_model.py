@@ -125,9 +125,11 @@ def test_shipped_demo_model_verifies_and_fits_the_size_limit():
 
 @needs_shipped
 def test_shipped_demo_model_golden_slice(tmp_path, capsys):
-    """A 2-step sampling run on the held-out example reproduces the stored slice
-    (models/demo-small/golden.json, written by examples/train/demo_model.py golden), and
-    the terminal, summary.json and viewer.html say which model made it and what it is."""
+    """A sampling run with the shipped settings on the example scene reproduces the stored
+    slice (models/demo-small/golden.json, written by examples/train/demo_model.py golden):
+    the transformer is sampled with the model's own steps, and frames t >= 1 carry its
+    sample (the ablation that repeats frame 0's latent gives other pixels). The terminal,
+    summary.json and viewer.html say which model made it and what it is."""
     golden = json.loads((SHIPPED_DEFAULT / GOLDEN).read_text())
     out = tmp_path / "run"
     args = [str(ROOT / a) if a.startswith("examples/") else a for a in golden["args"]]
@@ -136,6 +138,9 @@ def test_shipped_demo_model_golden_slice(tmp_path, capsys):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["generator"] == "kinema4d" and not summary["static_world"]
     assert summary["model"]["label"] and "synthetic" in summary["model"]["description"]
+    info = json.loads((SHIPPED_DEFAULT / "weights" / "k4d_model.json").read_text())
+    assert "--steps" not in golden["args"]  # the shipped settings
+    assert summary["sampling"]["num_steps"] == info["num_inference_steps"] > 0
     printed = capsys.readouterr().out
     assert f"model: {summary['model']['id']} (" in printed and "synthetic" in printed
     assert "about the model" in (out / "viewer.html").read_text()
@@ -149,6 +154,33 @@ def test_shipped_demo_model_golden_slice(tmp_path, capsys):
     np.testing.assert_allclose(pts_slice, np.array(golden["pointmap"]), atol=2e-3)
     # The slice is not constant: a broken sampler giving flat frames would not pass.
     assert np.ptp(np.array(golden["rgb"])) > 10
+
+
+@needs_shipped
+def test_shipped_demo_model_frames_come_from_its_transformer(tmp_path):
+    """Issue 45's ablation on the example scene: with the transformer's sample replaced by
+    frame 0's latent repeated (a sample that changes nothing), frames t >= 1 off the robot
+    change; frame 0, the given image, does not."""
+    from k4d_generator.pipeline import Kinema4DPipeline
+    from k4d_model.pipeline import ABLATION_FIRST_FRAME
+    from PIL import Image
+
+    out = tmp_path / "run"
+    golden = json.loads((SHIPPED_DEFAULT / GOLDEN).read_text())
+    args = [str(ROOT / a) if a.startswith("examples/") else a for a in golden["args"]]
+    assert main(["simulate", *args, "--model", str(SHIPPED_DEFAULT), "--out", str(out),
+                 "--no-progress", "--no-recording"]) == 0
+    image = np.asarray(Image.open(HELDOUT / "scene.png").convert("RGB"))
+    with np.load(out / "robot.npz") as data:
+        condition = (data["rgb"], data["pointmap"], data["mask"])
+    pipe = Kinema4DPipeline.from_pretrained(str(SHIPPED_DEFAULT / "weights"))  # shipped settings
+    sampled = pipe(image, *condition, seed=0)
+    assert sampled.metadata["num_steps"] == pipe.info.num_inference_steps > 0
+    ablated = pipe(image, *condition, seed=0, ablation=ABLATION_FIRST_FRAME)
+    off_robot = ~(condition[2] | condition[2][:1])
+    difference = np.abs(sampled.rgb.astype(int) - ablated.rgb.astype(int)).max(axis=-1)
+    assert (difference[0] == 0).all()
+    assert (difference[1:][off_robot[1:]] > 8).mean() > 0.01
 
 
 @needs_shipped

@@ -290,10 +290,9 @@ class RefinerSection:
     # learned log depth errs by a few cm at 1 m, as much as an object is tall. Needs
     # object_ids.
     object_planes: bool = False
-    # > 0: an object network (whether the given image's pixel shows an object, for the
-    # `object_pixels: learned` output option), its BCE against the episodes' object_ids > 0
-    # weighted this much, on every frame as a given image; it has no other term. Needs
-    # object_ids.
+    # > 0: an object network (whether the given image's pixel shows an object), its BCE
+    # against the episodes' object_ids > 0 weighted this much, on every frame as a given
+    # image; it has no other term. Needs object_ids.
     object_logit_weight: float = 0.0
     object_pos_weight: float = 5.0  # BCE weight of an object pixel (~1 %) over the others
     # A dataset of the run's episodes rendered at the clip's own frames and size (k4d datagen
@@ -314,9 +313,8 @@ class RefinerSection:
     # (k4d_model.refiner.RefinerConfig.geometry) for the depth output options
     geometry: RefinerSection | None = None
     # An object network trained after those (its own section: object_logit_weight > 0,
-    # usually no other term), stored inside the refiner (RefinerConfig.objects) for the
-    # `object_pixels: learned` option: frame 0's objects found by learning, where the colour
-    # rule takes a white object for a lit table (issue 21, round 18)
+    # usually no other term), stored inside the refiner (RefinerConfig.objects): frame 0's
+    # objects (k4d_model.refiner.RefinedChange.object_probability)
     objects: RefinerSection | None = None
 
     def validate(self, prefix: str = "refiner") -> None:
@@ -456,11 +454,6 @@ class TrainConfig:
         for section in (self.data, self.training, self.vae, self.refiner, self.parallelism,
                         self.checkpoint, self.publish, self.observability):
             section.validate()
-        objects = self.refiner.objects
-        _check(not self.model.fidelity.get("object_pixels") or (
-            self.refiner.steps > 0 and objects is not None and objects.steps > 0),
-            "model.fidelity.object_pixels", "needs the refiner's object network: a "
-                                            "refiner.objects section with steps > 0")
         return self
 
     @property
