@@ -55,6 +55,7 @@ def test_run_writes_sample_lines_pictures_and_panel(sampled_run, capsys):
         assert line["episodes"] == 1 and line["kind"] == "sample"
         assert all(math.isfinite(line[key]) for key in SAMPLE_KEYS), line
         assert line["x0_error_sigma1_zero"] > 0 and line["seconds"] > 0
+        assert sum(line["sampling_s"].values()) <= line["seconds"]
     # the target is fixed; the weights moved between the measurements
     assert samples[0]["x0_error_sigma1_zero"] == samples[1]["x0_error_sigma1_zero"]
     assert samples[0]["x0_error_sigma1"] != samples[1]["x0_error_sigma1"]

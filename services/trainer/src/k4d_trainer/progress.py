@@ -1,9 +1,10 @@
 """Judging the transformer stage's progress by samples, not loss (issue 45).
 
-Raw loss is a poor progress signal: predicting zero and memorising are far apart in it,
-while samples can stay noise. So every `training.sample_every` steps (and at the last step)
-rank 0 takes the first `training.sample_episodes` episodes of `training.sample_uri`
-(default `vae.heldout_uri`; the same episodes all run) and, with the weights being trained:
+Raw loss is a poor progress signal: it averages over every noise level, where the sampler
+queries a few, and says little about what a sample looks like. So every
+`training.sample_every` steps (and at the last step) rank 0 takes the first
+`training.sample_episodes` episodes of `training.sample_uri` (default `vae.heldout_uri`;
+the same episodes all run) and, with the weights being trained:
 
 - `x0_error_sigma1`: the transformer's x0 prediction from pure noise at sigma = 1
   (x0 = x_t - sigma v = eps - v) against the clean sample the loss trains towards (the
@@ -40,7 +41,7 @@ from k4d_model.checkpoints import ModelComponents
 from k4d_model.conditions import PointmapNormalization
 from k4d_model.lora import LoraLayer, LoraWeights, fuse_lora
 from k4d_model.pipeline import Kinema4DPipeline
-from k4d_model.results import RobotCondition
+from k4d_model.results import GenerationResult, RobotCondition
 
 from k4d_trainer import model as model_lib
 from k4d_trainer.clips import ClipSpec, read_clip
@@ -123,17 +124,22 @@ class SampleProgress:
                 self.episodes = [self._prepare(pipe, eid) for eid in self.episode_ids]
             x0 = [x0_errors(transformer, e.sample, self.seed + i, self.change_target,
                             self.compute_dtype, device) for i, e in enumerate(self.episodes)]
-            samples = [_sample_rgb(pipe, e, self.seed + i) for i, e in enumerate(self.episodes)]
+            results = [_sample(pipe, e, self.seed + i) for i, e in enumerate(self.episodes)]
         finally:
             transformer.train(was_training)
             if device.type != "cpu":  # the training loop keeps the encoders off the GPU
                 self.components.vae.cpu()
                 self.components.image_encoder.cpu()
+        samples = [result.rgb for result in results]
         figures = sample_figures(self.episodes, samples, x0)
         self.run.write_bytes(f"{SAMPLES_FOLDER}/step-{step:08d}.png",
                              progress_picture(self.episodes, samples))
+        # where the time went: the pipeline's own phases, summed over the episodes
+        phases = {phase: round(sum(r.metadata["timings_s"][phase] for r in results), 3)
+                  for phase in ("conditioning", "denoising", "decoding")}
         return {"kind": SAMPLE_KIND, "step": step, **figures,
-                "episodes": len(self.episodes), "seconds": time.perf_counter() - started}
+                "episodes": len(self.episodes), "seconds": time.perf_counter() - started,
+                "sampling_s": phases}
 
     def _pipeline(self, transformer: torch.nn.Module) -> Kinema4DPipeline:
         """The generator's sampler on the in-memory components, without the output options
@@ -214,12 +220,11 @@ def x0_errors(transformer: torch.nn.Module, sample: dict[str, torch.Tensor], see
     return float((x0 - x).square().mean()), float(x.square().mean())
 
 
-def _sample_rgb(pipe: Kinema4DPipeline, episode: ProgressEpisode, seed: int) -> np.ndarray:
-    """(T, H, W, 3) uint8: one sampling run with the model's own settings."""
+def _sample(pipe: Kinema4DPipeline, episode: ProgressEpisode, seed: int) -> GenerationResult:
+    """One sampling run with the model's own settings (rgb: (T, H, W, 3) uint8)."""
     robot = episode.robot
-    result = pipe(episode.rgb[0], robot.rgb, robot.pointmap, robot.mask, seed=seed,
-                  pointmap_normalization=episode.norm)
-    return result.rgb
+    return pipe(episode.rgb[0], robot.rgb, robot.pointmap, robot.mask, seed=seed,
+                pointmap_normalization=episode.norm)
 
 
 def sample_figures(episodes: list[ProgressEpisode], samples: list[np.ndarray],
