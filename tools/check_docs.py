@@ -22,9 +22,7 @@ MAX_CELL_CHARS = 300
 HISTORY = re.compile(r"\b(?:rounds? \d+|this round|last round|previous round|next round)\b",
                      re.IGNORECASE)
 # Files the checks know to fail today, each with what removes it from this list.
-KNOWN_EXCEPTIONS = {
-    "models/demo-small/README.md": "removed when the model card is rewritten, issue 45",
-}
+KNOWN_EXCEPTIONS: dict[str, str] = {}
 
 
 def doc_files(repo: Path = REPO) -> list[Path]:
