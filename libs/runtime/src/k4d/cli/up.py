@@ -21,6 +21,7 @@ from k4d import local_servers
 from k4d.config import SERVICE_PORTS
 from k4d.errors import FailedPrecondition, InvalidArgument
 from k4d.generation import STATIC_WORLD
+from k4d.settings import current as current_settings
 
 # The repository's models/ folder (an editable install, as `make setup` makes): the shipped
 # models, each a manifest.json (registry manifest + weights_dir, label, "default") beside
@@ -100,9 +101,8 @@ def _service_env(name: str, grpc_port: int, metrics_port: int, broker, s3,
         "K4D_STORE_URI": f"s3://{LOCAL_BUCKET}", "K4D_S3_ENDPOINT": s3.address,
         "K4D_S3_ACCESS_KEY": s3.info["access_key"], "K4D_S3_SECRET_KEY": s3.info["secret_key"],
         "K4D_S3_REGION": s3.info["region"], "K4D_S3_SECURE": "0", "OTEL_SERVICE_NAME": name,
-        "K4D_KAFKA_SESSION_TIMEOUT_MS": os.environ.get("K4D_KAFKA_SESSION_TIMEOUT_MS",
-                                                       str(LOCAL_SESSION_TIMEOUT_MS)),
     })
+    env.setdefault("K4D_KAFKA_SESSION_TIMEOUT_MS", str(LOCAL_SESSION_TIMEOUT_MS))  # yours wins
     return env
 
 
@@ -136,7 +136,7 @@ def _default_model(s3, models: Path = REPO_MODELS) -> tuple[str, str]:
 
     Follows `k4d simulate`: $K4D_DEFAULT_MODEL when set (`static-world`, a registry
     reference, or a shipped-model folder), else the shipped default in models/."""
-    chosen = os.environ.get(DEFAULT_MODEL_ENV, "").strip()
+    chosen = current_settings().models.default_model
     if chosen == STATIC_WORLD:
         return "", f"{DEFAULT_MODEL_ENV}={STATIC_WORLD}"
     if chosen and not Path(chosen).is_dir():
@@ -233,7 +233,7 @@ def up(options: UpOptions) -> int:
         rows = [("broker", "kafka", broker.address, "healthy"),
                 ("s3", "s3", f"http://{s3.address}", "healthy")]
         default_model = ""
-        if "simulator" in names and not os.environ.get(SIMULATOR_DEFAULT_MODEL_ENV):
+        if "simulator" in names and not current_settings().simulator.default_model:
             default_model, how = _default_model(s3)
             rows.append(("model", "registry", default_model or STATIC_WORLD, how))
 

@@ -20,6 +20,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from k4d.settings import current as current_settings
+
 
 def alive(pid: int) -> bool:
     """Whether `pid` is a running process (a zombie counts as gone)."""
@@ -41,9 +43,9 @@ class UpCluster:
         """ClientSecurity of the printed exports (the user's token), or of `token`."""
         from k4d.grpc_client import ClientSecurity
 
-        env = self.client_env
-        return ClientSecurity(tls_ca=env.get("K4D_TLS_CA", ""),
-                              token=env.get("K4D_TOKEN", "") if token is None else token)
+        printed = current_settings(self.client_env).runtime
+        return ClientSecurity(tls_ca=printed.tls_ca,
+                              token=printed.token if token is None else token)
 
     def operator(self):
         """ClientSecurity with the operator's token."""
