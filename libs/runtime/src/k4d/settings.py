@@ -124,8 +124,29 @@ SECTIONS: dict[str, type] = {
 }
 
 
+class _Section:
+    """A `Settings` attribute: its section parsed from the snapshot on first access."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, settings: Settings | None, owner: type | None = None):
+        if settings is None:
+            return self
+        value = parse_section(SECTIONS[self.name], settings._env)
+        settings.__dict__[self.name] = value  # later reads skip the descriptor
+        return value
+
+
 class Settings:
     """Every section, each parsed from one snapshot of the environment on first access."""
+
+    models: ModelSettings = _Section()
+    generator: GeneratorSettings = _Section()
+    simulator: SimulatorSettings = _Section()
+    trainer: TrainerSettings = _Section()
+    train: TrainRunSettings = _Section()
+    dev: DevSettings = _Section()
 
     def __init__(self, env: Mapping[str, str]):
         self._env = dict(env)
@@ -134,30 +155,6 @@ class Settings:
     def runtime(self) -> Config:
         """Without a service's ports and name; a service calls `load_config(service)`."""
         return load_config(env=self._env)
-
-    @cached_property
-    def models(self) -> ModelSettings:
-        return parse_section(ModelSettings, self._env)
-
-    @cached_property
-    def generator(self) -> GeneratorSettings:
-        return parse_section(GeneratorSettings, self._env)
-
-    @cached_property
-    def simulator(self) -> SimulatorSettings:
-        return parse_section(SimulatorSettings, self._env)
-
-    @cached_property
-    def trainer(self) -> TrainerSettings:
-        return parse_section(TrainerSettings, self._env)
-
-    @cached_property
-    def train(self) -> TrainRunSettings:
-        return parse_section(TrainRunSettings, self._env)
-
-    @cached_property
-    def dev(self) -> DevSettings:
-        return parse_section(DevSettings, self._env)
 
 
 def current(env: Mapping[str, str] | None = None) -> Settings:
