@@ -4,7 +4,8 @@ object per process, so the gRPC servicer and the Kafka stage share ONE `ModelMan
 Readiness is "the model is loaded and warmed up": the service reports NOT_SERVING until
 the start-up model below (or a LoadModel) has loaded and sampled one warm-up step. The
 stage worker starts consuming only after the start-up load finished, and stops the process
-(so its supervisor restarts it) when that load failed. Generator settings, read once here:
+(so its supervisor restarts it) when that load failed. Generator settings (k4d.settings
+GeneratorSettings, `current().generator`), read once here:
   K4D_GENERATOR_MODEL      model to load at start (path or registry:NAME[/VERSION]); empty =
                            none (then a job's model is loaded when a job names it). With a
                            model set, the process serves that model (and its newer
@@ -22,12 +23,13 @@ import threading
 from k4d.grpc_server import set_serving
 from k4d.logs import get_logger
 from k4d.service import Service
+from k4d.settings import GeneratorSettings
+from k4d.settings import current as current_settings
 from k4d.store import open_store
 from kinema4d.v1 import generator_pb2, generator_pb2_grpc
 
 from k4d_generator.api import GeneratorServicer
 from k4d_generator.service import ModelManager
-from k4d_generator.settings import generator_settings
 from k4d_generator.worker import build_worker
 
 SERVICE_NAME = generator_pb2.DESCRIPTOR.services_by_name["GeneratorService"].full_name
@@ -38,7 +40,7 @@ class StartupLoad:
     """The start-up model, loaded in the background (a 14B model takes minutes; the gRPC
     server answers liveness meanwhile). `wait` blocks until it is loaded."""
 
-    def __init__(self, manager: ModelManager, settings: dict[str, str]):
+    def __init__(self, manager: ModelManager, settings: GeneratorSettings):
         self.manager, self.settings = manager, settings
         self.done = threading.Event()
         self.error: BaseException | None = None
@@ -46,7 +48,7 @@ class StartupLoad:
 
     @property
     def model(self) -> str:
-        return self.settings["model"]
+        return self.settings.model
 
     def start(self) -> None:
         if self._started:
@@ -59,8 +61,8 @@ class StartupLoad:
 
     def _load(self) -> None:
         try:
-            self.manager.load(self.model, self.settings["backend"],
-                              self.settings["precision"] or None)
+            self.manager.load(self.model, self.settings.backend,
+                              self.settings.precision or None)
         except BaseException as exc:
             self.error = exc
             log.exception("start-up model load failed", extra={"model": self.model[:200]})
@@ -87,12 +89,12 @@ class GeneratorService(Service):
 
     def __init__(self, config, *, store=None, env=None, manager: ModelManager | None = None):
         super().__init__(config)
-        self.settings = generator_settings(env)
+        self.settings = current_settings(env).generator
         self._owns_store = store is None
         self.store = store or open_store(config=config)
         self.manager = manager or ModelManager(
-            self.store, cache_dir=self.settings["cache_dir"] or None,
-            device=self.settings["device"], allow_static_world=False)
+            self.store, cache_dir=self.settings.cache_dir or None,
+            device=self.settings.device, allow_static_world=False)
         self.startup = StartupLoad(self.manager, self.settings)
 
     def register(self, server) -> list[str]:

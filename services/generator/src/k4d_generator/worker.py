@@ -47,6 +47,7 @@ from k4d.logs import get_logger
 from k4d.model_events import read_model_published
 from k4d.robots.proto import robot_from_ref
 from k4d.robots.registry import RobotRegistry
+from k4d.settings import current as current_settings
 from k4d.store import from_tensor_data, get_array, job_key, put_array
 from k4d.tensor_io import TensorRef
 from k4d.tool import ToolTrack, tool_track
@@ -56,7 +57,6 @@ from k4d_generator.api import model_info_proto, sampling_kwargs
 from k4d_generator.core import GenerationOutput, choose_backend, run_generation
 from k4d_generator.outputs import write_video
 from k4d_generator.service import ModelManager
-from k4d_generator.settings import generator_settings
 
 STAGE = "generation"
 GROUP_ID = "k4d-generator"
@@ -161,9 +161,9 @@ def build_worker(config, bus, store, manager: ModelManager | None = None,
     """The generation stage worker + model hot reload. `k4d serve generator --worker` calls
     it through `GeneratorService.build_worker` with the process's one manager and start-up
     load; called alone (entry point k4d.workers, tests) it builds a manager of its own."""
-    settings = generator_settings()
-    manager = manager or ModelManager(store, cache_dir=settings["cache_dir"] or None,
-                                      device=settings["device"])
+    settings = current_settings().generator
+    manager = manager or ModelManager(store, cache_dir=settings.cache_dir or None,
+                                      device=settings.device)
     stage = GenerationStage(bus, store, manager,
                             served_model=startup.model if startup is not None else "")
     reload_group = f"{GROUP_ID}-reload-{socket.gethostname()}-{os.getpid()}"

@@ -19,6 +19,7 @@ import inspect
 from pathlib import Path
 
 import numpy as np
+from k4d.settings import current as current_settings
 
 from k4d_policy.policies import Observation
 from k4d_policy.scenes import RobotBundle, Scenario
@@ -115,9 +116,8 @@ def default_model_ref() -> str:
     """The model `k4d simulate` uses without --model ('' = none): $K4D_DEFAULT_MODEL, else
     the shipped models/demo-small when its manifest says "default": true (its weights dir)."""
     import json
-    import os
 
-    value = os.environ.get(DEFAULT_MODEL_ENV, "").strip()
+    value = current_settings().models.default_model
     if value:
         return "" if value == "static-world" else value
     manifest = REPO_MODELS / "demo-small" / "manifest.json"

@@ -8,18 +8,19 @@ overlay runs several) never answers NOT_FOUND for a job it has not folded yet. O
 
 from __future__ import annotations
 
-import os
 import re
 
 from k4d.bus import open_bus
 from k4d.errors import InvalidArgument
 from k4d.grpc_server import add_shutdown_callback, set_serving
+from k4d.settings import current as current_settings
 from k4d.store import open_store
+from kinema4d.v1 import common_pb2, simulator_pb2, simulator_pb2_grpc
+
 from k4d_simulator.api import SimulatorServicer
 from k4d_simulator.feed import JobFeed
 from k4d_simulator.jobs import JobTable
 from k4d_simulator.records import JobRecords
-from kinema4d.v1 import common_pb2, simulator_pb2, simulator_pb2_grpc
 
 SERVICE_NAME = simulator_pb2.DESCRIPTOR.services_by_name["SimulatorService"].full_name
 DEFAULT_MODEL_ENV = "K4D_SIMULATOR_DEFAULT_MODEL"
@@ -43,7 +44,7 @@ def default_model_ref(value: str) -> common_pb2.ModelRef | None:
 def build_servicer(config, bus=None, store=None, *,
                    on_ready=None) -> tuple[SimulatorServicer, JobFeed]:
     """The servicer and its started feed (own bus/store from config unless given)."""
-    default_model = default_model_ref(os.environ.get(DEFAULT_MODEL_ENV, ""))
+    default_model = default_model_ref(current_settings().simulator.default_model)
     bus = bus or open_bus(config)
     store = store or open_store(config=config)
     table, records = JobTable(), JobRecords(store)

@@ -23,6 +23,8 @@ import sys
 import threading
 import time
 
+from k4d.settings import current as current_settings
+
 LAUNCHER_PID_ENV = "K4D_TRAIN_LAUNCHER_PID"  # set by `k4d train` for the torchrun agent
 AGENT_PID_ENV = "K4D_TRAIN_AGENT_PID"  # set by the torchrun agent for its workers
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -55,20 +57,15 @@ def _watch_parent(parent: int, sig: int, interval_s: float = 0.5) -> None:
     os.kill(os.getpid(), sig)
 
 
-def _pid_from_env(name: str) -> int | None:
-    value = os.environ.get(name, "")
-    return int(value) if value.isdigit() else None
-
-
 def worker_start() -> None:
     """In a torchrun worker: die with the agent. Workers that torchrun started without our
     agent (`torchrun --no-python k4d train` in a pod) still arm the signal, unchecked."""
-    die_with_parent(_pid_from_env(AGENT_PID_ENV))
+    die_with_parent(current_settings().train.agent_pid)
 
 
 def main(argv: list[str] | None = None) -> None:
     """The torchrun agent: die with the launcher, then run torchrun here."""
-    die_with_parent(_pid_from_env(LAUNCHER_PID_ENV))
+    die_with_parent(current_settings().train.launcher_pid)
     os.environ[AGENT_PID_ENV] = str(os.getpid())  # the workers inherit the agent's env
     from torch.distributed.run import main as torchrun_main
 

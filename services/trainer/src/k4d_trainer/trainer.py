@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import os
 import resource
 import signal
 import time
@@ -18,6 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 from k4d.errors import K4DError
+from k4d.settings import current as current_settings
 
 from k4d_trainer import model as model_lib
 from k4d_trainer.checkpoint import Checkpointer, ModelOptimizerState, RngState
@@ -343,4 +343,4 @@ def all_gather_int(value: int, dist: DistInfo) -> list[int]:
 
 
 def env_job_id() -> str | None:
-    return os.environ.get("K4D_TRAIN_JOB_ID") or None
+    return current_settings().train.job_id or None

@@ -14,11 +14,11 @@ worth showing); otherwise static-world.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from k4d.errors import InvalidArgument
 from k4d.generation import STATIC_WORLD
+from k4d.settings import current as current_settings
 from k4d.tensor_io import sha256_file
 
 MANIFEST = "manifest.json"
@@ -65,7 +65,7 @@ def default_model(shipped: Path = SHIPPED_DEFAULT) -> str:
     """The model reference `k4d simulate` uses when `--model` is omitted ('' = static-world):
     $K4D_DEFAULT_MODEL when set, else the shipped model when its manifest says
     `"default": true`, else static-world."""
-    value = os.environ.get(DEFAULT_MODEL_ENV, "").strip()
+    value = current_settings().models.default_model
     if value:
         return "" if value == STATIC_WORLD else value
     if is_shipped_model(shipped) and read_manifest(shipped).get("default") is True:
