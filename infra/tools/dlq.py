@@ -35,6 +35,7 @@ from k4d.bus.base import (
     Consumer,
     Message,
 )
+from k4d.settings import current as current_settings
 
 REPLAY_GROUP = "k4d-dlq-replay"
 DLQ_SUFFIX = ".dlq"
@@ -112,7 +113,7 @@ def replay(bus: Bus, dlq_topic: str, *, limit: int | None = None, idle_s: float 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--bootstrap", default=os.environ.get("K4D_KAFKA_BOOTSTRAP", ""),
+    parser.add_argument("--bootstrap", default=current_settings().runtime.kafka_bootstrap,
                         help="Kafka bootstrap host:port (default: $K4D_KAFKA_BOOTSTRAP)")
     parser.add_argument("--idle-s", type=float, default=15.0,
                         help="stop after this many seconds without a new message")

@@ -26,6 +26,7 @@ from pathlib import Path
 import jsonschema
 import kubernetes_validate
 import yaml
+from k4d.settings import current as current_settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 K8S_DIR = REPO_ROOT / "infra" / "k8s"
@@ -42,7 +43,7 @@ class KubectlMissing(RuntimeError):
 
 def find_kubectl() -> Path:
     """$K4D_KUBECTL, then the repo venv's kubectl, then PATH."""
-    candidates = [os.environ.get("K4D_KUBECTL"), str(REPO_ROOT / ".venv" / "bin" / "kubectl"),
+    candidates = [current_settings().dev.kubectl, str(REPO_ROOT / ".venv" / "bin" / "kubectl"),
                   shutil.which("kubectl")]
     for candidate in candidates:
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):

@@ -10,11 +10,11 @@ new contract version: K4D_WRITE_GOLDEN=1 pytest tests/contract/test_policy_contr
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
+from k4d.settings import current as current_settings
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -56,7 +56,7 @@ def test_golden_message_bytes(name):
     message = _messages()[name]
     data = message.SerializeToString(deterministic=True)
     path = GOLDEN / f"{name}.binpb"
-    if os.environ.get("K4D_WRITE_GOLDEN") == "1":
+    if current_settings().dev.write_golden:
         path.write_bytes(data)
     golden = path.read_bytes()
     assert data == golden, f"{name}: wire bytes changed against {path} (a breaking contract change?)"

@@ -22,14 +22,15 @@ from k4d import local_servers
 from k4d.grpc_client import ClientSecurity, create_channel, wait_healthy
 from k4d.local_credentials import ensure_local_credentials
 from k4d.pipeline_topology import OPERATOR
+from k4d.settings import current as current_settings
 from k4d.testing.fuzz import fuzz_server
 
 pytestmark = pytest.mark.integration
 
 SERVICES = sorted({e.name for e in entry_points(group="k4d.services")})
 # A longer or different run: K4D_FUZZ_CALLS=2000 K4D_FUZZ_SEED=3 pytest <this file>
-CALLS_PER_METHOD = int(os.environ.get("K4D_FUZZ_CALLS", "100"))
-SEED = int(os.environ.get("K4D_FUZZ_SEED", "9"))
+CALLS_PER_METHOD = current_settings().dev.fuzz_calls
+SEED = current_settings().dev.fuzz_seed
 # Generous for a shared 2-core CI machine under load; a call past it is a hang, not a
 # slow answer.
 DEADLINE_S = 30.0
