@@ -27,7 +27,6 @@ os.environ.setdefault("MUJOCO_GL", "osmesa")
 
 import numpy as np  # noqa: E402
 from k4d.episodes import open_dataset  # noqa: E402
-from k4d.tabletop.physics import SceneCamera  # noqa: E402
 from k4d_datagen.engine import (  # noqa: E402
     EpisodeConfig,
     Simulation,
@@ -36,6 +35,7 @@ from k4d_datagen.engine import (  # noqa: E402
     plan_episode,
 )
 from k4d_datagen.runner import generate_dataset  # noqa: E402
+from k4d_tabletop.physics import SceneCamera  # noqa: E402
 
 
 def throughput(frames, height, width, episodes, workers, seed=7) -> dict:

@@ -1,4 +1,4 @@
-"""Accuracy of the automatic success judge (k4d.judge) on ground truth against the data
+"""Accuracy of the automatic success judge (k4d_tabletop.judge) on ground truth against the data
 engine's labels, with and without the objects' known start positions (`start_xyz`, issue 21
 round 8). A fresh synthetic set, 13x96x144 (the demo model's clip), never used in training.
 
@@ -21,8 +21,8 @@ from pathlib import Path
 
 def judged(uri: str, with_start: bool) -> dict:
     from k4d.episodes import open_dataset
-    from k4d.judge import judge, start_positions
     from k4d_eval.inputs import load_episode
+    from k4d_tabletop.judge import judge, start_positions
 
     dataset = open_dataset(uri)
     right = wrong = abstained = 0

@@ -28,7 +28,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 WHEELS="$HERE/wheels"
 CARRIED=(diffusers zarr numcodecs donfig google-crc32c)
-PROJECT=(libs/runtime libs/model services/generator services/trainer)
+PROJECT=(libs/runtime libs/model libs/tabletop services/generator services/trainer)
 
 pick_python() {
   if [[ -n "${PYTHON:-}" ]]; then echo "$PYTHON"

@@ -194,7 +194,9 @@ KNOWN_SHARED_NAMES = {
 
 def library_module_names() -> set[str]:
     names = set()
-    for root in (REPO / "libs/runtime/src/k4d", REPO / "libs/model/src/k4d_model"):
+    for root in sorted(REPO.glob("libs/*/src/k4d*")):  # k4d, k4d_model, k4d_tabletop
+        if not root.is_dir() or root.name.endswith(".egg-info"):
+            continue
         names |= {p.stem for p in root.iterdir()
                   if not p.name.startswith("_") and (p.suffix == ".py" or (p / "__init__.py").is_file())}
     return names

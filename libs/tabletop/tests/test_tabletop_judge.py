@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from k4d.camera import Camera
-from k4d.judge import JudgeClip, judge, object_track
+from k4d_tabletop.judge import JudgeClip, judge, object_track
 
 H, W = 60, 90
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from k4d.episodes.dataset import validate_arrays
-from k4d.tabletop.physics import depth_to_pointmap
-from k4d.tabletop.tasks import judge
 from k4d_datagen.engine import EpisodeConfig, generate_episode
+from k4d_tabletop.physics import depth_to_pointmap
+from k4d_tabletop.tasks import judge
 
 T, H, W = 7, 64, 96
 

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 from k4d.errors import InvalidArgument
-from k4d.tabletop.scene import SceneShift, sample_scene
 from k4d_datagen.engine import EpisodeConfig, episode_rng, generate_episode
+from k4d_tabletop.scene import SceneShift, sample_scene
 
 
 def _scene(framing="wide", shift=None, index=0):

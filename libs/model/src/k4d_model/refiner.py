@@ -8,7 +8,7 @@ robot condition (its render, mask and depth now, in frame 0, in the frame before
 where it has been so far), and outputs per pixel
 
     delta   (3)  frame t's colour minus frame 0's, on the [-1, 1] scale of the image
-    logit   (1)  whether the pixel changed (the evaluator's `changed` rule, k4d.scene_change)
+    logit   (1)  whether the pixel changed (the evaluator's `changed` rule, k4d_tabletop.scene_change)
     depth   (1)  with `RefinerConfig.depth`: frame t's depth minus frame 0's where the pixel
                  changed, DEPTH_GAIN x metres over the robot's mean depth in frame 0 (the
                  inputs' depth scale: the network sees no metric scale, only the robot's)

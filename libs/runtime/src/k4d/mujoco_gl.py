@@ -1,5 +1,5 @@
 """Headless MuJoCo rendering support shared by the data engine (synthetic scenes,
-`k4d.tabletop.physics.SceneCamera`) and the projection cross-checks
+`k4d_tabletop.physics.SceneCamera`) and the projection cross-checks
 (`k4d_projection.testing.mujoco_reference`): importing mujoco with an off-screen GL
 backend, the off-screen GL and render contexts (`OffscreenContext`), and reading its
 depth buffer back in metres.

@@ -1,5 +1,5 @@
-"""The synthetic tabletop domain shared by the data engine and the policy evaluator: scenes
-(`scene`), scripted tasks and their physics judge (`tasks`), and MuJoCo physics of a scene
-with the robot's links as mocap bodies (`physics`). Moved here from k4d_datagen (issue 18)
-so that a second service can run the same scenes without importing the data engine; the
-data engine's old module names are aliases of these modules."""
+"""The synthetic tabletop domain shared by the data engine, the policy evaluator, the evaluator
+and the trainer: scenes (`scene`), scripted tasks and their physics judge (`tasks`), MuJoCo
+physics of a scene with the robot's links as mocap bodies (`physics`), the pointmap success
+judge (`judge`) and the scene-change rule (`scene_change`). Moved out of the runtime, which
+holds only the platform (issue 46, ADR 022); before that out of k4d_datagen (issue 18)."""

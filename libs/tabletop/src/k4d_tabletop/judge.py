@@ -5,7 +5,7 @@ policy-eval`, world-model rollouts). Moved from k4d_eval.policy (issue 18).
 It finds the target object in a clip by its colour in frame 0 (its pixels there are given,
 e.g. from ground-truth object ids of what the initial scene shows), reads the object's 3D
 position from the clip's pointmap in that region frame by frame (median of its points, in
-the world frame of the camera) and applies the data engine's rules (`k4d.tabletop.tasks.judge`)
+the world frame of the camera) and applies the data engine's rules (`k4d_tabletop.tasks.judge`)
 as far as pointmaps show them:
   pick   lifted > LIFT_M at some frame and resting again at the end (final height within
          REST_M of the start); with the task's goal (`goal_xy`, the place marker), ending
@@ -55,8 +55,8 @@ class JudgeClip:
 LIFT_M = 0.05
 REST_M = 0.02
 PUSH_M = 0.7 * 0.12   # 0.7 x the data engine's push distance
-PICK_GOAL_M = 0.04    # the data engine's place tolerance (k4d.tabletop.tasks.PICK_TOLERANCE_M)
-PUSH_GOAL_M = 0.05    # and its push goal tolerance (k4d.tabletop.tasks.judge)
+PICK_GOAL_M = 0.04    # the data engine's place tolerance (k4d_tabletop.tasks.PICK_TOLERANCE_M)
+PUSH_GOAL_M = 0.05    # and its push goal tolerance (k4d_tabletop.tasks.judge)
 STACK_XY_M = 0.03
 STACK_Z_M = 0.02
 BASE_MOVED_M = 0.03

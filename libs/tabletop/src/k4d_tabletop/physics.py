@@ -1,4 +1,4 @@
-"""MuJoCo physics of a tabletop scene (`k4d.tabletop.scene`): the robot's links are mocap
+"""MuJoCo physics of a tabletop scene (`k4d_tabletop.scene`): the robot's links are mocap
 bodies driven exactly by kinematics (the robot model's FK), the objects are free bodies under
 contact and gravity, plus offscreen renders of the scene camera. Used by the data engine
 (whole scripted episodes) and by the policy evaluator (closed loop, chunk by chunk).
@@ -10,11 +10,11 @@ the kinematics and projection packages), so this module needs neither.
 from __future__ import annotations
 
 import numpy as np
+from k4d.robots.fk import forward_kinematics
 from scipy.spatial.transform import Rotation
 
-from k4d.robots.fk import forward_kinematics
-from k4d.tabletop.scene import ROBOT_GROUP, build_model
-from k4d.tabletop.tasks import DURATION_S
+from k4d_tabletop.scene import ROBOT_GROUP, build_model
+from k4d_tabletop.tasks import DURATION_S
 
 PHYSICS_DT = 0.002
 
@@ -30,7 +30,7 @@ class Simulation:
 
     def __init__(self, scene, robot, link_meshes, mesh_files: dict[int, str], rollout=None):
         """scene: a SceneSpec; robot: the RobotModel; link_meshes / mesh_files: its visual
-        link meshes and their MuJoCo STL files (`k4d.tabletop.scene.link_mesh_files`);
+        link meshes and their MuJoCo STL files (`k4d_tabletop.scene.link_mesh_files`);
         rollout: the planned joint trajectory `run` plays (control_times, control_joints)."""
         self.scene, self.robot, self.rollout = scene, robot, rollout
         self.mujoco, self.model, self.link_bodies = build_model(scene, link_meshes, robot.link_names, mesh_files)

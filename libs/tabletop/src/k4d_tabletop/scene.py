@@ -21,13 +21,12 @@ import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-
 from k4d.camera import Camera
 from k4d.errors import InvalidArgument
 
 TABLE_TOP_Z = 0.0
 FRAMINGS = ("wide", "workspace")
-# The workspace framing's view: the table region the tasks use (k4d.tabletop.tasks: objects
+# The workspace framing's view: the table region the tasks use (k4d_tabletop.tasks: objects
 # at x 0.38-0.62, y -0.22-0.22) is about this wide at the target, in metres.
 WORKSPACE_VIEW_M = (0.44, 0.56)
 WORKSPACE_TARGET = (0.50, 0.0, 0.08)
@@ -209,7 +208,7 @@ def sample_scene(rng: np.random.Generator, task: str, width: int, height: int,
     the object sizes and the camera distance scaled by `shift`. The draws are the same for
     every framing and shift (a shifted split is the same scenes, scaled)."""
     shift = shift or SceneShift()
-    from k4d.tabletop.tasks import sample_layout
+    from k4d_tabletop.tasks import sample_layout
 
     colours = _colour_names(rng, 4)
     layout = sample_layout(rng, task)

@@ -13,9 +13,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.spatial.transform import Rotation
-
 from k4d.errors import InvalidArgument
+from scipy.spatial.transform import Rotation
 
 TASKS = ("pick", "push", "stack")
 TASK_CHOICES = (*TASKS, "mix")

@@ -91,8 +91,8 @@ def _positive(name: str, value: int, upper: int | None = None) -> int:
 
 
 def _synthetic(args: argparse.Namespace) -> int:
-    from k4d.tabletop.scene import FRAMINGS, SceneShift
-    from k4d.tabletop.tasks import check_task
+    from k4d_tabletop.scene import FRAMINGS, SceneShift
+    from k4d_tabletop.tasks import check_task
 
     from k4d_datagen.engine import EpisodeConfig
     from k4d_datagen.runner import generate_dataset, shard_indices

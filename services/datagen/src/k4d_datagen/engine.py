@@ -14,15 +14,15 @@ from dataclasses import dataclass
 
 import numpy as np
 from k4d.episodes import EpisodeMeta
-from k4d.tabletop.physics import (
+from k4d_tabletop.physics import (
     PHYSICS_DT,
     SceneCamera,
     depth_to_pointmap,
     object_id_image,
 )
-from k4d.tabletop.physics import Simulation as _PhysicsSimulation
-from k4d.tabletop.scene import SceneShift, SceneSpec, sample_scene
-from k4d.tabletop.tasks import (
+from k4d_tabletop.physics import Simulation as _PhysicsSimulation
+from k4d_tabletop.scene import SceneShift, SceneSpec, sample_scene
+from k4d_tabletop.tasks import (
     DURATION_S,
     HOME_JOINTS,
     TASKS,
@@ -50,7 +50,7 @@ class EpisodeConfig:
     height: int = 480
     width: int = 720
     robot: str = "panda"
-    framing: str = "wide"  # k4d.tabletop.scene.FRAMINGS
+    framing: str = "wide"  # k4d_tabletop.scene.FRAMINGS
     scene_shift: SceneShift = SceneShift()
 
     @property
@@ -70,7 +70,7 @@ def robot_and_renderer(name: str):
 
 @functools.lru_cache(maxsize=4)
 def robot_mesh_files(name: str) -> dict[int, str]:
-    from k4d.tabletop.scene import link_mesh_files
+    from k4d_tabletop.scene import link_mesh_files
 
     model, renderer = robot_and_renderer(name)
     return link_mesh_files(renderer.link_meshes, name)
@@ -130,7 +130,7 @@ def plan_episode(config: EpisodeConfig, rng) -> Rollout:
 
 
 class Simulation(_PhysicsSimulation):
-    """The runtime's tabletop physics (`k4d.tabletop.physics.Simulation`) of one planned
+    """The tabletop physics (`k4d_tabletop.physics.Simulation`) of one planned
     episode, with the robot and its meshes from the kinematics and projection packages."""
 
     def __init__(self, config: EpisodeConfig, rollout: Rollout):
@@ -196,6 +196,6 @@ def generate_episode(config: EpisodeConfig, *, verify: bool = False) -> tuple[Ep
                 "framing": config.framing, "scene_shift": str(config.scene_shift),
                 "simulator": f"mujoco {sim.mujoco.__version__}",
                 # the task's goal (world x, y): a judge of a rollout checks it as the data
-                # engine's own judge does (k4d.judge's goal_xy; k4d_eval.policy)
+                # engine's own judge does (k4d_tabletop.judge's goal_xy; k4d_eval.policy)
                 "goal_xy": [float(v) for v in rollout.plan.goal["xy"]]})
     return meta, {**arrays, **extra}

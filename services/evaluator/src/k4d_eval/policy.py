@@ -1,16 +1,16 @@
 """Policy-evaluation agreement: does the world model judge rollouts the way reality does?
 
 - An automatic success judge for the data engine's synthetic tasks (its pure core lives in
-  the runtime, `k4d.judge`, shared with `k4d policy-eval`): it finds the target
+  the runtime, `k4d_tabletop.judge`, shared with `k4d policy-eval`): it finds the target
   object in a clip by its colour in frame 0 (its pixels there come from ground truth
   object_ids, what the initial scene shows), reads the object's 3D position from the
   clip's pointmap in that region frame by frame (median of its points, in the world frame
-  of the camera JSON) and applies the data engine's rules (k4d.tabletop.tasks.judge) as far
+  of the camera JSON) and applies the data engine's rules (k4d_tabletop.tasks.judge) as far
   as pointmaps show them:
     pick   lifted > LIFT_M at some frame and resting again at the end (final height within
            REST_M of the start); where the episode's metadata gives the task's goal
            (`source.goal_xy`, which k4d datagen writes), also ending within 4 cm of the
-           marker, as the data engine's judge requires (k4d.judge's goal_xy)
+           marker, as the data engine's judge requires (k4d_tabletop.judge's goal_xy)
     push   moved >= PUSH_M along the direction named in the task text (left, right,
            forward, back), else horizontally; with `source.goal_xy`, also ending within
            5 cm of the goal
@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from k4d.judge import judge, start_positions
+from k4d_tabletop.judge import judge, start_positions
 
 from k4d_eval.clip import Clip
 

@@ -10,7 +10,7 @@
                  pixels changing). It holds the frames before they move too, where copying
                  the input is exact.
   changed        frame t's pixels outside the robot (in frame t and in frame 0) whose ground
-                 truth differs from frame 0 (`k4d.scene_change`: any RGB channel by more
+                 truth differs from frame 0 (`k4d_tabletop.scene_change`: any RGB channel by more
                  than 25 levels or depth by more than 1 cm, where both depths are valid).
                  What a model has to generate; copying the input is wrong here by
                  definition. The trainer weights its loss by the same rule.
@@ -26,7 +26,7 @@
 from __future__ import annotations
 
 import numpy as np
-from k4d import scene_change
+from k4d_tabletop import scene_change
 
 from k4d_eval.clip import Clip
 
@@ -62,7 +62,7 @@ def build_regions(gt: Clip, condition_robot_mask: np.ndarray | None = None,
 
 
 def changed_from_first(gt: Clip) -> np.ndarray:
-    """(T, H, W) bool: where the ground truth differs from its frame 0 (k4d.scene_change)."""
+    """(T, H, W) bool: where the ground truth differs from its frame 0 (k4d_tabletop.scene_change)."""
     return scene_change.changed_from_first(gt.rgb, gt.depth)
 
 

@@ -102,7 +102,7 @@ def parse_policies(text: str) -> list[str]:
 
 
 def _config(args: argparse.Namespace):
-    from k4d.tabletop.tasks import TASKS
+    from k4d_tabletop.tasks import TASKS
 
     from k4d_policy.evaluate import EvalConfig
 

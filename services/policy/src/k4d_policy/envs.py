@@ -25,7 +25,7 @@ import functools
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
-from k4d.tabletop.tasks import DURATION_S
+from k4d_tabletop.tasks import DURATION_S
 
 ENV_ID = "k4d/WorldModel-v0"
 POINT_RANGE_M = 100.0  # pointmap bounds (metres; a generated point beyond is clipped)

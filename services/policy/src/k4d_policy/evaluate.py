@@ -26,7 +26,7 @@ import traceback
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from k4d.tabletop.tasks import DURATION_S
+from k4d_tabletop.tasks import DURATION_S
 
 from k4d_policy.remote import DEFAULT_TIMEOUT_S
 

@@ -2,7 +2,7 @@
 + the camera pose), never from simulator state.
 
 The task text names objects by colour ("push the red cube left"); the palette of the
-synthetic scenes (`k4d.tabletop.scene.COLOURS`) says what those colours look like. Points
+synthetic scenes (`k4d_tabletop.scene.COLOURS`) says what those colours look like. Points
 are moved from the camera frame into the robot base frame (the table top is z = 0); points
 above the table inside the workspace are grouped into blobs (3D neighbours), and the blob
 whose mean colour best matches the named colour under any shading is the object. Flat
@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
-from k4d.tabletop.scene import COLOURS
+from k4d_tabletop.scene import COLOURS
 
 # Where objects can be: the table's workspace in the base frame (metres).
 WORKSPACE_X = (0.2, 0.85)

@@ -23,7 +23,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 from k4d.errors import InvalidArgument, NotFound
-from k4d.tabletop.tasks import PICK_TOLERANCE_M, PUSH_DIRECTIONS, PUSH_DISTANCE_M, tcp_pose
+from k4d_tabletop.tasks import PICK_TOLERANCE_M, PUSH_DIRECTIONS, PUSH_DISTANCE_M, tcp_pose
 
 from k4d_policy import perception
 

@@ -1,4 +1,4 @@
-"""Evaluation scenes: the data engine's randomised tabletop scenes (`k4d.tabletop`), drawn
+"""Evaluation scenes: the data engine's randomised tabletop scenes (`k4d_tabletop`), drawn
 at the world model's clip size, plus the robot resources both worlds share.
 
 Scene `index` of a task under `seed` depends on (seed, index, task) only, so every policy
@@ -13,8 +13,8 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-from k4d.tabletop.scene import SceneSpec, sample_scene
-from k4d.tabletop.tasks import HOME_JOINTS, TASKS, Plan, plan_task
+from k4d_tabletop.scene import SceneSpec, sample_scene
+from k4d_tabletop.tasks import HOME_JOINTS, TASKS, Plan, plan_task
 
 MAX_ATTEMPTS = 25
 MIN_ROBOT_PIXELS_FRACTION = 0.01
@@ -51,8 +51,8 @@ class RobotBundle:
 @functools.lru_cache(maxsize=4)
 def robot_bundle(name: str = "panda") -> RobotBundle:
     from k4d.robots.descriptions import load_robot
-    from k4d.tabletop.scene import link_mesh_files
     from k4d_projection import RobotRenderer
+    from k4d_tabletop.scene import link_mesh_files
 
     robot = load_robot(name)
     renderer = RobotRenderer.from_robot(robot)
@@ -63,8 +63,8 @@ def robot_bundle(name: str = "panda") -> RobotBundle:
 def _feasible(bundle: RobotBundle, scene: SceneSpec, plan: Plan, q0: np.ndarray) -> bool:
     """The scripted plan's keyframes are reachable and the camera sees the robot."""
     from k4d.robots.fk import forward_kinematics
-    from k4d.tabletop.tasks import tcp_pose
     from k4d_kinematics import solve_ik
+    from k4d_tabletop.tasks import tcp_pose
 
     targets = np.stack([tcp_pose(k.xyz, k.yaw) for k in plan.keyframes[1:]])
     ik = solve_ik(bundle.robot, targets, link=bundle.tcp_link, seed=q0, mode="trajectory")
@@ -95,7 +95,7 @@ def _draw(rng, task: str, height: int, width: int, bundle: RobotBundle,
 def scenario(seed: int, index: int, task: str, height: int, width: int, robot: str = "panda",
              framing: str = "wide") -> Scenario:
     """Scene `index` of `task` under `seed` at the clip size (height, width), seen by a camera
-    of `framing` (k4d.tabletop.scene.FRAMINGS)."""
+    of `framing` (k4d_tabletop.scene.FRAMINGS)."""
     bundle = robot_bundle(robot)
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), int(index), TASKS.index(task)]))
     scene, plan = _draw(rng, task, height, width, bundle, framing)
@@ -107,7 +107,7 @@ def demo_scenario(height: int = 96, width: int = 144, robot: str = "panda") -> S
     """The shipped demo scene (examples/demo_heldout): episode 0 of `k4d datagen synthetic
     --seed 9013 --task mix --failures 0.25 --framing workspace`, redrawn with the data engine's random stream
     (task, failure kind, then scenes until one is feasible) at the clip size."""
-    from k4d.tabletop.tasks import sample_noise
+    from k4d_tabletop.tasks import sample_noise
 
     bundle = robot_bundle(robot)
     rng = np.random.default_rng(np.random.SeedSequence([DEMO_SEED, DEMO_INDEX]))

@@ -1,11 +1,11 @@
 """Two worlds behind one interface, stepped closed-loop by `k4d_policy.runner`:
 
-- `PhysicsWorld`: the data engine's MuJoCo scene (`k4d.tabletop.physics`), the robot's
+- `PhysicsWorld`: the data engine's MuJoCo scene (`k4d_tabletop.physics`), the robot's
   links as mocap bodies driven exactly by kinematics, objects under contact and gravity;
-  judged by the physics object-pose judge (`k4d.tabletop.tasks.judge`).
+  judged by the physics object-pose judge (`k4d_tabletop.tasks.judge`).
 - `WorldModelWorld`: the world model continues the rollout chunk by chunk from its last
   generated frame; the robot is drawn exactly by kinematics (FK + our projection of the
-  robot, the generator's condition); judged by the automatic pointmap judge (`k4d.judge`).
+  robot, the generator's condition); judged by the automatic pointmap judge (`k4d_tabletop.judge`).
 
 Both start from the same first frame: the MuJoCo render of the scene with the robot at its
 initial joints. The interface: `reset() -> Observation`, `step(joints (n, J)) ->
@@ -33,7 +33,7 @@ class _SceneRender:
 
     def __init__(self, scenario: Scenario, bundle: RobotBundle):
         from k4d.camera import Camera
-        from k4d.tabletop.physics import SceneCamera, Simulation
+        from k4d_tabletop.physics import SceneCamera, Simulation
 
         self.scenario, self.bundle = scenario, bundle
         self.camera = Camera.from_dict(scenario.camera_json)
@@ -43,7 +43,7 @@ class _SceneRender:
 
     def render(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """-> rgb (H, W, 3) uint8, pointmap (H, W, 3) float32 camera frame, geom ids (H, W)."""
-        from k4d.tabletop.physics import depth_to_pointmap
+        from k4d_tabletop.physics import depth_to_pointmap
 
         rgb, depth, geom = self.view.render()
         return rgb, depth_to_pointmap(depth, self.camera), geom
@@ -51,7 +51,7 @@ class _SceneRender:
     def object_ids(self, depth_geom) -> np.ndarray:
         """(H, W) int16 object ids (-1 none, 0 robot, k >= 1 object k) of the current frame."""
         from k4d.robots.fk import forward_kinematics
-        from k4d.tabletop.physics import object_id_image
+        from k4d_tabletop.physics import object_id_image
 
         pointmap, geom = depth_geom
         robot = self.bundle.renderer.render(forward_kinematics(self.bundle.robot, self.sim.q[None]), self.camera,
@@ -95,7 +95,7 @@ class PhysicsWorld:
         return obs
 
     def judge(self) -> dict:
-        from k4d.tabletop.tasks import judge
+        from k4d_tabletop.tasks import judge
 
         ok, how = judge(self.scenario.plan, self.scenario.scene, np.stack(self._poses))
         return {"success": bool(ok), "rule": how}
@@ -189,7 +189,7 @@ class WorldModelWorld:
         self.camera = Camera.from_dict(scenario.camera_json)
 
     def reset(self) -> Observation:
-        from k4d.judge import start_positions
+        from k4d_tabletop.judge import start_positions
 
         render = _SceneRender(self.scenario, self.bundle)
         try:
@@ -261,7 +261,7 @@ class WorldModelWorld:
         return obs
 
     def judge(self) -> dict:
-        from k4d.judge import JudgeClip, judge
+        from k4d_tabletop.judge import JudgeClip, judge
 
         pm = np.stack(self._pm)
         clip = JudgeClip(np.stack(self._rgb), pm, np.abs(pm).sum(-1) > 0, np.stack(self._mask))

@@ -144,7 +144,7 @@ class TrainingSection:
     timestep_shift: float = 1.0  # FlowMatchEulerDiscrete shift of the training schedule
     deterministic: bool = False  # torch.use_deterministic_algorithms for the run
     # Loss weight of a latent cell (issue 21): the largest that applies, 1 elsewhere. Where
-    # the scene changed from frame 0 (the evaluator's `changed` rule, k4d.scene_change; 8 %
+    # the scene changed from frame 0 (the evaluator's `changed` rule, k4d_tabletop.scene_change; 8 %
     # of the demo data's cells) and the robot (7 %) hold most of the error. 1 and 1 is the
     # official objective.
     changed_loss_weight: float = 1.0

@@ -9,7 +9,7 @@ conditioning the generator computes at inference:
     image_embeds  (N, D)          CLIP penultimate hidden states of the first frame
     arm_cond      (20, F, h, 2w)  robot mask + robot latents (w for `pmcond`), no soft mask
     change        (1, F, h, 2w)   1 where the scene changed from frame 0 off the robot
-                                  (k4d.scene_change, any pixel of the latent cell), else 0:
+                                  (k4d_tabletop.scene_change, any pixel of the latent cell), else 0:
                                   what `training.changed_loss_weight` weights
 
 The scene pointmap is normalised with the same `PointmapNormalization` the generator
@@ -30,7 +30,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-from k4d import scene_change
 from k4d_model.checkpoints import ModelComponents
 from k4d_model.conditions import (
     POINTMAP_LATENT_MEAN,
@@ -39,6 +38,7 @@ from k4d_model.conditions import (
 )
 from k4d_model.pipeline import Kinema4DPipeline, _to_video, model_id_of
 from k4d_model.results import RobotCondition
+from k4d_tabletop import scene_change
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 

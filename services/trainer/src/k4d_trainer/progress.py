@@ -17,7 +17,7 @@ the same episodes all run) and, with the weights being trained:
   the ground truth (the decoded latents of the clip), over frames t >= 1, in dB of 0-255
   pixels (the episodes' pooled squared error); `sample_static_psnr_db` the same over the
   pixels whose ground truth does not change from frame 0 (the evaluator's `static` region:
-  `k4d.scene_change`, outside the robot in frame t and in frame 0).
+  `k4d_tabletop.scene_change`, outside the robot in frame t and in frame 0).
 
 The model's output options (`model.fidelity`) are left out: the figures are the decoded
 sample's own. Each measurement is a `kind: "sample"` line in metrics.jsonl, one log line
