@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 K4D := $(VENV)/bin/k4d
 PACKAGES := -e libs/runtime[local,dev,viz] -e services/kinematics[bench] -e services/projection[bench] \
-            -e libs/model -e libs/tabletop[physics] -e services/generator[onnx] -e services/simulator -e services/simulator/embedded -e services/trainer[train] -e services/evaluator[test] -e services/datagen \
+            -e libs/model[torch] -e libs/tabletop[physics] -e services/generator[onnx] -e services/simulator -e services/simulator/embedded -e services/trainer[train] -e services/evaluator[test] -e services/datagen \
             -e services/policy[viz]
 STAMP := $(VENV)/.setup-stamp
 PYTEST_ARGS ?=

@@ -123,7 +123,7 @@ def main() -> None:
     from k4d_model.pipeline import ABLATION_FIRST_FRAME
 
     pipe = Kinema4DPipeline.from_pretrained(args.model)
-    from k4d.generation import FIDELITY_KEYS
+    from k4d_model.options import FIDELITY_KEYS
 
     # Each variant states its options in full: the model's own are left out of the base.
     base_extra = {k: v for k, v in pipe.info.extra.items() if k not in FIDELITY_KEYS}

@@ -132,7 +132,7 @@ def set_options(config_path: str, model: Path) -> dict:
     k4d_model.json `extra`) and refresh the manifest's file hashes: the weights stay, the
     way they are sampled changes. `export` applies them too; this re-applies them to a
     model exported before a recipe's options changed."""
-    from k4d.generation import FIDELITY_KEYS
+    from k4d_model.options import FIDELITY_KEYS
     from k4d_model.registry import build_manifest
     from k4d_trainer.config import load_config_file
 

@@ -394,8 +394,11 @@ def test_multi_stage_on_python_slim(service):
     assert copies == ["--from=build /opt/venv /opt/venv"]
 
 
-TRAIN_ONLY = ("torch", "k4d_model", "peft", "diffusers", "transformers", "accelerate",
+TRAIN_ONLY = ("torch", "peft", "diffusers", "transformers", "accelerate",
               "safetensors", "yaml", "tqdm", "tensorboard", "matplotlib")
+# Of the model library, the control plane loads the output-option schema alone (recipe
+# validation; torch-free, the library's base install): never the model (ADR 023).
+CONTROL_MODEL_MODULES = ("k4d_model", "k4d_model.options")
 
 
 def test_trainer_control_plane_target_has_no_torch():
@@ -415,8 +418,8 @@ def test_trainer_control_plane_target_has_no_torch():
     targets = _local_targets(install)
     assert "torch" not in " ".join(install) and _local_extras(install) == {}
     names = [_pyproject(REPO / t)["project"]["name"] for t in targets]
-    closure = _third_party_closure(names)
-    assert not closure & {canonicalize_name(m) for m in ("torch", "k4d-model", "diffusers", "peft")}, closure
+    closure = _third_party_closure(names)  # k4d-model without extras: its torch-free base
+    assert not closure & {canonicalize_name(m) for m in ("torch", "diffusers", "peft")}, closure
     # ... and the full image still gets training: the `train` extra brings torch.
     (full,) = _pip_installs([by_name["build"]])
     assert _local_extras(full).get("services/trainer") == {"train"}
@@ -432,7 +435,8 @@ def test_trainer_control_plane_runs_without_the_training_stack():
 import importlib.abc, json, sys
 class Block(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in {TRAIN_ONLY!r}:
+        if name.split(".")[0] in {TRAIN_ONLY!r} or (
+                name.startswith("k4d_model") and name not in {CONTROL_MODEL_MODULES!r}):
             raise ImportError(name + " is not in the control-plane image")
 sys.meta_path.insert(0, Block())
 import k4d_trainer.cli, k4d_trainer.control.server, k4d_trainer.control.worker, k4d_trainer.runs

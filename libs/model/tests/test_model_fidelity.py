@@ -9,7 +9,6 @@ import pytest
 import torch
 from k4d.camera import Camera
 from k4d.errors import InvalidArgument
-from k4d.generation import FidelityOptions
 from k4d_model.fidelity import (
     MIN_CALIBRATION_PIXELS,
     MIN_SHADING_PIXELS,
@@ -25,6 +24,7 @@ from k4d_model.fidelity import (
     surface_normals,
     uncovered_by_robot,
 )
+from k4d_model.options import FidelityOptions
 from k4d_model.pipeline import Kinema4DPipeline
 from k4d_model.testing import CallableDenoiser as Denoiser
 from k4d_model.testing import sliding_box_robot as _robot

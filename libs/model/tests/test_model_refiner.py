@@ -9,9 +9,9 @@ import pytest
 import torch
 from k4d.camera import Camera
 from k4d.errors import FailedPrecondition, InvalidArgument
-from k4d.generation import FidelityOptions
 from k4d_model.checkpoints import load_k4d, save_k4d
 from k4d_model.fidelity import move_refined_points, show_refined_change
+from k4d_model.options import FidelityOptions
 from k4d_model.pipeline import Kinema4DPipeline
 from k4d_model.refiner import (
     CAMERA_CHANNELS,

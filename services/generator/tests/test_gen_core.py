@@ -2,7 +2,7 @@
 
 import pytest
 from k4d.errors import FailedPrecondition, InvalidArgument
-from k4d.generation import STATIC_WORLD
+from k4d.model_names import STATIC_WORLD
 from k4d_generator.core import check_clip, choose_backend, run_generation, uses_model
 from k4d_generator.service import ModelManager
 

@@ -15,9 +15,9 @@ from k4d.bus import InProcessBus, dlq, event_headers
 from k4d.bus.stage_events import cancel_marker_key
 from k4d.config import Config
 from k4d.errors import InvalidArgument, NotFound, Unavailable
-from k4d.generation import STATIC_WORLD
 from k4d.grpc_client import ClientSecurity, create_channel, field_violations
 from k4d.grpc_server import create_server
+from k4d.model_names import STATIC_WORLD
 from k4d.store import LocalStore, put_array
 from k4d.tensor_io import to_tensor
 from k4d_simulator import events as ev

@@ -33,7 +33,6 @@ from typing import Any
 
 import torch
 from k4d.errors import FailedPrecondition, InvalidArgument, K4DError, NotFound
-from k4d.generation import check_model_extra
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
@@ -48,6 +47,7 @@ from k4d_model.lora import (
 )
 from k4d_model.model.configs import ModelConfig, arm_grid_for
 from k4d_model.model.transformer import ADDED_PARAMETER_PREFIXES, Kinema4DTransformer3DModel
+from k4d_model.options import check_model_extra
 from k4d_model.refiner import load_refiner, save_refiner
 
 ADDED_WEIGHTS_FILE = "added_weights.safetensors"
@@ -476,7 +476,7 @@ _META_TYPES: dict[str, tuple[type, ...]] = {
 
 def check_model_meta(meta: dict[str, Any], meta_path: Path | str = K4D_MODEL_FILE) -> None:
     """`k4d_model.json` as a typed schema (ModelInfo's fields, `extra` as
-    k4d.generation.check_model_extra): an unknown key, a value of the wrong type or out of
+    k4d_model.options.check_model_extra): an unknown key, a value of the wrong type or out of
     range is refused with one line naming it (a misspelt option must not load and run)."""
     name = Path(meta_path).name
     known = set(ModelInfo.__dataclass_fields__) | set(_META_FORMAT_KEYS)

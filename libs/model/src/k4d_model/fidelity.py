@@ -1,6 +1,6 @@
-"""The array work of the output options (`k4d.generation.FidelityOptions`): the given
+"""The array work of the output options (`k4d_model.options.FidelityOptions`): the given
 first latent through sampling, the change mask, relative composition. The options and their
-meaning are documented in `k4d.generation` (plain Python: the trainer's control plane
+meaning are documented in `k4d_model.options` (plain Python: the trainer's control plane
 validates recipes with it and has no torch)."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from k4d.camera import fit_pinhole
-from k4d.generation import FidelityOptions
+
+from k4d_model.options import FidelityOptions
 
 # Fewer robot pixels than this in frame 0 cannot pin down a colour fit (7 coefficients per
 # channel); the generated robot stays.

@@ -13,7 +13,8 @@ Latents are normalised, (B, C, F, h, 2w): RGB on the left half, pointmap on the 
 from __future__ import annotations
 
 import torch
-from k4d.generation import LATENT_TARGET_KEY
+
+from k4d_model.options import LATENT_TARGET_KEY
 
 LATENT_TARGET_CHANGE = "change"
 

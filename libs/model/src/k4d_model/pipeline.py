@@ -28,19 +28,6 @@ import numpy as np
 import torch
 from k4d.camera import check_rigid, fit_pinhole
 from k4d.errors import Cancelled, FailedPrecondition, InvalidArgument
-from k4d.generation import (
-    FIRST_FRAME_GIVEN,
-    REFINER_CHANGE,
-    REFINER_DRAWN,
-    REFINER_FIRST_DEPTH_ESTIMATED,
-    ROBOT_POINTMAP_KINEMATICS,
-    ROBOT_RGB_CALIBRATED,
-    ROBOT_RGB_SHADED,
-    UNCOVERED_FILLED,
-    VAE_DECODE_KEY,
-    VAE_DECODE_SPLIT,
-    FidelityOptions,
-)
 from k4d.tool import ToolTrack
 
 from k4d_model.checkpoints import ModelComponents
@@ -70,6 +57,19 @@ from k4d_model.fidelity import (
 from k4d_model.frame_vae import temporal_stride
 from k4d_model.latent_target import add_first, repeat_first_frame, samples_change
 from k4d_model.memory import ensure_fits, estimate
+from k4d_model.options import (
+    FIRST_FRAME_GIVEN,
+    REFINER_CHANGE,
+    REFINER_DRAWN,
+    REFINER_FIRST_DEPTH_ESTIMATED,
+    ROBOT_POINTMAP_KINEMATICS,
+    ROBOT_RGB_CALIBRATED,
+    ROBOT_RGB_SHADED,
+    UNCOVERED_FILLED,
+    VAE_DECODE_KEY,
+    VAE_DECODE_SPLIT,
+    FidelityOptions,
+)
 from k4d_model.refiner import predict_change
 from k4d_model.results import GenerationResult, RobotCondition, check_robot
 
@@ -427,7 +427,7 @@ class Kinema4DPipeline:
                                                                            robot_mask)
         if opts.input_only and self._first_points_known(opts, robot, initial_pointmap):
             # `decode: input` with frame 0's points known: nothing reads the transformer's
-            # frames, so it is not sampled (k4d.generation)
+            # frames, so it is not sampled (k4d_model.options)
             rgb, pointmap = self.finish_output(image, robot, None, None, norm, initial_pointmap,
                                                T_cam_from_base)
             sampling = {"num_steps": 0, "scheduler": None, "shift": None,

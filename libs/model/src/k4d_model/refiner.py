@@ -30,7 +30,7 @@ where it has been so far), and outputs per pixel
 
 Trained by `k4d train` (the recipe's `refiner` section, k4d_trainer.refiner_stage) on the same
 clips as the transformer; used by the pipeline when the model's `refiner` option is set
-(`k4d.generation`). Stored in the model directory as refiner/config.json +
+(`k4d_model.options`). Stored in the model directory as refiner/config.json +
 refiner/model.safetensors.
 """
 

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from k4d.errors import FailedPrecondition, InvalidArgument
-from k4d.generation import STATIC_WORLD
+from k4d.model_names import STATIC_WORLD
 
 from k4d_eval.eval_runs import BASELINE, MODEL, eval_dataset, resolve_episodes
 from k4d_eval.inputs import SIM_SUMMARY_JSON

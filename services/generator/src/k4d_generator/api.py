@@ -17,7 +17,7 @@ import time
 
 from k4d.camera_proto import camera_pose_from_proto
 from k4d.errors import FailedPrecondition, InvalidArgument
-from k4d.generation import STATIC_WORLD
+from k4d.model_names import STATIC_WORLD
 from k4d.store import from_tensor_data, job_key, to_tensor_data, validate_key
 from k4d.tensor_io import sha256_bytes
 from k4d.tool_proto import tool_from_proto

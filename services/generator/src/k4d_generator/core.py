@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 from k4d.errors import FailedPrecondition, FieldViolation, InvalidArgument
-from k4d.generation import STATIC_WORLD
+from k4d.model_names import STATIC_WORLD
 
 from k4d_generator.service import LoadedModel, ModelManager, model_ref_string
 

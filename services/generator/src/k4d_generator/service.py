@@ -25,9 +25,9 @@ from pathlib import Path
 
 import numpy as np
 from k4d.errors import FailedPrecondition, InvalidArgument, NotFound
-from k4d.generation import STATIC_WORLD
 from k4d.logs import get_logger
 from k4d.metrics import waiting
+from k4d.model_names import STATIC_WORLD
 from k4d.tensor_io import sha256_bytes
 from k4d_model.results import GenerationResult
 

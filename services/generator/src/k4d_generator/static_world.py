@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 from k4d.errors import InvalidArgument
-from k4d.generation import STATIC_WORLD
+from k4d.model_names import STATIC_WORLD
 from k4d_model.results import GenerationResult, RobotCondition, check_robot
 
 STATIC_WORLD_NOTE = ("static-world: the initial image with the robot render composited; the "

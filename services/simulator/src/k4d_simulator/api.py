@@ -22,8 +22,8 @@ from k4d.auth import current_caller
 from k4d.bus import event_headers
 from k4d.bus.stage_events import cancel_marker_key
 from k4d.errors import InvalidArgument, NotFound
-from k4d.generation import STATIC_WORLD
 from k4d.logs import get_logger
+from k4d.model_names import STATIC_WORLD
 from k4d.store import from_tensor_data, job_key, put_array
 from k4d.telemetry import inject_trace_headers
 from kinema4d.v1 import common_pb2, events_pb2, simulator_pb2, simulator_pb2_grpc

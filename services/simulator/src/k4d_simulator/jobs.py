@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from k4d.errors import InvalidArgument, NotFound
-from k4d.generation import STATIC_WORLD
+from k4d.model_names import STATIC_WORLD
 from kinema4d.v1 import common_pb2, simulator_pb2
 
 from k4d_simulator import events as ev

@@ -14,7 +14,7 @@ import math
 import numpy as np
 from k4d.camera_proto import camera_violations
 from k4d.errors import FieldViolation, InvalidArgument
-from k4d.generation import STATIC_WORLD
+from k4d.model_names import STATIC_WORLD
 from k4d.tensor_io import from_tensor
 from kinema4d.v1 import kinematics_pb2, simulator_pb2
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from k4d.errors import InvalidArgument
-from k4d.generation import LATENT_TARGETS
+from k4d_model.options import LATENT_TARGETS, FidelityOptions
 
 RECIPES = ("finetune-lora", "from-scratch")
 VARIANTS = ("act", "pmcond")
@@ -76,8 +76,6 @@ class ModelSection:
     fidelity: dict[str, Any] = field(default_factory=dict)
 
     def validate(self, recipe: str) -> None:
-        from k4d.generation import FidelityOptions
-
         FidelityOptions.check(self.fidelity, "model.fidelity")  # unknown keys too
         _check(self.variant in VARIANTS, "model.variant", f"must be one of {VARIANTS}")
         _check(self.precision in PRECISIONS, "model.precision", f"must be one of {PRECISIONS}")

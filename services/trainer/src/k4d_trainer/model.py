@@ -17,12 +17,12 @@ from pathlib import Path
 
 import torch
 from k4d.errors import InvalidArgument, NotFound
-from k4d.generation import LATENT_TARGET_KEY, VAE_DECODE_KEY, VAE_DECODE_SPLIT
 from k4d_model import checkpoints
 from k4d_model.checkpoints import ModelComponents, ModelInfo
 from k4d_model.frame_vae import temporal_stride
 from k4d_model.model.configs import arm_grid_for, get_model_config
 from k4d_model.model.transformer import Kinema4DTransformer3DModel
+from k4d_model.options import LATENT_TARGET_KEY, VAE_DECODE_KEY, VAE_DECODE_SPLIT
 
 from k4d_trainer.clips import ClipSpec
 from k4d_trainer.config import ModelSection

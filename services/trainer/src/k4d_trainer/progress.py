@@ -36,10 +36,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from k4d.errors import InvalidArgument, NotFound
-from k4d.generation import LATENT_TARGET_KEY, VAE_DECODE_KEY
 from k4d_model.checkpoints import ModelComponents
 from k4d_model.conditions import PointmapNormalization
 from k4d_model.lora import LoraLayer, LoraWeights, fuse_lora
+from k4d_model.options import LATENT_TARGET_KEY, VAE_DECODE_KEY
 from k4d_model.pipeline import Kinema4DPipeline
 from k4d_model.results import GenerationResult, RobotCondition
 

@@ -14,11 +14,11 @@ from k4d.bus import InProcessBus, StageWorker, dlq, event_headers
 from k4d.bus.topics import TRAIN_REQUESTED
 from k4d.config import Config
 from k4d.grpc_server import create_server
+from k4d.settings import TrainerSettings
 from k4d.store import LocalStore
 from k4d.testing.fuzz import fuzz_channel
 from k4d_trainer.control import jobs
 from k4d_trainer.control.server import register_service
-from k4d_trainer.control.settings import TrainerSettings
 from k4d_trainer.control.worker import GROUP_ID, TrainerWorker
 from kinema4d.v1 import common_pb2, events_pb2, trainer_pb2, trainer_pb2_grpc
 

@@ -14,10 +14,10 @@ import pytest
 from k4d.bus.kafka import KafkaBus
 from k4d.bus.topics import MODEL_PUBLISHED, TRAIN_EVENTS
 from k4d.grpc_server import create_server
+from k4d.settings import TrainerSettings
 from k4d.store import open_store
 from k4d.testing.bus import drain
 from k4d_trainer.control.server import register_service
-from k4d_trainer.control.settings import TrainerSettings
 from k4d_trainer.control.worker import TrainerWorker
 from kinema4d.v1 import events_pb2, trainer_pb2, trainer_pb2_grpc
 

@@ -8,11 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
+from k4d.settings import TrainerSettings
 from k4d.testing.modules import load_path_module
 from k4d_trainer.config import config_from_dict
 from k4d_trainer.control import pytorchjob
 from k4d_trainer.control.launcher import KubernetesLauncher, run_env
-from k4d_trainer.control.settings import TrainerSettings, load_settings
+from k4d_trainer.control.settings import load_settings
 from k4d_trainer.control.spec import validate_spec
 from kinema4d.v1 import common_pb2, trainer_pb2
 

@@ -16,12 +16,12 @@ import pytest
 from k4d.bus import InProcessBus, StageWorker
 from k4d.bus.topics import TRAIN_EVENTS, TRAIN_REQUESTED
 from k4d.config import Config
+from k4d.settings import TrainerSettings
 from k4d.store import LocalStore
 from k4d_trainer.control import jobs
 from k4d_trainer.control.api import TrainerServicer
 from k4d_trainer.control.events import publish_requested
 from k4d_trainer.control.records import JobRecords
-from k4d_trainer.control.settings import TrainerSettings
 from k4d_trainer.control.worker import TrainerWorker, launch_key
 from kinema4d.v1 import common_pb2, events_pb2, trainer_pb2
 

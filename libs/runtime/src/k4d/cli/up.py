@@ -20,7 +20,7 @@ from pathlib import Path
 from k4d import local_servers
 from k4d.config import SERVICE_PORTS
 from k4d.errors import FailedPrecondition, InvalidArgument
-from k4d.generation import STATIC_WORLD
+from k4d.model_names import STATIC_WORLD
 from k4d.settings import current as current_settings
 
 # The repository's models/ folder (an editable install, as `make setup` makes): the shipped

@@ -122,7 +122,7 @@ def _inputs(args):
 
 
 def _run_simulate(args) -> int:
-    from k4d.generation import STATIC_WORLD
+    from k4d.model_names import STATIC_WORLD
 
     from k4d_embedded.embedded import simulate_to_directory
     from k4d_embedded.outputs import model_note

@@ -12,7 +12,7 @@ from pathlib import Path
 from google.protobuf import json_format
 from k4d.camera_proto import camera_from_proto
 from k4d.errors import InvalidArgument
-from k4d.generation import STATIC_WORLD
+from k4d.model_names import STATIC_WORLD
 from k4d_simulator import STATIC_WORLD_WARNING, warnings_of
 
 from k4d_embedded.inputs import SimulationInputs, load_simulation

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 from k4d.errors import InvalidArgument
-from k4d.generation import STATIC_WORLD
+from k4d.model_names import STATIC_WORLD
 from k4d.settings import current as current_settings
 from k4d.tensor_io import sha256_file
 

@@ -26,9 +26,9 @@ from pathlib import Path
 from k4d.config import ENV_VARS, Config
 from k4d.errors import NotFound
 from k4d.logs import get_logger
+from k4d.settings import TrainerSettings
 
 from k4d_trainer.control import pytorchjob
-from k4d_trainer.control.settings import TrainerSettings
 from k4d_trainer.control.spec import RunPlan
 
 log = get_logger(__name__)

@@ -8,11 +8,8 @@ import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 
-from k4d.settings import TRAINER_LAUNCHERS as LAUNCHERS
 from k4d.settings import TrainerSettings
 from k4d.settings import current as current_settings
-
-__all__ = ["LAUNCHERS", "TrainerSettings", "load_settings"]
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 DEFAULT_NAMESPACE = "k4d"

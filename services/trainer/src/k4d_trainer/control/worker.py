@@ -25,6 +25,7 @@ from k4d.bus.stage_events import read_stage_event
 from k4d.bus.topics import TRAIN_REQUESTED
 from k4d.errors import InvalidArgument, NotFound
 from k4d.logs import get_logger, log_context
+from k4d.settings import TrainerSettings
 from kinema4d.v1 import events_pb2, trainer_pb2
 
 from k4d_trainer import runs
@@ -33,7 +34,7 @@ from k4d_trainer.control.events import STAGE, publish_event
 from k4d_trainer.control.launcher import Launch, build_launcher
 from k4d_trainer.control.metrics import trainer_metrics
 from k4d_trainer.control.records import PREFIX, JobRecords
-from k4d_trainer.control.settings import TrainerSettings, load_settings
+from k4d_trainer.control.settings import load_settings
 from k4d_trainer.control.spec import validate_spec
 
 log = get_logger(__name__)

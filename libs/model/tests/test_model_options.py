@@ -3,9 +3,12 @@ pass; an unknown key or a bad value is one InvalidArgument naming it."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from k4d.errors import InvalidArgument
-from k4d.generation import check_model_extra
+from k4d_model.options import check_model_extra
 
 
 def test_known_options_pass():
@@ -45,3 +48,14 @@ def test_the_removed_world_rules_are_unknown_options(key, value):
     with pytest.raises(InvalidArgument) as err:
         check_model_extra({key: value})
     assert [v.field for v in err.value.violations] == [f"extra.{key}"]
+
+
+def test_the_options_import_without_torch():
+    """The trainer's control plane validates recipes with the options and has no torch (its
+    image installs the model library without the `torch` extra): importing them loads no
+    torch, diffusers or numpy."""
+    code = ("import sys, k4d_model.options\n"
+            "print(sorted({'torch', 'diffusers', 'numpy'} & {m.split('.')[0] for m in sys.modules}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -1,10 +1,8 @@
-"""Names every producer and reader of a generation agrees on, defined once.
+"""A model's output options: the schema of `k4d_model.json` `extra`, defined once.
 
-`STATIC_WORLD` is the no-model backend (the initial image with the robot composited, no
-dynamics): the `backend` a caller asks for, and the model name, variant and summary id
-that results carry so nobody mistakes its output for a model's. The generator, the
-embedded runner, the simulator front door, `k4d up` and the evaluator's baseline all use
-this one constant.
+Plain Python, no torch: the trainer's control plane validates recipes with it, and
+`import k4d_model.options` imports neither torch nor diffusers (libs/model/tests/
+test_model_options.py). The array work of the options is `k4d_model.fidelity`.
 
 `FidelityOptions` are a model's output options (`k4d_model.json` under `extra`; the
 official checkpoints have none of these keys and sample exactly as before). They keep what
@@ -113,7 +111,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-STATIC_WORLD = "static-world"
+from k4d.errors import InvalidArgument
 
 FIDELITY_KEYS = ("first_frame", "latent_anchor", "decode", "change_threshold",
                  "change_depth_m", "change_dilate", "change_ramp", "robot_pointmap",
@@ -160,8 +158,6 @@ def check_model_extra(extra: Any, prefix: str = "extra") -> dict[str, Any]:
     """A model's `extra` (k4d_model.json), checked as a typed schema: the output options
     (`FidelityOptions.check`), `vae_decode` and `latent_target`; anything else is refused with one line
     naming the key. Returns `extra`."""
-    from k4d.errors import InvalidArgument
-
     if not isinstance(extra, dict):
         raise InvalidArgument.for_field(prefix, f"must be an object, got {type(extra).__name__}")
     options = {k: v for k, v in extra.items() if k not in (VAE_DECODE_KEY, LATENT_TARGET_KEY)}
@@ -223,8 +219,6 @@ class FidelityOptions:
     def check(cls, extra: dict[str, Any], prefix: str = "extra") -> FidelityOptions:
         """The options of `extra`, or InvalidArgument naming the first bad key: one that is
         not an option (`FIDELITY_KEYS`), a value of the wrong type or out of range."""
-        from k4d.errors import InvalidArgument
-
         unknown = sorted(set(extra) - set(FIDELITY_KEYS))
         if unknown:
             raise InvalidArgument.for_field(f"{prefix}.{unknown[0]}",
