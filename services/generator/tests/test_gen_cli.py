@@ -175,3 +175,15 @@ def test_gen_cli_init_model_refuses_what_host_memory_cannot_hold(tmp_path, capsy
                  str(tmp_path / "w")]) == 2
     assert "GiB of host memory" in capsys.readouterr().err
     assert not (tmp_path / "w").exists()
+
+
+def test_cli_bad_flag_and_fp8_exit_2_with_one_line(tiny_model_dir, inputs, tmp_path,
+                                                    capsys):
+    common = ["generate", "--model", str(tiny_model_dir), *inputs, "--no-progress",
+              "--out", str(tmp_path / "o")]
+    assert main([*common, "--solver", "dpm"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--solver" in err[0]
+    assert main([*common, "--quant", "fp8", "--steps", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "sampling.quant" in err[0] and "Hopper" in err[0]

@@ -299,3 +299,19 @@ def test_gen_grpc_misspelt_model_option_is_invalid_argument(channel, tiny_model_
         stub.LoadModel(generator_pb2.LoadModelRequest(model=common_pb2.ModelRef(uri=str(model))))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert field in [v.field for v in field_violations(err.value)]
+
+
+def test_grpc_fp8_is_invalid_argument(channel, make_robot):
+    stub = generator_pb2_grpc.GeneratorServiceStub(channel)
+    stub.LoadModel(generator_pb2.LoadModelRequest(model=common_pb2.ModelRef(name="tiny"),
+                                                  backend="torch"))
+    with pytest.raises(grpc.RpcError) as err:
+        list(stub.Generate(_request(make_robot, steps=1, quant="fp8")))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert [v.field for v in field_violations(err.value)] == ["sampling.quant"]
+    with pytest.raises(grpc.RpcError) as err:
+        list(stub.Generate(_request(make_robot, solver="dpm")))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert [v.field for v in field_violations(err.value)] == ["sampling.solver"]
+    ok = list(stub.Generate(_request(make_robot, profile="reference", steps=1)))
+    assert ok[-1].HasField("result")

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 from k4d.errors import FailedPrecondition, InvalidArgument, K4DError, NotFound
+from k4d.sampling import check_sampling
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
@@ -78,6 +79,9 @@ class ModelInfo:
     lora: dict[str, Any] | None = None
     source: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    # Default sampling options (k4d.sampling: profile, solver, steps, cache, ...); a request
+    # overrides them.
+    sampling: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -471,7 +475,8 @@ _META_TYPES: dict[str, tuple[type, ...]] = {
     "name": (str,), "version": (str,), "layout": (str,), "variant": (str,),
     "num_frames": (int,), "height": (int,), "width": (int,), "num_inference_steps": (int,),
     "guidance_scale": (int, float), "flow_shift": (int, float), "fps": (int,),
-    "lora": (dict, type(None)), "source": (str,), "extra": (dict,), "format_version": (int,)}
+    "lora": (dict, type(None)), "source": (str,), "extra": (dict,), "format_version": (int,),
+    "sampling": (dict,)}
 
 
 def check_model_meta(meta: dict[str, Any], meta_path: Path | str = K4D_MODEL_FILE) -> None:
@@ -504,6 +509,7 @@ def check_model_meta(meta: dict[str, Any], meta_path: Path | str = K4D_MODEL_FIL
     if not (math.isfinite(meta.get("flow_shift", 1.0)) and meta.get("flow_shift", 1.0) > 0):
         raise InvalidArgument.for_field(f"{name}.flow_shift", "must be a finite number > 0")
     check_model_extra(meta.get("extra", {}), f"{name}.extra")
+    check_sampling(meta.get("sampling", {}), f"{name}.sampling")
 
 
 # ---------------------------------------------------------------- resolution of a reference

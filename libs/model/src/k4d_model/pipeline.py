@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from k4d.camera import check_rigid, fit_pinhole
 from k4d.errors import Cancelled, FailedPrecondition, InvalidArgument
+from k4d.sampling import SamplingOptions, check_sampling, resolve_sampling
 from k4d.tool import ToolTrack
 
 from k4d_model.checkpoints import ModelComponents
@@ -394,7 +395,8 @@ class Kinema4DPipeline:
                  should_cancel: CancelCheck | None = None,
                  initial_pointmap: np.ndarray | None = None,
                  T_cam_from_base: np.ndarray | None = None,
-                 tool: ToolTrack | None = None, ablation: str | None = None) -> GenerationResult:
+                 tool: ToolTrack | None = None, ablation: str | None = None,
+                 options: dict | None = None) -> GenerationResult:
         """Sample one rollout. See the module docstring for the steps and guidance modes.
 
         initial_pointmap: optional (H, W, 3) float32 metres, camera frame: the scene's points
@@ -408,14 +410,22 @@ class Kinema4DPipeline:
         reads it yet.
         ablation: "first-frame" replaces the transformer's sample by frame 0's latent in every
         frame (a sample that changes nothing), to measure what the transformer contributes;
-        None: the sample itself."""
+        None: the sample itself.
+        options: the request's sampling options (k4d.sampling: profile, solver, steps,
+        cache, cache_threshold, quant, compile) over the model's `sampling` defaults;
+        `num_steps` / `scheduler` are the same settings as `steps` / `solver`. Caching,
+        quantisation and compiled blocks are the backend's (`prepare_levers`); a backend
+        without them refuses a request that asks for one."""
         started = time.perf_counter()
         if ablation not in (None, ABLATION_FIRST_FRAME):
             raise InvalidArgument.for_field("ablation", f"must be None or {ABLATION_FIRST_FRAME!r}")
         robot = RobotCondition(robot_rgb, robot_pointmap, robot_mask)
-        num_steps = self.info.num_inference_steps if num_steps is None else int(num_steps)
+        sampling_options = self.sampling_options(options, num_steps, scheduler)
+        num_steps = sampling_options.steps or self.info.num_inference_steps
+        scheduler = sampling_options.solver
         guidance = self.info.guidance_scale if guidance is None else float(guidance)
-        # 1. check inputs
+        # 1. check inputs (the levers first: a refused FP8 request costs nothing)
+        self.check_levers(sampling_options)
         self.check_inputs(image, robot, num_steps, guidance, guidance_mode, scheduler, negative,
                           shift)
         _check_initial_pointmap(initial_pointmap, image.shape[:2])
@@ -430,7 +440,8 @@ class Kinema4DPipeline:
             # frames, so it is not sampled (k4d_model.options)
             rgb, pointmap = self.finish_output(image, robot, None, None, norm, initial_pointmap,
                                                T_cam_from_base)
-            sampling = {"num_steps": 0, "scheduler": None, "shift": None,
+            sampling = {"num_steps": 0, "scheduler": None, "shift": None, "cached_steps": 0,
+                        "options": sampling_options.to_dict(), "attention_backend": None,
                         "guidance": {"passes": 0, "reason": "decode: input (the transformer's "
                                                             "frames are not shown)"}}
             timings = {"conditioning": 0.0, "denoising": 0.0,
@@ -439,7 +450,7 @@ class Kinema4DPipeline:
             rgb, pointmap, sampling, timings = self._sample_and_finish(
                 image, robot, norm, num_steps, seed, guidance, guidance_mode, negative,
                 scheduler, shift, callback, should_cancel, initial_pointmap, T_cam_from_base,
-                opts, started, ablation)
+                opts, started, ablation, sampling_options)
         metadata = {
             "generator": "kinema4d", "model": self.info.to_dict(), "model_id": self.model_id,
             "backend": self.backend.describe(), "seed": int(seed), **sampling,
@@ -452,6 +463,44 @@ class Kinema4DPipeline:
         }
         return GenerationResult(rgb, pointmap, metadata)
 
+    def sampling_options(self, options: dict | list | tuple | None = None,
+                         num_steps: int | None = None, scheduler: str | None = None
+                         ) -> SamplingOptions:
+        """The model's `sampling` defaults under the request's `options` (one layer, or
+        several lowest first, e.g. a server's profile then the request); `num_steps` /
+        `scheduler` (the older arguments) are `steps` / `solver` of the last layer, refused
+        when both spellings are given with different values."""
+        layers = list(options) if isinstance(options, (list, tuple)) else [options]
+        lower = [check_sampling(dict(layer or {}), "sampling") for layer in layers[:-1]]
+        layer = dict(check_sampling(dict(layers[-1] or {}), "sampling"))
+        if num_steps is not None and not 1 <= int(num_steps) <= 1000:
+            raise InvalidArgument.for_field("num_steps", "must be in [1, 1000]")
+        if scheduler is not None and scheduler not in SCHEDULERS:
+            raise InvalidArgument.for_field("scheduler", f"must be one of {SCHEDULERS}")
+        for old, new, value in (("num_steps", "steps", num_steps), ("scheduler", "solver",
+                                                                    scheduler)):
+            if value is None:
+                continue
+            if new in layer and layer[new] != value:
+                raise InvalidArgument.for_field(f"sampling.{new}", f"is {layer[new]!r} but "
+                                                                   f"{old} is {value!r}; set one")
+            layer[new] = int(value) if new == "steps" else value
+        return resolve_sampling(self.info.sampling, *lower, layer)
+
+    def check_levers(self, options: SamplingOptions) -> None:
+        """InvalidArgument when the backend cannot apply `options` (caching, FP8, compiled
+        blocks): before any work, never a silent fallback."""
+        check = getattr(self.backend, "check_levers", None)
+        if check is not None:
+            check(options)
+            return
+        for key, wanted in (("cache", options.cache != "none"), ("quant", options.quant != "none"),
+                            ("compile", options.compile)):
+            if wanted:
+                raise InvalidArgument.for_field(
+                    f"sampling.{key}", f"{getattr(options, key)!r} needs the torch backend; "
+                                       f"this model runs on {self.backend.describe().get('backend')}")
+
     def _first_points_known(self, opts: FidelityOptions, robot: RobotCondition,
                             initial_pointmap: np.ndarray | None) -> bool:
         """Whether frame 0's points are had without the transformer: a whole initial
@@ -463,7 +512,8 @@ class Kinema4DPipeline:
 
     def _sample_and_finish(self, image, robot, norm, num_steps, seed, guidance, guidance_mode,
                            negative, scheduler, shift, callback, should_cancel,
-                           initial_pointmap, T_cam_from_base, opts, started, ablation=None):
+                           initial_pointmap, T_cam_from_base, opts, started, ablation=None,
+                           sampling_options: SamplingOptions | None = None):
         """Steps 2-7: condition, sample and decode the transformer's rollout, then the
         output options. Returns rgb, pointmap, the sampling's metadata and the
         timings. A model that samples the change from frame 0 (k4d_model.latent_target) has
@@ -480,9 +530,12 @@ class Kinema4DPipeline:
         generator = torch.Generator("cpu").manual_seed(int(seed))
         latents = torch.randn(shape, generator=generator, dtype=torch.float32).to(self.device)
         conditioned = time.perf_counter()
-        # 6. denoise
+        # 6. denoise (the backend's levers set up for this generation: a fresh cache context)
         sampler = self.make_scheduler(scheduler, shift)
         sampler.set_timesteps(num_steps, device=self.device)
+        levers = getattr(self.backend, "prepare_levers", None)
+        if levers is not None:
+            levers(sampling_options or SamplingOptions(), num_steps)
         anchor = None
         if opts.latent_anchor:
             half = latents.shape[-1] // 2
@@ -503,6 +556,8 @@ class Kinema4DPipeline:
         elif samples_change(self.info.extra):
             latents = add_first(latents, self.clean_first_latent(image))
         denoised = time.perf_counter()
+        report = getattr(self.backend, "lever_report", None)
+        lever_report = report() if report is not None else {}
         # 7. decode and de-normalise
         rgb, pointmap = self.finish_output(image, robot, *self.decode_float(latents), norm,
                                            initial_pointmap, T_cam_from_base)
@@ -511,9 +566,18 @@ class Kinema4DPipeline:
             "shift": float(sampler.config.get("flow_shift", sampler.config.get("shift", 0.0))),
             "guidance": {k: v for k, v in plan.items() if not isinstance(v, torch.Tensor)},
             "latent_target": "change" if samples_change(self.info.extra) else "absolute",
-            "ablation": ablation}
+            "ablation": ablation,
+            "cached_steps": int(lever_report.get("cached_steps", 0)),
+            "options": (sampling_options or SamplingOptions()).to_dict(),
+            "attention_backend": lever_report.get("attention_backend")}
         timings = {"conditioning": conditioned - started, "denoising": denoised - conditioned,
                    "decoding": time.perf_counter() - denoised}
+        if lever_report.get("compile_s") is not None:
+            # the one-time compile cost apart from the steady state (the first compiled
+            # call, less one steady step)
+            timings["compile"] = lever_report["compile_s"]
+            timings["denoising"] -= lever_report["compile_s"]
+            timings["denoising_step"] = lever_report.get("steady_step_s")
         return rgb, pointmap, sampling, timings
 
     def _check_memory(self, batch: int) -> None:

@@ -18,6 +18,7 @@ import time
 from k4d.camera_proto import camera_pose_from_proto
 from k4d.errors import FailedPrecondition, InvalidArgument
 from k4d.model_names import STATIC_WORLD
+from k4d.sampling import sampling_layer_from_proto
 from k4d.store import from_tensor_data, job_key, to_tensor_data, validate_key
 from k4d.tensor_io import sha256_bytes
 from k4d.tool_proto import tool_from_proto
@@ -50,9 +51,12 @@ def sampling_kwargs(params: generator_pb2.SamplingParams) -> dict:
         raise InvalidArgument.for_field("sampling.scheduler", "must be unipc or euler")
     if params.guidance_scale < 0 or params.shift < 0:
         raise InvalidArgument.for_field("sampling", "guidance_scale and shift must be >= 0")
-    return {"backend": params.backend, "num_steps": params.num_steps or None,
-            "seed": params.seed or 42, "guidance": params.guidance_scale or None,
-            "scheduler": params.scheduler or None, "shift": params.shift or None}
+    # profile, solver, steps, cache, cache_threshold, quant, compile (num_steps and
+    # scheduler are folded into steps and solver)
+    options = sampling_layer_from_proto(params, "sampling")
+    return {"backend": params.backend, "seed": params.seed or 42,
+            "guidance": params.guidance_scale or None, "shift": params.shift or None,
+            "options": options}
 
 
 class GeneratorServicer(generator_pb2_grpc.GeneratorServiceServicer):

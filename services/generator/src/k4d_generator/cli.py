@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 from k4d.errors import InvalidArgument
+from k4d.sampling import add_sampling_flags, sampling_layer_from_flags
 
 LAYOUTS = ("k4d", "official")
 
@@ -42,6 +43,7 @@ def register(subparsers) -> None:
     p.add_argument("--scheduler", choices=("unipc", "euler"),
                    help="default: the model's scheduler (UniPC flow)")
     p.add_argument("--shift", type=float, help="flow shift (default: the model's, 3.0)")
+    add_sampling_flags(p)  # --profile, --solver, --cache, --cache-threshold, --quant, --compile
     p.add_argument("--backend", default="torch", choices=("torch", "onnx", "tensorrt"))
     p.add_argument("--precision", help="torch fp32|bf16|fp16 (default fp32), onnx fp32, "
                                         "tensorrt fp16|fp32 (default fp16)")
@@ -167,6 +169,7 @@ def run_generate(args) -> int:
 def _sample(args, image, robot, T_cam_from_base=None):
     from k4d_generator.pipeline import Kinema4DPipeline
 
+    options = sampling_layer_from_flags(args)  # bad flags fail before the model loads
     store = _open_store(args.store) if args.store else None
     import transformers
 
@@ -183,13 +186,14 @@ def _sample(args, image, robot, T_cam_from_base=None):
     if not args.no_progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=args.steps or pipe.info.num_inference_steps, desc="sampling",
-                   unit="step", file=sys.stderr)
+        bar = tqdm(total=pipe.sampling_options(options, args.steps, args.scheduler).steps
+                   or pipe.info.num_inference_steps, desc="sampling", unit="step",
+                   file=sys.stderr)
     try:
         result = pipe(image, num_steps=args.steps, seed=args.seed, guidance=args.guidance,
                       guidance_mode=args.guidance_mode, scheduler=args.scheduler,
                       shift=args.shift, callback=(lambda done, total: bar.update(1)) if bar
-                      else None, T_cam_from_base=T_cam_from_base, **robot)
+                      else None, T_cam_from_base=T_cam_from_base, options=options, **robot)
     finally:
         if bar is not None:
             bar.close()

@@ -28,6 +28,7 @@ from k4d.errors import FailedPrecondition, InvalidArgument, NotFound
 from k4d.logs import get_logger
 from k4d.metrics import waiting
 from k4d.model_names import STATIC_WORLD
+from k4d.sampling import check_sampling
 from k4d.tensor_io import sha256_bytes
 from k4d_model.results import GenerationResult
 
@@ -63,13 +64,17 @@ def model_ref_string(name: str = "", version: str = "", uri: str = "") -> str:
 
 class ModelManager:
     def __init__(self, store=None, cache_dir: str | Path | None = None, device: str = "cpu",
-                 allow_static_world: bool = True, on_loaded=None, warm_up: bool = True):
+                 allow_static_world: bool = True, on_loaded=None, warm_up: bool = True,
+                 default_sampling: dict | None = None):
         self.store = store
         self.cache_dir = cache_dir
         self.device = device
         self.allow_static_world = allow_static_world
         self.on_loaded = on_loaded  # callback(LoadedModel), e.g. readiness -> SERVING
         self.warm_up = warm_up
+        # the deployment's sampling layer (K4D_GENERATOR_PROFILE): under each request's
+        self.default_sampling = check_sampling(dict(default_sampling or {}),
+                                               "K4D_GENERATOR_PROFILE")
         self._loaded: LoadedModel | None = None
         self._swap_lock = threading.Lock()
         self._sample_lock = threading.Lock()
@@ -89,7 +94,7 @@ class ModelManager:
                 ref, backend=backend, precision=precision, device=self.device,
                 cache_dir=self.cache_dir, store=self.store)
             if self.warm_up:
-                warm_up(pipeline)
+                warm_up(pipeline, self.default_sampling)
         except BaseException:
             self._metrics.model_loads.labels(backend, "error").inc()
             raise
@@ -132,8 +137,11 @@ class ModelManager:
                  seed: int = 42, guidance: float | None = None, scheduler: str | None = None,
                  shift: float | None = None, callback=None, should_cancel=None,
                  initial_pointmap: np.ndarray | None = None,
-                 T_cam_from_base: np.ndarray | None = None, tool=None) -> GenerationResult:
-        """initial_pointmap: optional (H, W, 3) metres, the first frame's points (RGB-D);
+                 T_cam_from_base: np.ndarray | None = None, tool=None,
+                 options: dict | None = None) -> GenerationResult:
+        """options: the request's sampling options (k4d.sampling), over this process's
+        `default_sampling` (K4D_GENERATOR_PROFILE) over the model's;
+        initial_pointmap: optional (H, W, 3) metres, the first frame's points (RGB-D);
         T_cam_from_base: optional (4, 4), the camera's pose relative to the robot's base;
         tool: optional k4d.tool.ToolTrack of the rollout (the model's grasp option)."""
         robot = {"robot_rgb": robot_rgb, "robot_pointmap": robot_pointmap,
@@ -158,7 +166,8 @@ class ModelManager:
                                     scheduler=scheduler, shift=shift, callback=callback,
                                     should_cancel=should_cancel,
                                     initial_pointmap=initial_pointmap,
-                                    T_cam_from_base=T_cam_from_base, tool=tool, **robot)
+                                    T_cam_from_base=T_cam_from_base, tool=tool,
+                                    options=[self.default_sampling, options or {}], **robot)
         finally:
             self._sample_lock.release()
 
@@ -235,10 +244,11 @@ class ModelManager:
                 if not k.startswith("_")}
 
 
-def warm_up(pipeline) -> None:
+def warm_up(pipeline, options: dict | None = None) -> None:
     """One sampling step on a synthetic input at the model's clip size (a box-shaped robot
     1 m in front of the camera), so that a backend's export / engine build / first-call
-    allocations happen before the model is reported ready."""
+    allocations (and the deployment's levers, `options`: FP8, compiled blocks) happen before
+    the model is reported ready."""
     info = pipeline.info
     t, h, w = info.num_frames, info.height, info.width
     mask = np.zeros((t, h, w), bool)
@@ -248,5 +258,6 @@ def warm_up(pipeline) -> None:
     rgb = np.zeros((t, h, w, 3), np.uint8)
     rgb[mask] = 128
     started = time.perf_counter()
-    pipeline(np.zeros((h, w, 3), np.uint8), rgb, pointmap, mask, num_steps=1, seed=0)
+    pipeline(np.zeros((h, w, 3), np.uint8), rgb, pointmap, mask, num_steps=1, seed=0,
+             options=[options or {}, {}])
     log.info("model warmed up", extra={"warm_up_s": round(time.perf_counter() - started, 3)})

@@ -15,6 +15,7 @@ import numpy as np
 from k4d.camera_proto import camera_violations
 from k4d.errors import FieldViolation, InvalidArgument
 from k4d.model_names import STATIC_WORLD
+from k4d.sampling import sampling_layer_from_proto
 from k4d.tensor_io import from_tensor
 from kinema4d.v1 import kinematics_pb2, simulator_pb2
 
@@ -198,6 +199,10 @@ def _sampling_violations(spec, p: str) -> list[FieldViolation]:
         if getattr(s, name) not in allowed:
             out.append(FieldViolation(f"{p}.{name}", f"expected one of {list(allowed[1:])}, "
                                                      f"got {getattr(s, name)!r}"))
+    try:  # profile, solver, steps, cache, cache_threshold, quant, compile (issue 44)
+        sampling_layer_from_proto(s, p)
+    except InvalidArgument as exc:
+        out.extend(exc.violations)
     if s.backend == STATIC_WORLD and (spec.model.name or spec.model.uri):
         out.append(FieldViolation(p + ".backend", "static-world ignores the model; leave "
                                                   "spec.model empty or pick a model backend"))

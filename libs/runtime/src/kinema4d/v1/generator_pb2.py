@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from kinema4d.v1 import common_pb2 as kinema4d_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bkinema4d/v1/generator.proto\x12\x0bkinema4d.v1\x1a\x18kinema4d/v1/common.proto\"\x8f\x01\n\x0eSamplingParams\x12\x11\n\tnum_steps\x18\x01 \x01(\r\x12\x16\n\x0eguidance_scale\x18\x02 \x01(\x01\x12\x0c\n\x04seed\x18\x03 \x01(\x03\x12\x11\n\tscheduler\x18\x04 \x01(\t\x12\r\n\x05shift\x18\x05 \x01(\x01\x12\x0f\n\x07\x62\x61\x63kend\x18\x06 \x01(\t\x12\x11\n\tprecision\x18\x07 \x01(\t\"\xb0\x03\n\x0fGenerateRequest\x12$\n\x05model\x18\x01 \x01(\x0b\x32\x15.kinema4d.v1.ModelRef\x12&\n\x05image\x18\x02 \x01(\x0b\x32\x17.kinema4d.v1.TensorData\x12*\n\trobot_rgb\x18\x03 \x01(\x0b\x32\x17.kinema4d.v1.TensorData\x12/\n\x0erobot_pointmap\x18\x04 \x01(\x0b\x32\x17.kinema4d.v1.TensorData\x12+\n\nrobot_mask\x18\x05 \x01(\x0b\x32\x17.kinema4d.v1.TensorData\x12-\n\x08sampling\x18\x06 \x01(\x0b\x32\x1b.kinema4d.v1.SamplingParams\x12\x0e\n\x06job_id\x18\x07 \x01(\t\x12\x31\n\x10initial_pointmap\x18\x08 \x01(\x0b\x32\x17.kinema4d.v1.TensorData\x12-\n\x0ft_cam_from_base\x18\t \x01(\x0b\x32\x14.kinema4d.v1.Matrix4\x12$\n\x04tool\x18\n \x01(\x0b\x32\x16.kinema4d.v1.ToolTrack\"y\n\tToolTrack\x12\x31\n\x10t_base_from_tool\x18\x01 \x01(\x0b\x32\x17.kinema4d.v1.TensorData\x12(\n\x07opening\x18\x02 \x01(\x0b\x32\x17.kinema4d.v1.TensorData\x12\x0f\n\x07holding\x18\x03 \x01(\x08\"u\n\x10GenerateResponse\x12)\n\x08progress\x18\x01 \x01(\x0b\x32\x15.kinema4d.v1.ProgressH\x00\x12-\n\x06result\x18\x02 \x01(\x0b\x32\x1b.kinema4d.v1.GenerateResultH\x00\x42\x07\n\x05\x65vent\"\xc0\x01\n\x0eGenerateResult\x12$\n\x03rgb\x18\x01 \x01(\x0b\x32\x17.kinema4d.v1.TensorData\x12)\n\x08pointmap\x18\x02 \x01(\x0b\x32\x17.kinema4d.v1.TensorData\x12\x0e\n\x06metric\x18\x03 \x01(\x08\x12%\n\x05model\x18\x04 \x01(\x0b\x32\x16.kinema4d.v1.ModelInfo\x12\x0c\n\x04seed\x18\x05 \x01(\x03\x12\x18\n\x10sampling_seconds\x18\x06 \x01(\x01\"\xdd\x01\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x0f\n\x07variant\x18\x03 \x01(\t\x12\x13\n\x0b\x63onfig_json\x18\x04 \x01(\t\x12\x0e\n\x06loaded\x18\x05 \x01(\x08\x12\x0f\n\x07\x62\x61\x63kend\x18\x06 \x01(\t\x12\x11\n\tprecision\x18\x07 \x01(\t\x12\x12\n\nnum_frames\x18\x08 \x01(\r\x12\x0e\n\x06height\x18\t \x01(\r\x12\r\n\x05width\x18\n \x01(\r\x12\x0b\n\x03uri\x18\x0b \x01(\t\x12\x17\n\x0fmanifest_sha256\x18\x0c \x01(\t\"\\\n\x10LoadModelRequest\x12$\n\x05model\x18\x01 \x01(\x0b\x32\x15.kinema4d.v1.ModelRef\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\x12\x11\n\tprecision\x18\x03 \x01(\t\"P\n\x11LoadModelResponse\x12%\n\x05model\x18\x01 \x01(\x0b\x32\x16.kinema4d.v1.ModelInfo\x12\x14\n\x0cload_seconds\x18\x02 \x01(\x01\"\x13\n\x11ListModelsRequest\"<\n\x12ListModelsResponse\x12&\n\x06models\x18\x01 \x03(\x0b\x32\x16.kinema4d.v1.ModelInfo\";\n\x13GetModelInfoRequest\x12$\n\x05model\x18\x01 \x01(\x0b\x32\x15.kinema4d.v1.ModelRef\"=\n\x14GetModelInfoResponse\x12%\n\x05model\x18\x01 \x01(\x0b\x32\x16.kinema4d.v1.ModelInfo2\xcd\x02\n\x10GeneratorService\x12I\n\x08Generate\x12\x1c.kinema4d.v1.GenerateRequest\x1a\x1d.kinema4d.v1.GenerateResponse0\x01\x12J\n\tLoadModel\x12\x1d.kinema4d.v1.LoadModelRequest\x1a\x1e.kinema4d.v1.LoadModelResponse\x12M\n\nListModels\x12\x1e.kinema4d.v1.ListModelsRequest\x1a\x1f.kinema4d.v1.ListModelsResponse\x12S\n\x0cGetModelInfo\x12 .kinema4d.v1.GetModelInfoRequest\x1a!.kinema4d.v1.GetModelInfoResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bkinema4d/v1/generator.proto\x12\x0bkinema4d.v1\x1a\x18kinema4d/v1/common.proto\"\x98\x02\n\x0eSamplingParams\x12\x11\n\tnum_steps\x18\x01 \x01(\r\x12\x16\n\x0eguidance_scale\x18\x02 \x01(\x01\x12\x0c\n\x04seed\x18\x03 \x01(\x03\x12\x11\n\tscheduler\x18\x04 \x01(\t\x12\r\n\x05shift\x18\x05 \x01(\x01\x12\x0f\n\x07\x62\x61\x63kend\x18\x06 \x01(\t\x12\x11\n\tprecision\x18\x07 \x01(\t\x12\x0f\n\x07profile\x18\x08 \x01(\t\x12\x0e\n\x06solver\x18\t \x01(\t\x12\r\n\x05steps\x18\n \x01(\r\x12\r\n\x05\x63\x61\x63he\x18\x0b \x01(\t\x12\x17\n\x0f\x63\x61\x63he_threshold\x18\x0c \x01(\x01\x12\r\n\x05quant\x18\r \x01(\t\x12\x14\n\x07\x63ompile\x18\x0e \x01(\x08H\x00\x88\x01\x01\x42\n\n\x08_compile\"\xb0\x03\n\x0fGenerateRequest\x12$\n\x05model\x18\x01 \x01(\x0b\x32\x15.kinema4d.v1.ModelRef\x12&\n\x05image\x18\x02 \x01(\x0b\x32\x17.kinema4d.v1.TensorData\x12*\n\trobot_rgb\x18\x03 \x01(\x0b\x32\x17.kinema4d.v1.TensorData\x12/\n\x0erobot_pointmap\x18\x04 \x01(\x0b\x32\x17.kinema4d.v1.TensorData\x12+\n\nrobot_mask\x18\x05 \x01(\x0b\x32\x17.kinema4d.v1.TensorData\x12-\n\x08sampling\x18\x06 \x01(\x0b\x32\x1b.kinema4d.v1.SamplingParams\x12\x0e\n\x06job_id\x18\x07 \x01(\t\x12\x31\n\x10initial_pointmap\x18\x08 \x01(\x0b\x32\x17.kinema4d.v1.TensorData\x12-\n\x0ft_cam_from_base\x18\t \x01(\x0b\x32\x14.kinema4d.v1.Matrix4\x12$\n\x04tool\x18\n \x01(\x0b\x32\x16.kinema4d.v1.ToolTrack\"y\n\tToolTrack\x12\x31\n\x10t_base_from_tool\x18\x01 \x01(\x0b\x32\x17.kinema4d.v1.TensorData\x12(\n\x07opening\x18\x02 \x01(\x0b\x32\x17.kinema4d.v1.TensorData\x12\x0f\n\x07holding\x18\x03 \x01(\x08\"u\n\x10GenerateResponse\x12)\n\x08progress\x18\x01 \x01(\x0b\x32\x15.kinema4d.v1.ProgressH\x00\x12-\n\x06result\x18\x02 \x01(\x0b\x32\x1b.kinema4d.v1.GenerateResultH\x00\x42\x07\n\x05\x65vent\"\xc0\x01\n\x0eGenerateResult\x12$\n\x03rgb\x18\x01 \x01(\x0b\x32\x17.kinema4d.v1.TensorData\x12)\n\x08pointmap\x18\x02 \x01(\x0b\x32\x17.kinema4d.v1.TensorData\x12\x0e\n\x06metric\x18\x03 \x01(\x08\x12%\n\x05model\x18\x04 \x01(\x0b\x32\x16.kinema4d.v1.ModelInfo\x12\x0c\n\x04seed\x18\x05 \x01(\x03\x12\x18\n\x10sampling_seconds\x18\x06 \x01(\x01\"\xdd\x01\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x0f\n\x07variant\x18\x03 \x01(\t\x12\x13\n\x0b\x63onfig_json\x18\x04 \x01(\t\x12\x0e\n\x06loaded\x18\x05 \x01(\x08\x12\x0f\n\x07\x62\x61\x63kend\x18\x06 \x01(\t\x12\x11\n\tprecision\x18\x07 \x01(\t\x12\x12\n\nnum_frames\x18\x08 \x01(\r\x12\x0e\n\x06height\x18\t \x01(\r\x12\r\n\x05width\x18\n \x01(\r\x12\x0b\n\x03uri\x18\x0b \x01(\t\x12\x17\n\x0fmanifest_sha256\x18\x0c \x01(\t\"\\\n\x10LoadModelRequest\x12$\n\x05model\x18\x01 \x01(\x0b\x32\x15.kinema4d.v1.ModelRef\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\x12\x11\n\tprecision\x18\x03 \x01(\t\"P\n\x11LoadModelResponse\x12%\n\x05model\x18\x01 \x01(\x0b\x32\x16.kinema4d.v1.ModelInfo\x12\x14\n\x0cload_seconds\x18\x02 \x01(\x01\"\x13\n\x11ListModelsRequest\"<\n\x12ListModelsResponse\x12&\n\x06models\x18\x01 \x03(\x0b\x32\x16.kinema4d.v1.ModelInfo\";\n\x13GetModelInfoRequest\x12$\n\x05model\x18\x01 \x01(\x0b\x32\x15.kinema4d.v1.ModelRef\"=\n\x14GetModelInfoResponse\x12%\n\x05model\x18\x01 \x01(\x0b\x32\x16.kinema4d.v1.ModelInfo2\xcd\x02\n\x10GeneratorService\x12I\n\x08Generate\x12\x1c.kinema4d.v1.GenerateRequest\x1a\x1d.kinema4d.v1.GenerateResponse0\x01\x12J\n\tLoadModel\x12\x1d.kinema4d.v1.LoadModelRequest\x1a\x1e.kinema4d.v1.LoadModelResponse\x12M\n\nListModels\x12\x1e.kinema4d.v1.ListModelsRequest\x1a\x1f.kinema4d.v1.ListModelsResponse\x12S\n\x0cGetModelInfo\x12 .kinema4d.v1.GetModelInfoRequest\x1a!.kinema4d.v1.GetModelInfoResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,29 +33,29 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'kinema4d.v1.generator_pb2',
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SAMPLINGPARAMS']._serialized_start=71
-  _globals['_SAMPLINGPARAMS']._serialized_end=214
-  _globals['_GENERATEREQUEST']._serialized_start=217
-  _globals['_GENERATEREQUEST']._serialized_end=649
-  _globals['_TOOLTRACK']._serialized_start=651
-  _globals['_TOOLTRACK']._serialized_end=772
-  _globals['_GENERATERESPONSE']._serialized_start=774
-  _globals['_GENERATERESPONSE']._serialized_end=891
-  _globals['_GENERATERESULT']._serialized_start=894
-  _globals['_GENERATERESULT']._serialized_end=1086
-  _globals['_MODELINFO']._serialized_start=1089
-  _globals['_MODELINFO']._serialized_end=1310
-  _globals['_LOADMODELREQUEST']._serialized_start=1312
-  _globals['_LOADMODELREQUEST']._serialized_end=1404
-  _globals['_LOADMODELRESPONSE']._serialized_start=1406
-  _globals['_LOADMODELRESPONSE']._serialized_end=1486
-  _globals['_LISTMODELSREQUEST']._serialized_start=1488
-  _globals['_LISTMODELSREQUEST']._serialized_end=1507
-  _globals['_LISTMODELSRESPONSE']._serialized_start=1509
-  _globals['_LISTMODELSRESPONSE']._serialized_end=1569
-  _globals['_GETMODELINFOREQUEST']._serialized_start=1571
-  _globals['_GETMODELINFOREQUEST']._serialized_end=1630
-  _globals['_GETMODELINFORESPONSE']._serialized_start=1632
-  _globals['_GETMODELINFORESPONSE']._serialized_end=1693
-  _globals['_GENERATORSERVICE']._serialized_start=1696
-  _globals['_GENERATORSERVICE']._serialized_end=2029
+  _globals['_SAMPLINGPARAMS']._serialized_end=351
+  _globals['_GENERATEREQUEST']._serialized_start=354
+  _globals['_GENERATEREQUEST']._serialized_end=786
+  _globals['_TOOLTRACK']._serialized_start=788
+  _globals['_TOOLTRACK']._serialized_end=909
+  _globals['_GENERATERESPONSE']._serialized_start=911
+  _globals['_GENERATERESPONSE']._serialized_end=1028
+  _globals['_GENERATERESULT']._serialized_start=1031
+  _globals['_GENERATERESULT']._serialized_end=1223
+  _globals['_MODELINFO']._serialized_start=1226
+  _globals['_MODELINFO']._serialized_end=1447
+  _globals['_LOADMODELREQUEST']._serialized_start=1449
+  _globals['_LOADMODELREQUEST']._serialized_end=1541
+  _globals['_LOADMODELRESPONSE']._serialized_start=1543
+  _globals['_LOADMODELRESPONSE']._serialized_end=1623
+  _globals['_LISTMODELSREQUEST']._serialized_start=1625
+  _globals['_LISTMODELSREQUEST']._serialized_end=1644
+  _globals['_LISTMODELSRESPONSE']._serialized_start=1646
+  _globals['_LISTMODELSRESPONSE']._serialized_end=1706
+  _globals['_GETMODELINFOREQUEST']._serialized_start=1708
+  _globals['_GETMODELINFOREQUEST']._serialized_end=1767
+  _globals['_GETMODELINFORESPONSE']._serialized_start=1769
+  _globals['_GETMODELINFORESPONSE']._serialized_end=1830
+  _globals['_GENERATORSERVICE']._serialized_start=1833
+  _globals['_GENERATORSERVICE']._serialized_end=2166
 # @@protoc_insertion_point(module_scope)

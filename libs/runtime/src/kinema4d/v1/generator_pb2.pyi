@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SamplingParams(_message.Message):
-    __slots__ = ("num_steps", "guidance_scale", "seed", "scheduler", "shift", "backend", "precision")
+    __slots__ = ("num_steps", "guidance_scale", "seed", "scheduler", "shift", "backend", "precision", "profile", "solver", "steps", "cache", "cache_threshold", "quant", "compile")
     NUM_STEPS_FIELD_NUMBER: _ClassVar[int]
     GUIDANCE_SCALE_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
@@ -16,6 +16,13 @@ class SamplingParams(_message.Message):
     SHIFT_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     PRECISION_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
+    SOLVER_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_FIELD_NUMBER: _ClassVar[int]
+    CACHE_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    QUANT_FIELD_NUMBER: _ClassVar[int]
+    COMPILE_FIELD_NUMBER: _ClassVar[int]
     num_steps: int
     guidance_scale: float
     seed: int
@@ -23,7 +30,14 @@ class SamplingParams(_message.Message):
     shift: float
     backend: str
     precision: str
-    def __init__(self, num_steps: _Optional[int] = ..., guidance_scale: _Optional[float] = ..., seed: _Optional[int] = ..., scheduler: _Optional[str] = ..., shift: _Optional[float] = ..., backend: _Optional[str] = ..., precision: _Optional[str] = ...) -> None: ...
+    profile: str
+    solver: str
+    steps: int
+    cache: str
+    cache_threshold: float
+    quant: str
+    compile: bool
+    def __init__(self, num_steps: _Optional[int] = ..., guidance_scale: _Optional[float] = ..., seed: _Optional[int] = ..., scheduler: _Optional[str] = ..., shift: _Optional[float] = ..., backend: _Optional[str] = ..., precision: _Optional[str] = ..., profile: _Optional[str] = ..., solver: _Optional[str] = ..., steps: _Optional[int] = ..., cache: _Optional[str] = ..., cache_threshold: _Optional[float] = ..., quant: _Optional[str] = ..., compile: _Optional[bool] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
     __slots__ = ("model", "image", "robot_rgb", "robot_pointmap", "robot_mask", "sampling", "job_id", "initial_pointmap", "t_cam_from_base", "tool")

@@ -1,9 +1,15 @@
-"""PyTorch eager backend (fp32 / bf16 / fp16)."""
+"""PyTorch eager backend (fp32 / bf16 / fp16) with the sampling levers (`levers.py`:
+cache-dit step caching, FP8, compiled blocks, the attention kernel used)."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from k4d.errors import FailedPrecondition, InvalidArgument
+from k4d.sampling import SamplingOptions
+
+from k4d_generator.backends.levers import BlockLevers
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -41,13 +47,24 @@ class TorchBackend:
         self.dtype = DTYPES[precision]
         self.device = torch.device(device)
         self.model = cast_for_inference(transformer.to(self.device), self.dtype)
+        self.levers = BlockLevers(self.model, self.device)
+
+    def check_levers(self, options: SamplingOptions) -> None:
+        self.levers.check(options)
+
+    def prepare_levers(self, options: SamplingOptions, num_steps: int) -> None:
+        """Before a generation's first step: apply its options, a fresh cache context."""
+        self.levers.prepare(options, num_steps)
+
+    def lever_report(self) -> dict:
+        return self.levers.report()
 
     @torch.no_grad()
     def __call__(self, hidden_states, timestep, image_embeds, arm_cond, arm_latent_gain):
-        out = self.model(hidden_states.to(self.device, self.dtype), timestep.to(self.device),
-                         image_embeds.to(self.device, self.dtype),
-                         arm_cond.to(self.device, self.dtype), arm_latent_gain.to(self.device),
-                         return_dict=False)[0]
+        out = self.levers.call(partial(self.model, return_dict=False), hidden_states.to(self.device, self.dtype),
+                               timestep.to(self.device), image_embeds.to(self.device, self.dtype),
+                               arm_cond.to(self.device, self.dtype),
+                               arm_latent_gain.to(self.device))[0]
         return out.float()
 
     def describe(self) -> dict:

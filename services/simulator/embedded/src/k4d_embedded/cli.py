@@ -8,6 +8,8 @@ import json
 import sys
 from pathlib import Path
 
+from k4d.sampling import add_sampling_flags, sampling_layer_from_flags
+
 DEFAULT_ADDRESS = "127.0.0.1:50054"
 
 
@@ -97,7 +99,9 @@ def _add_spec_arguments(p: argparse.ArgumentParser) -> None:
                                                "omitted = $K4D_DEFAULT_MODEL or the shipped "
                                                "default (models/demo-small/manifest.json), "
                                                "else static-world")
-    p.add_argument("--steps", type=int, default=0, help="sampler steps (default: the model's)")
+    p.add_argument("--steps", type=int, default=0, help="sampler steps (default: the "
+                                                        "profile's, else the model's)")
+    add_sampling_flags(p)
     p.add_argument("--seed", type=int, default=0, help="random seed (default 42)")
     p.add_argument("--guidance", type=float, default=0.0, help="guidance scale (default: model's)")
     p.add_argument("--backend", default="", help="torch (default), onnx, tensorrt, static-world")
@@ -118,7 +122,8 @@ def _inputs(args):
                             camera=args.camera, model=args.model, steps=args.steps,
                             seed=args.seed, guidance=args.guidance, backend=args.backend,
                             frames=args.frames, downscale=args.downscale,
-                            clip_to_limits=args.clip, depth=args.depth)
+                            clip_to_limits=args.clip, depth=args.depth,
+                            sampling=sampling_layer_from_flags(args))
 
 
 def _run_simulate(args) -> int:

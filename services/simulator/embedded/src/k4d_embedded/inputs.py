@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from k4d.action_proto import spec_to_proto
 from k4d.camera_proto import camera_to_proto
 from k4d.errors import InvalidArgument
+from k4d.sampling import sampling_params_fields
 from k4d.tensor_io import to_tensor
+from kinema4d.v1 import common_pb2, generator_pb2, simulator_pb2
+
 from k4d_embedded.pipeline import InitialScene
 from k4d_embedded.shipped import is_shipped_model, verify_shipped_model
-from kinema4d.v1 import common_pb2, generator_pb2, simulator_pb2
 
 
 @dataclass
@@ -37,6 +39,9 @@ class SimulationInputs:
     downscale: int = 1        # divide image and camera by this (quick previews, tests)
     clip_to_limits: bool = False
     depth: Path | None = None  # optional depth of the image (.npy metres, 16-bit PNG mm)
+    # sampling options of the request (k4d.sampling: profile, solver, cache, ...; `steps`
+    # above is its step count), checked by k4d.sampling.sampling_layer_from_flags
+    sampling: dict = field(default_factory=dict)
 
 
 def load_image(path: Path, field: str = "--image") -> np.ndarray:
@@ -198,9 +203,12 @@ def load_simulation(inputs: SimulationInputs) -> tuple[simulator_pb2.SimulationS
         actions=actions_proto,
         camera=camera_to_proto(camera),
         model=model_ref(inputs.model),
-        sampling=generator_pb2.SamplingParams(num_steps=inputs.steps, seed=inputs.seed,
+        sampling=generator_pb2.SamplingParams(steps=inputs.steps, seed=inputs.seed,
                                               guidance_scale=inputs.guidance,
-                                              backend=inputs.backend),
+                                              backend=inputs.backend,
+                                              **sampling_params_fields(
+                                                  {k: v for k, v in inputs.sampling.items()
+                                                   if k != "steps"})),
         num_frames=inputs.frames or actions.num_frames,
         clip_to_limits=inputs.clip_to_limits or actions.clip)
     return spec, InitialScene(np.require(image, requirements="W"), depth)  # torch: writable
