@@ -41,3 +41,17 @@ def test_taylorseer_calibrator(make_tiny, make_robot):
     result = _run(pipe, make_robot, **{**CACHED, "cache": "dbcache-taylorseer"})
     assert result.metadata["cached_steps"] > 0
     assert np.isfinite(result.pointmap).all()
+
+
+@pytest.mark.slow  # inductor builds C++ kernels: ~2 min on a busy 2-core machine
+def test_compiled_blocks_report_compile_time_apart(make_tiny, make_robot):
+    pipe = Kinema4DPipeline.from_components(make_tiny("act")[0])
+    eager = _run(pipe, make_robot, steps=2)
+    assert eager.metadata["attention_backend"] in ("flash (cpu)", "math")
+    assert "compile" not in eager.metadata["timings_s"]
+    compiled = _run(pipe, make_robot, steps=2, compile=True)
+    timings = compiled.metadata["timings_s"]
+    assert timings["compile"] > 0 and timings["denoising_step"] > 0
+    np.testing.assert_allclose(compiled.pointmap, eager.pointmap, atol=1e-3)
+    steady = _run(pipe, make_robot, steps=2, compile=True)  # compiled once, not again
+    assert "compile" not in steady.metadata["timings_s"]
