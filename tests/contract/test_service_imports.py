@@ -1,7 +1,8 @@
 """The import graph: a service package never imports another service's package (DESIGN.md,
 "Layout"); only the composers do, and only names of that service's declared public API (its
 package root's `__all__`: `from k4d_generator import ModelManager`, never
-`k4d_generator.service`). The runtime library imports no service and no k4d_model.
+`k4d_generator.service`). The runtime library (`k4d`, the platform) imports no service and
+no other library under libs/ (k4d_model, the domain library k4d_tabletop): ADR 023.
 
 Read from the sources (every `import`, `from ... import` and `importlib.import_module`
 with a literal name, function-local ones included), so a lazy import counts too. The
@@ -17,6 +18,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 RUNTIME_SRC = REPO / "libs" / "runtime" / "src"
 MODEL_SRC = REPO / "libs" / "model" / "src"
+TABLETOP_SRC = REPO / "libs" / "tabletop" / "src"
 
 # Packages whose job is to compose the stages of other services.
 COMPOSERS = {
@@ -37,13 +39,11 @@ def service_packages() -> dict[str, Path]:
             if path.is_dir() and not path.name.endswith(".egg-info")}
 
 
-# Runtime (k4d) imports of k4d_model or a service package that exist today: (file, package)
-# -> why. Any new one fails, and one no longer made fails too, so the list only shrinks.
-RUNTIME_KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
-    # issue 46 point 1: `k4d up` publishes the demo model through k4d_model.registry; the
-    # runtime is to lose it when the domain code leaves the runtime.
-    ("libs/runtime/src/k4d/cli/up.py", "k4d_model"): "issue 46 point 1",
-}
+def library_packages() -> dict[str, Path]:
+    """{package name: source directory} of every library under libs/ besides the runtime
+    (k4d_model, k4d_tabletop): the runtime sits below them all."""
+    return {path.name: path for path in sorted(REPO.glob("libs/*/src/k4d_*"))
+            if path.is_dir() and not path.name.endswith(".egg-info")}
 
 
 def imported_modules(source: Path) -> set[str]:
@@ -108,21 +108,27 @@ def runtime_upward_imports(runtime_root: Path, forbidden: set[str],
             for module in imported_modules(source) if module.split(".")[0] in forbidden}
 
 
-def test_the_runtime_imports_no_service_package_and_no_model_library():
-    forbidden = {*service_packages(), "k4d_model"}
-    found = runtime_upward_imports(RUNTIME_SRC / "k4d", forbidden)
-    new = sorted(found - set(RUNTIME_KNOWN_EXCEPTIONS))
-    assert not new, f"the runtime library must import no service and no k4d_model: {new}"
-    stale = sorted(set(RUNTIME_KNOWN_EXCEPTIONS) - found)
-    assert not stale, f"no longer imported, drop from RUNTIME_KNOWN_EXCEPTIONS: {stale}"
+def test_the_libraries_above_the_runtime_are_found():
+    assert {"k4d_model", "k4d_tabletop"} <= set(library_packages())
+
+
+def test_the_runtime_imports_no_service_package_and_no_other_library():
+    """No exception: `k4d up`'s default model is the embedded runner's `k4d.up` hook, the
+    scenes, physics and judge are k4d_tabletop, the model options k4d_model.options."""
+    forbidden = {*service_packages(), *library_packages()}
+    found = sorted(runtime_upward_imports(RUNTIME_SRC / "k4d", forbidden))
+    assert not found, ("the runtime library (the platform) must import no service, no "
+                       f"k4d_model and no domain library: {found}")
 
 
 def test_the_runtime_check_sees_a_lazy_model_import(tmp_path):
     (tmp_path / "k4d" / "cli").mkdir(parents=True)
     (tmp_path / "k4d" / "cli" / "up.py").write_text(
-        "def publish():\n    from k4d_model import registry\n    return registry\n")
-    assert runtime_upward_imports(tmp_path / "k4d", {"k4d_model", "k4d_generator"},
-                                  base=tmp_path) == {("k4d/cli/up.py", "k4d_model")}
+        "def publish():\n    from k4d_model import registry\n    return registry\n"
+        "import k4d_tabletop.judge\n")
+    assert runtime_upward_imports(tmp_path / "k4d", {"k4d_model", "k4d_tabletop", "k4d_generator"},
+                                  base=tmp_path) == {("k4d/cli/up.py", "k4d_model"),
+                                                     ("k4d/cli/up.py", "k4d_tabletop")}
 
 
 def public_api(package_root: Path) -> list[str] | None:
@@ -214,8 +220,19 @@ def test_the_model_library_imports_no_service_package():
     """libs/model (k4d_model) is shared by the generator and the trainer: it imports the
     runtime and third-party code only."""
     packages = service_packages()
-    edges = import_edges(packages, {"k4d_model": MODEL_SRC / "k4d_model"})
-    assert not edges, f"the model library must not import services: {edges}"
+    edges = import_edges({**packages, "k4d_tabletop": TABLETOP_SRC / "k4d_tabletop"},
+                         {"k4d_model": MODEL_SRC / "k4d_model"})
+    assert not edges, f"the model library must not import services or the domain library: {edges}"
+
+
+def test_the_tabletop_library_imports_no_service_package_and_no_model():
+    """libs/tabletop (k4d_tabletop: scenes, physics, judge) is shared by datagen, policy,
+    the evaluator and the trainer: it imports the runtime and third-party code only (a
+    success judge that read the model would be judged by what it judges)."""
+    packages = service_packages()
+    edges = import_edges({**packages, "k4d_model": MODEL_SRC / "k4d_model"},
+                         {"k4d_tabletop": TABLETOP_SRC / "k4d_tabletop"})
+    assert not edges, f"the tabletop library must not import services or k4d_model: {edges}"
 
 
 def test_the_import_scan_sees_lazy_and_importlib_imports(tmp_path):

@@ -7,7 +7,6 @@ k4d.local_credentials). The `clients: export ...` line gives the CA and the user
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import signal
@@ -23,11 +22,10 @@ from k4d.errors import FailedPrecondition, InvalidArgument
 from k4d.model_names import STATIC_WORLD
 from k4d.settings import current as current_settings
 
-# The repository's models/ folder (an editable install, as `make setup` makes): the shipped
-# models, each a manifest.json (registry manifest + weights_dir, label, "default") beside
-# its k4d-layout weights folder.
-REPO_MODELS = Path(__file__).resolve().parents[5] / "models"
-DEFAULT_MODEL_ENV = "K4D_DEFAULT_MODEL"  # what `k4d simulate` runs without --model
+# Hooks other packages add to `k4d up` (entry points): `default_model(store) -> (reference,
+# what happened)` publishes the model a spec without one runs (the embedded runner's:
+# k4d_embedded.up_model), so the runtime itself imports no model library.
+UP_HOOKS = "k4d.up"
 SIMULATOR_DEFAULT_MODEL_ENV = "K4D_SIMULATOR_DEFAULT_MODEL"
 LOCAL_BUCKET = "k4d"
 STANDARD_BROKER_PORT = 9092
@@ -110,63 +108,39 @@ def _prepare_broker_and_bucket(broker, s3) -> None:
     """Create every topic (+ DLQs) and the bucket, so services start against a ready cluster."""
     from k4d.bus import ALL_TOPICS, dlq
     from k4d.bus.kafka import KafkaBus
-    from k4d.store.s3 import S3Store
 
     with KafkaBus(broker.address, client_id="k4d-up") as bus:
         bus.ensure_topics([*ALL_TOPICS, *(dlq(t) for t in ALL_TOPICS)])
-    S3Store(s3.address, LOCAL_BUCKET, access_key=s3.info["access_key"],
-            secret_key=s3.info["secret_key"], region=s3.info["region"]).close()
+    _bucket_store(s3).close()
 
 
-def _shipped_default(models: Path = REPO_MODELS) -> Path | None:
-    """The shipped model whose manifest says `"default": true` (models/demo-small)."""
-    for manifest in sorted(models.glob("*/manifest.json")):
-        try:
-            if json.loads(manifest.read_text()).get("default") is True:
-                return manifest.parent
-        except (OSError, ValueError, AttributeError):
-            continue
-    return None
-
-
-def _default_model(s3, models: Path = REPO_MODELS) -> tuple[str, str]:
-    """Publish the model `k4d simulate` runs without --model into this cluster's registry,
-    so that `k4d submit` without --model runs the same one: returns (the reference the
-    simulator fills into specs without a model, what happened) or ("", why not).
-
-    Follows `k4d simulate`: $K4D_DEFAULT_MODEL when set (`static-world`, a registry
-    reference, or a shipped-model folder), else the shipped default in models/."""
-    chosen = current_settings().models.default_model
-    if chosen == STATIC_WORLD:
-        return "", f"{DEFAULT_MODEL_ENV}={STATIC_WORLD}"
-    if chosen and not Path(chosen).is_dir():
-        return chosen, "given"  # a registry reference: published by whoever named it
-    folder = Path(chosen) if chosen else _shipped_default(models)
-    if folder is None:
-        return "", f"no shipped default model in {models}"
-    if not (folder / "manifest.json").is_file():
-        return "", f"{folder} is not a shipped model folder (manifest.json)"
-    try:
-        from k4d_model import registry
-    except ImportError:  # a runtime-only install runs no generator either
-        return "", "k4d-model is not installed"
+def _bucket_store(s3):
+    """The local S3 server's bucket as a Store (creating the bucket if need be)."""
     from k4d.store.s3 import S3Store
 
-    shipped = json.loads((folder / "manifest.json").read_text())
-    name, version = shipped["name"], shipped["version"]
-    weights = folder / shipped["weights_dir"]
-    # The registry's manifest of the same files must list the shipped sha256s: a damaged or
-    # partly checked-out model (a Git LFS pointer) is refused, not served.
-    if registry.build_manifest(weights, name, version)["files"] != shipped["files"]:
-        raise FailedPrecondition(f"{weights} does not match {folder / 'manifest.json'} (damaged "
-                                 "or a Git LFS pointer?)")
-    store = S3Store(s3.address, LOCAL_BUCKET, access_key=s3.info["access_key"],
-                    secret_key=s3.info["secret_key"], region=s3.info["region"])
+    return S3Store(s3.address, LOCAL_BUCKET, access_key=s3.info["access_key"],
+                   secret_key=s3.info["secret_key"], region=s3.info["region"])
+
+
+def _default_model(s3) -> tuple[str, str]:
+    """Publish the model `k4d simulate` runs without --model into this cluster's registry,
+    so that `k4d submit` without --model runs the same one: returns (the reference the
+    simulator fills into specs without a model, what happened) or ("", why not). The
+    package that owns that choice does it (the `default_model` hook of UP_HOOKS)."""
+    from k4d.service import installed
+
+    hook = installed(UP_HOOKS).get("default_model")
+    if hook is None:
+        return "", "no default-model hook installed (k4d-embedded)"
     try:
-        registry.publish(store, weights, name, version)
+        publish = hook.load()
+    except ImportError as exc:  # a runtime-only install runs no generator either
+        return "", f"default model unavailable: {exc}"
+    store = _bucket_store(s3)
+    try:
+        return publish(store)
     finally:
         store.close()
-    return f"registry:{name}/{version}", "published"
 
 
 def _print_table(rows: list[tuple[str, str, str, str]]) -> None:
