@@ -61,3 +61,24 @@ def test_simulate_flags_refused_with_one_line(capsys):
                  "--camera", "c.json", "--out", "/tmp/never", "--cache", "teacache"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--cache" in err[0]
+
+
+def test_the_process_profile_is_under_every_request(tmp_path, make_tiny, make_robot):
+    from k4d.config import Config
+    from k4d.store import LocalStore
+    from k4d_generator.server import GeneratorService
+
+    service = GeneratorService(Config(), store=LocalStore(tmp_path),
+                               env={"K4D_GENERATOR_PROFILE": "reference"})
+    manager = service.manager
+    assert manager.default_sampling == {"profile": "reference"}
+    with pytest.raises(InvalidArgument):
+        GeneratorService(Config(), store=LocalStore(tmp_path),
+                         env={"K4D_GENERATOR_PROFILE": "turbo"})
+    manager.warm_up = False
+    manager._loaded = type("Loaded", (), {"pipeline": Kinema4DPipeline.from_components(
+        make_tiny("act")[0]), "backend": "torch"})()
+    image, robot = make_robot()
+    meta = manager.generate(image, **robot, options={"steps": 1}).metadata
+    assert meta["options"]["profile"] == "reference" and meta["scheduler"].startswith("FlowMatch")
+    assert meta["num_steps"] == 1  # the request's steps over the profile's 50

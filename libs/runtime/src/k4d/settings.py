@@ -26,6 +26,7 @@ from pathlib import Path
 
 from k4d.config import Config, float_at_least, load_config, parse_section, setting, type_name
 from k4d.errors import InvalidArgument
+from k4d.sampling import PROFILES as SAMPLING_PROFILES
 
 GENERATOR_BACKENDS = ("torch", "onnx", "tensorrt")
 TRAINER_LAUNCHERS = ("local", "kubernetes")
@@ -58,6 +59,9 @@ class GeneratorSettings:
     device: str = setting("K4D_GENERATOR_DEVICE", "cpu", "torch device, e.g. cuda")
     cache_dir: str = setting("K4D_GENERATOR_CACHE_DIR", "",
                              "ONNX exports, TensorRT engines; empty = ~/.cache/k4d/generator")
+    profile: str = setting("K4D_GENERATOR_PROFILE", "",
+                           "sampling profile under every request's options (k4d.sampling); "
+                           "empty = the model's", choices=("", *SAMPLING_PROFILES))
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,9 @@ class GeneratorService(Service):
         self.store = store or open_store(config=config)
         self.manager = manager or ModelManager(
             self.store, cache_dir=self.settings.cache_dir or None,
-            device=self.settings.device, allow_static_world=False)
+            device=self.settings.device, allow_static_world=False,
+            default_sampling={"profile": self.settings.profile} if self.settings.profile
+            else None)
         self.startup = StartupLoad(self.manager, self.settings)
 
     def register(self, server) -> list[str]:
