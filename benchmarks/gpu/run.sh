@@ -27,7 +27,10 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 WHEELS="$HERE/wheels"
-CARRIED=(diffusers zarr numcodecs donfig google-crc32c)
+CARRIED=(diffusers zarr numcodecs donfig google-crc32c cache-dit)
+# Needed on the GPU only (quant_fp8), so not installed here nor in constraints.txt:
+# torchao's float8 quantisation (3.4 MB abi3 wheel).
+GPU_ONLY=(torchao==0.18.0)
 PROJECT=(libs/runtime libs/model libs/tabletop services/generator services/trainer)
 
 pick_python() {
@@ -56,7 +59,7 @@ if [[ "${1:-}" == "prepare" ]]; then
     --implementation cp --abi cp312 --abi abi3 --abi none \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any \
-    -d "$WHEELS" "${pins[@]}"
+    -d "$WHEELS" "${pins[@]}" "${GPU_ONLY[@]}"
   ls -l "$WHEELS"
   du -sh "$WHEELS"
   exit 0

@@ -17,6 +17,16 @@ its header and docs/benchmarks.md ("GPU run"). Sections, in order:
                       the time budget and the GPU's memory allow
 - k4d_train_demo:     `k4d train` of examples/train/demo-model.yaml on the GPU for a fixed
                       number of steps, on a synthetic dataset written first
+- solver_unipc, cache_dbcache, quant_fp8, compile, profile_fast (issue 44): the sampling
+                      levers through the torch backend on the 14B-shape DiT (bf16, random
+                      weights): a denoising loop of --lever-steps steps (UniPC or Euler) with
+                      the lever on, its wall time, the steps cache-dit cached, the attention
+                      kernel used, and the 50-step (or the profile's) denoising projected;
+                      quant_fp8 also gives one forward's relative error against bf16 (goal
+                      <= 3 %) and is skipped off Hopper; compile gives the one-time compile
+                      cost apart from the steady step. Random weights make cache-dit's hit
+                      rate unrepresentative: the drift of each lever on a trained model is
+                      measured on CPU (benchmarks/generator/drift.py)
 
 A section that cannot run on this machine is `skipped` with the reason; one that breaks is
 `failed` with the error; neither stops the others. The file is rewritten after every
@@ -58,6 +68,7 @@ class Context:
     part_layers: int
     lora_depths: tuple[int, int]
     train_steps: int
+    lever_steps: int
     workdir: Path
     deadline: float  # time.monotonic() at which the budget ends
 
@@ -399,6 +410,138 @@ def k4d_train_demo(ctx: Context) -> dict:
             "summary": json.loads(done.stdout.strip().splitlines()[-1])["state"]}
 
 
+def _lever_model(ctx: Context):
+    """The 14B-shape DiT (tiny in a dry run) behind the torch backend, and its inputs."""
+    import torch
+    from k4d_generator.backends import create_backend
+    from k4d_model.model.configs import get_model_config
+
+    bench = _generator_bench()
+    config = get_model_config(ctx.dit_config)
+    model = bench._random_transformer(config.transformer, torch.bfloat16, ctx.device, None)
+    inputs = _inputs(model, config, ctx.device)
+    backend = create_backend("torch", model, precision="bf16", device=ctx.device)
+    return config, backend, inputs
+
+
+def _denoise(ctx: Context, backend, inputs, options, steps: int) -> dict:
+    """`steps` sampler steps of the levers' denoising loop (the pipeline's step 6 on fixed
+    conditioning): wall time, per-step time, cached steps, attention kernel, timings."""
+    import torch
+    from diffusers import FlowMatchEulerDiscreteScheduler, UniPCMultistepScheduler
+
+    bench = _generator_bench()
+    hidden, timestep, image_embeds, arm_cond, gain = inputs
+    channels = backend.model.config.out_channels
+    latents, condition = hidden[:, :channels].float(), hidden[:, channels:]
+    if (options.solver or "unipc") == "unipc":
+        sampler = UniPCMultistepScheduler(prediction_type="flow_prediction",
+                                          use_flow_sigmas=True, num_train_timesteps=1000,
+                                          flow_shift=3.0)
+    else:
+        sampler = FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=3.0)
+    sampler.set_timesteps(steps, device=ctx.device)
+    backend.prepare_levers(options, steps)
+    bench._sync(ctx.device)
+    started = time.perf_counter()
+    with torch.no_grad():
+        for t in sampler.timesteps:
+            velocity = backend(torch.cat([latents.to(condition.dtype), condition], dim=1),
+                               t.expand(1).float(), image_embeds, arm_cond, gain)
+            latents = sampler.step(velocity, t, latents, return_dict=False)[0]
+    bench._sync(ctx.device)
+    seconds = time.perf_counter() - started
+    report = backend.lever_report()
+    return {"options": options.to_dict(), "steps": steps, "denoise_s": round(seconds, 3),
+            "step_s_mean": round(seconds / steps, 4),
+            "cached_steps": report["cached_steps"],
+            "attention_backend": report["attention_backend"],
+            "compile_s": None if report["compile_s"] is None else round(report["compile_s"], 2),
+            "steady_step_s": None if report["steady_step_s"] is None
+            else round(report["steady_step_s"], 4),
+            "finite": bool(torch.isfinite(latents).all())}
+
+
+def _lever_section(ctx: Context, layer: dict, projected_steps: int | None = None) -> dict:
+    from k4d.sampling import resolve_sampling
+
+    options = resolve_sampling(layer)
+    config, backend, inputs = _lever_model(ctx)
+    _reset_peak(ctx.device)
+    steps = ctx.lever_steps
+    try:
+        result = _denoise(ctx, backend, inputs, options, steps)
+    finally:
+        del backend, inputs
+        _free(ctx.device)
+    per_step = result["steady_step_s"] or result["step_s_mean"]
+    target = projected_steps or options.steps or 50
+    result.update(config=config.name, projected_steps=target,
+                  projected_denoise_s=round(per_step * target * (1 - result["cached_steps"]
+                                                                 / max(steps, 1)), 1),
+                  peak_mem_gib=_peak_gib(ctx.device))
+    return result
+
+
+def solver_unipc(ctx: Context) -> dict:
+    """UniPC at 20 steps against the reference's 50 Euler steps (same forward)."""
+    return _lever_section(ctx, {"profile": "reference", "solver": "unipc", "steps": 20})
+
+
+def cache_dbcache(ctx: Context) -> dict:
+    """The reference sampler with cache-dit's DBCache (threshold 0.08)."""
+    return _lever_section(ctx, {"profile": "reference", "cache": "dbcache"})
+
+
+def quant_fp8(ctx: Context) -> dict:
+    """FP8 (torchao float8 rowwise dynamic) linear layers: one forward's relative error
+    against bf16 on the same weights (goal <= 3 %), and the forward time of each."""
+    import torch
+    from k4d.errors import InvalidArgument
+    from k4d.sampling import resolve_sampling
+
+    bench = _generator_bench()
+    config, backend, inputs = _lever_model(ctx)
+    try:
+        backend.check_levers(resolve_sampling({"quant": "fp8"}))
+    except InvalidArgument as refused:
+        raise Skip(str(refused)) from None
+    try:
+        with torch.no_grad():
+            bf16_s = bench._median_seconds(backend, inputs, ctx.repeats, ctx.device)
+            reference = backend(*inputs)
+            backend.prepare_levers(resolve_sampling({"quant": "fp8"}), 1)
+            fp8_s = bench._median_seconds(backend, inputs, ctx.repeats, ctx.device)
+            quantised = backend(*inputs)
+        error = float((quantised - reference).norm() / reference.norm())
+    finally:
+        del backend, inputs
+        _free(ctx.device)
+    return {"config": config.name, "bf16_step_s": round(bf16_s, 4),
+            "fp8_step_s": round(fp8_s, 4), "speedup": round(bf16_s / fp8_s, 3),
+            "relative_error": round(error, 5), "goal_relative_error": 0.03,
+            "projected_denoise_s": round(50 * fp8_s, 1), "peak_mem_gib": _peak_gib(ctx.device)}
+
+
+def compile_blocks(ctx: Context) -> dict:
+    """torch.compile of each block: the one-time cost apart from the steady step."""
+    from k4d_generator.backends.levers import compile_refusal
+
+    why = compile_refusal(__import__("torch").device(ctx.device))
+    if why is not None:
+        raise Skip(why)
+    return _lever_section(ctx, {"profile": "reference", "compile": True})
+
+
+def profile_fast(ctx: Context) -> dict:
+    """The `fast` profile (UniPC, its steps, DBCache + TaylorSeer); goal <= 45 s a rollout."""
+    from k4d.sampling import PROFILES
+
+    result = _lever_section(ctx, {"profile": "fast"}, PROFILES["fast"]["steps"])
+    result["goal_rollout_s"] = 45.0
+    return result
+
+
 # Name, function, the seconds it needs at least on a GPU (a section is skipped, with the
 # reason, when less is left of the budget).
 SECTIONS = [
@@ -408,6 +551,11 @@ SECTIONS = [
     ("tensorrt_fp16", tensorrt_fp16, 150),
     ("lora_14b_memory", lora_14b_memory, 90),
     ("k4d_train_demo", k4d_train_demo, 60),
+    ("solver_unipc", solver_unipc, 40),
+    ("cache_dbcache", cache_dbcache, 40),
+    ("quant_fp8", quant_fp8, 60),
+    ("compile", compile_blocks, 120),
+    ("profile_fast", profile_fast, 40),
 ]
 
 
@@ -428,6 +576,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--part-layers", type=int, default=1,
                         help="blocks of the truncated model for ONNX Runtime and TensorRT")
     parser.add_argument("--train-steps", type=int, default=300)
+    parser.add_argument("--lever-steps", type=int, default=8,
+                        help="denoising steps timed per sampling-lever section (projected "
+                             "to the full count)")
     parser.add_argument("--only", default="", help="comma-separated section names")
     args = parser.parse_args(argv)
     import torch
@@ -447,7 +598,8 @@ def main(argv: list[str] | None = None) -> int:
                   dit_config="tiny" if args.dry_run else "wan14b",
                   repeats=2 if args.dry_run else args.repeats, part_layers=args.part_layers,
                   lora_depths=(1, 2) if args.dry_run else (2, 4),
-                  train_steps=3 if args.dry_run else args.train_steps, workdir=workdir,
+                  train_steps=3 if args.dry_run else args.train_steps,
+                  lever_steps=4 if args.dry_run else args.lever_steps, workdir=workdir,
                   deadline=time.monotonic() + args.budget_s)
     results = {"schema": SCHEMA, "dry_run": args.dry_run,
                "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -16,7 +16,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 RUN = REPO / "benchmarks" / "gpu" / "run.sh"
 SECTIONS = ["environment", "dit_step_14b_bf16", "onnxruntime_cuda", "tensorrt_fp16",
-            "lora_14b_memory", "k4d_train_demo"]
+            "lora_14b_memory", "k4d_train_demo",
+            # the sampling levers (issue 44)
+            "solver_unipc", "cache_dbcache", "quant_fp8", "compile", "profile_fast"]
 
 
 def _env() -> dict:
@@ -32,7 +34,7 @@ def test_makefile_bench_gpu_runs_the_script():
     assert "wheels/" in (REPO / "benchmarks" / "gpu" / ".gitignore").read_text()
 
 
-@pytest.mark.slow  # ~30 s: it builds, exports and trains the tiny model once per section
+@pytest.mark.slow  # ~3 min on a busy 2-core machine: builds, exports, trains and compiles the tiny model
 def test_dry_run_writes_every_section(tmp_path):
     out = tmp_path / "bench-gpu.json"
     done = subprocess.run(["bash", str(RUN), "--dry-run", "--out", str(out)], env=_env(),
@@ -43,8 +45,18 @@ def test_dry_run_writes_every_section(tmp_path):
     sections = results["sections"]
     assert list(sections) == SECTIONS
     assert {name: s["status"] for name, s in sections.items()} == {
-        **dict.fromkeys(SECTIONS, "ok"), "tensorrt_fp16": "skipped"}, sections
+        **dict.fromkeys(SECTIONS, "ok"), "tensorrt_fp16": "skipped",
+        "quant_fp8": "skipped"}, sections
     assert sections["tensorrt_fp16"]["reason"] == "needs a CUDA GPU"
+    assert "Hopper" in sections["quant_fp8"]["reason"]  # refused on CPU, never run in bf16
+    for name in ("solver_unipc", "cache_dbcache", "compile", "profile_fast"):
+        lever = sections[name]
+        assert lever["finite"] and lever["steps"] == 4 and lever["attention_backend"]
+        assert lever["projected_denoise_s"] >= 0
+    assert sections["solver_unipc"]["options"]["solver"] == "unipc"
+    assert sections["cache_dbcache"]["options"]["cache"] == "dbcache"
+    assert sections["compile"]["compile_s"] > 0  # the one-time cost, apart
+    assert sections["profile_fast"]["options"]["profile"] == "fast"
     dit = sections["dit_step_14b_bf16"]
     assert dit["config"] == "tiny" and dit["step_s_median"] > 0 and dit["peak_mem_gib"] is None
     assert dit["tokens"] == dit["latent"][0] * (dit["latent"][1] // 2) * dit["latent"][2]
