@@ -106,3 +106,19 @@ def test_the_embedded_kinematics_has_the_workers_ik_budget(cores, monkeypatch):
     assert out.joints.shape[0] == 120
     assert seen[0].timeout_s == pytest.approx(0.25)
     assert seen[0] == kinematics_core.job_ik_options(120)
+
+
+def test_sampling_options_travel_in_the_spec():
+    """`k4d simulate` / `k4d submit` flags (and a caller's `sampling` layer, its steps too)
+    become the spec's SamplingParams fields (issue 44)."""
+    from k4d_embedded.inputs import build_spec
+
+    spec = build_spec(_inputs(sampling={"profile": "fast", "solver": "unipc", "steps": 12,
+                                        "cache": "dbcache", "cache_threshold": 0.1,
+                                        "quant": "none", "compile": False}))
+    s = spec.sampling
+    assert (s.profile, s.solver, s.steps, s.cache, s.quant) == ("fast", "unipc", 12, "dbcache",
+                                                                "none")
+    assert s.cache_threshold == pytest.approx(0.1) and s.HasField("compile") and not s.compile
+    assert build_spec(_inputs(steps=7)).sampling.steps == 7
+    assert not build_spec(_inputs()).sampling.HasField("compile")

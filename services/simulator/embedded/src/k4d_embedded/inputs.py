@@ -203,7 +203,8 @@ def load_simulation(inputs: SimulationInputs) -> tuple[simulator_pb2.SimulationS
         actions=actions_proto,
         camera=camera_to_proto(camera),
         model=model_ref(inputs.model),
-        sampling=generator_pb2.SamplingParams(steps=inputs.steps, seed=inputs.seed,
+        sampling=generator_pb2.SamplingParams(steps=inputs.steps or
+                                              inputs.sampling.get("steps", 0), seed=inputs.seed,
                                               guidance_scale=inputs.guidance,
                                               backend=inputs.backend,
                                               **sampling_params_fields(
