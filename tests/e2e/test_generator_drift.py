@@ -11,7 +11,7 @@ import pytest
 from k4d.testing.modules import load_path_module
 
 REPO = Path(__file__).resolve().parents[2]
-EPISODES = 2
+EPISODES = 1  # a CI-sized check; docs/benchmarks.md's figures are over 2
 TOLERANCE = 0.10
 
 pytest.importorskip("cache_dit")
@@ -21,9 +21,11 @@ pytest.importorskip("k4d_eval")
 @pytest.mark.slow  # reference is 50 Euler steps: ~5 min an episode on a busy 2-core CPU
 def test_fast_stays_within_ten_percent_of_reference(tmp_path):
     drift = load_path_module(REPO / "benchmarks" / "generator" / "drift.py", "k4d_bench_drift")
-    model = drift.default_model()
-    if not model:
-        pytest.skip("no shipped model (models/demo-small) to sample")
+    # The shipped model itself, not the default-model setting: the test session pins
+    # K4D_DEFAULT_MODEL=static-world, which would leave nothing to sample.
+    shipped = REPO / "models" / "demo-small"
+    assert (shipped / "manifest.json").is_file(), "no shipped model in models/demo-small"
+    model = str(shipped)
     result = drift.run(model, EPISODES, ["reference", "fast"], tmp_path)
     fast = result["variants"]["fast"]
     assert fast["num_steps"] == 20 and result["variants"]["reference"]["num_steps"] == 50
