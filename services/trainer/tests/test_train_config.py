@@ -9,6 +9,7 @@ import pytest
 from k4d.cli.main import main
 from k4d.errors import InvalidArgument
 from k4d_trainer.config import config_from_dict, load_config_file, resolve_degrees
+from k4d_trainer.schedule import lr_lambda
 
 
 def _run(capsys, *argv) -> tuple[int, str]:
@@ -40,6 +41,8 @@ def _error_lines(capsys) -> list[str]:
     ({"model": {"init": "elsewhere"}}, "model.init"),
     ({"training": {"latent_target": "delta"}}, "training.latent_target"),
     ({"training": {"sample_every": 50}}, "training.sample_uri"),  # no episodes to sample
+    ({"training": {"decay_steps": -1}}, "training.decay_steps"),
+    ({"training": {"decay_steps": 10, "lr_schedule": "cosine"}}, "training.decay_steps"),
 ])
 def test_bad_recipe_is_one_error_naming_the_field(tmp_path, capsys, recipe, change, field):
     path = recipe(tmp_path, str(tmp_path / "data"), str(tmp_path / "base"), **change)
@@ -47,6 +50,15 @@ def test_bad_recipe_is_one_error_naming_the_field(tmp_path, capsys, recipe, chan
     assert code == 2
     assert line.startswith("k4d train: error: ") and field in line, line
     assert not (tmp_path / "run").exists()  # nothing started
+
+
+def test_warmup_stable_decay_cools_down_at_the_runs_end():
+    factor = lr_lambda(warmup=10, total=100, schedule="constant", decay=40)
+    assert [round(factor(s), 2) for s in (0, 9, 10, 60, 80, 99, 100)] == \
+        [0.1, 1.0, 1.0, 1.0, 0.5, 0.03, 0.0]
+    # a resumed run given more steps keeps the full lr until its own decay starts
+    assert lr_lambda(10, 200, "constant", 40)(80) == 1.0
+    assert lr_lambda(10, 100, "constant")(99) == 1.0  # no decay: constant to the end
 
 
 def test_yaml_numbers_and_defaults():

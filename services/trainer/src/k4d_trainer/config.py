@@ -135,6 +135,9 @@ class TrainingSection:
     weight_decay: float = 1e-4
     warmup_steps: int = 100
     lr_schedule: str = "constant"  # after warmup
+    # With the constant schedule: a linear decay to 0 over the last `decay_steps` steps
+    # (warmup-stable-decay; 0 = none). A resumed run with more --steps decays at its new end.
+    decay_steps: int = 0
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     eps: float = 1e-8
     max_grad_norm: float = 1.0
@@ -177,6 +180,10 @@ class TrainingSection:
         _check(self.warmup_steps >= 0, "training.warmup_steps", "must be >= 0")
         _check(self.lr_schedule in LR_SCHEDULES, "training.lr_schedule",
                f"must be one of {LR_SCHEDULES}")
+        _check(self.decay_steps >= 0, "training.decay_steps",
+               f"must be >= 0 (0 = no decay), got {self.decay_steps}")
+        _check(self.decay_steps == 0 or self.lr_schedule == "constant", "training.decay_steps",
+               f"only applies to lr_schedule 'constant' (got {self.lr_schedule!r})")
         _check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "training.betas",
                "must be two numbers in [0, 1)")
         _check(self.eps > 0, "training.eps", "must be > 0")

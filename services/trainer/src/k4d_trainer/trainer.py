@@ -163,7 +163,7 @@ class Trainer:
         optimizer = torch.optim.AdamW(trainable, lr=t.lr, betas=tuple(t.betas), eps=t.eps,
                                       weight_decay=t.weight_decay)
         scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lr_lambda(t.warmup_steps, t.steps, t.lr_schedule))
+            optimizer, lr_lambda(t.warmup_steps, t.steps, t.lr_schedule, t.decay_steps))
         sampler = EpisodeSampler(episode_ids, config.seed, t.global_batch_size, dist.rank,
                                  dist.world_size)
         checkpointer = Checkpointer(run, dist.rank, config.checkpoint.keep)
