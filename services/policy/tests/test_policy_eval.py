@@ -69,6 +69,7 @@ def test_policy_report_cells_confusion_and_bad_input_lines():
     (["--policies", "nobody"], "--policies"),
     (["--workers", "0"], "--workers"),
     (["--shard-index", "3"], "--shard-index"),
+    (["--framing", "fisheye"], "--framing"),
 ])
 def test_policy_eval_bad_input_is_one_line_and_exit_2(argv, field, tmp_path, capsys):
     from k4d.cli.main import main
@@ -76,6 +77,21 @@ def test_policy_eval_bad_input_is_one_line_and_exit_2(argv, field, tmp_path, cap
     code = main(["policy-eval", "--scenes", "1", "--seed", "7000", "--out", str(tmp_path), *argv])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and field in err[0]
+
+
+def test_policy_eval_framing_draws_the_scenes_camera_and_keys_the_records():
+    from k4d_policy.evaluate import EvalConfig, _scenario
+
+    wide = EvalConfig(policies=["expert"], tasks=["pick"], scenes=1, seed=7000, out="x")
+    workspace = EvalConfig(policies=["expert"], tasks=["pick"], scenes=1, seed=7000, out="x",
+                           framing="workspace")
+    # records made before --framing existed keep their fingerprint; another framing reruns
+    assert wide.fingerprint() == "b0e4fb889c401e0b"
+    assert workspace.fingerprint() != wide.fingerprint()
+    near = _scenario(7000, 0, "pick", 96, 144, "panda", "workspace").scene.camera
+    far = _scenario(7000, 0, "pick", 96, 144, "panda", "wide").scene.camera
+    distance = lambda cam: np.linalg.norm(np.subtract(cam.eye, cam.target))  # noqa: E731
+    assert distance(near) < distance(far)
 
 
 def _closed_port() -> int:

@@ -35,6 +35,9 @@ def register(subparsers) -> None:
     e.add_argument("--tasks", default="pick,push,stack", help="comma-separated from pick, push, stack")
     e.add_argument("--scenes", type=int, help="scenes per task (indices 0..N-1)")
     e.add_argument("--seed", type=int, help="scene seed; use seeds the model was not trained on (e.g. 7000)")
+    e.add_argument("--framing", default="wide",
+                   help="the scenes' camera: wide (the whole robot and table, the default) or workspace "
+                        "(the table region the tasks use; models/demo-small is trained on it)")
     e.add_argument("--model", default="", help="world model (default: the default model of k4d simulate)")
     e.add_argument("--mode", default="closed", choices=("closed", "open"),
                    help="closed: the policy acts every --chunk frames; open: once, from the first frame")
@@ -102,6 +105,7 @@ def parse_policies(text: str) -> list[str]:
 
 
 def _config(args: argparse.Namespace):
+    from k4d_tabletop.scene import FRAMINGS
     from k4d_tabletop.tasks import TASKS
 
     from k4d_policy.evaluate import EvalConfig
@@ -113,6 +117,8 @@ def _config(args: argparse.Namespace):
     bad = [t for t in tasks if t not in TASKS]
     if not tasks or bad:
         raise InvalidArgument.for_field("--tasks", f"unknown task(s) {bad}; choose from {list(TASKS)}")
+    if args.framing not in FRAMINGS:
+        raise InvalidArgument.for_field("--framing", f"must be one of {list(FRAMINGS)}, got {args.framing!r}")
     if not 1 <= args.scenes <= MAX_SCENES:
         raise InvalidArgument.for_field("--scenes", f"must be in [1, {MAX_SCENES}], got {args.scenes}")
     if args.workers < 1:
@@ -128,7 +134,7 @@ def _config(args: argparse.Namespace):
     return EvalConfig(policies=parse_policies(args.policies), tasks=tasks, scenes=args.scenes, seed=args.seed,
                       out=args.out, model=args.model, mode=args.mode, chunk=args.chunk, workers=args.workers,
                       progress=not args.no_progress, timeout_s=args.timeout, shard_index=args.shard_index,
-                      shard_count=args.shard_count)
+                      shard_count=args.shard_count, framing=args.framing)
 
 
 def _policy_eval(args: argparse.Namespace) -> int:

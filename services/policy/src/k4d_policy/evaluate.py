@@ -50,6 +50,7 @@ class EvalConfig:
     shard_index: int | None = None
     shard_count: int | None = None
     robot: str = "panda"
+    framing: str = "wide"  # the scenes' camera (k4d_tabletop.scene.FRAMINGS): the model's data's
     clip: tuple[int, int, int] = (13, 96, 144)  # (T, H, W): the model's; set by `plan_clip`
     model_name: str = ""
     model_digest: str = ""  # sha256 of the model's k4d_model.json: its output options change results
@@ -67,6 +68,8 @@ class EvalConfig:
         """What an episode record depends on (a rerun with other settings recomputes it)."""
         key = {k: getattr(self, k) for k in ("seed", "mode", "chunk", "robot", "model_name", "model_digest")}
         key["clip"] = list(self.clip)
+        if self.framing != "wide":  # records made before framings existed keep their key
+            key["framing"] = self.framing
         return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -162,11 +165,12 @@ def run_world(cfg: EvalConfig, world_name: str, policy_spec: str, scenario, epis
 
 
 @functools.lru_cache(maxsize=32)
-def _scenario(seed: int, index: int, task: str, height: int, width: int, robot: str):
+def _scenario(seed: int, index: int, task: str, height: int, width: int, robot: str,
+              framing: str):
     """Every policy meets the same scene: drawn once per process (IK feasibility checks)."""
     from k4d_policy.scenes import scenario
 
-    return scenario(seed, index, task, height, width, robot)
+    return scenario(seed, index, task, height, width, robot, framing=framing)
 
 
 def run_one(cfg: EvalConfig, policy: str, task: str, index: int) -> dict:
@@ -176,7 +180,7 @@ def run_one(cfg: EvalConfig, policy: str, task: str, index: int) -> dict:
     record = {"policy": policy, "task": task, "index": index, "seed": cfg.seed, "episode": name,
               "fingerprint": cfg.fingerprint()}
     try:
-        sc = _scenario(cfg.seed, index, task, cfg.clip[1], cfg.clip[2], cfg.robot)
+        sc = _scenario(cfg.seed, index, task, cfg.clip[1], cfg.clip[2], cfg.robot, cfg.framing)
     except Exception as exc:
         for w in WORLDS:
             record[w] = {"status": "error", "success": None, "error": f"scene: {type(exc).__name__}: {exc}"}

@@ -111,6 +111,7 @@ def build_report(cfg: EvalConfig, records: list[dict]) -> dict:
         "malformed_actions": malformed,
         "not_evaluated": not_evaluated,
         "settings": {"policies": cfg.policies, "tasks": cfg.tasks, "scenes": cfg.scenes, "seed": cfg.seed,
+                     "framing": cfg.framing,
                      "mode": cfg.mode, "chunk": cfg.chunk, "model": cfg.model_name, "model_config_sha256": cfg.model_digest,
                      "clip": list(cfg.clip),
                      "dt_s": cfg.dt_s, "horizon": cfg.horizon, "robot": cfg.robot},
@@ -242,7 +243,8 @@ def write_recordings(cfg: EvalConfig, records: list[dict], store) -> tuple[list[
         clips = np.load(io.BytesIO(store.get_bytes(f"clips/{name}.npz")))
         if "physics_rgb" not in clips or "world_model_rgb" not in clips:
             continue
-        sc = scenario(cfg.seed, rec["index"], rec["task"], cfg.clip[1], cfg.clip[2], cfg.robot)
+        sc = scenario(cfg.seed, rec["index"], rec["task"], cfg.clip[1], cfg.clip[2], cfg.robot,
+                      framing=cfg.framing)
         info = {"task": rec.get("text", ""), "policy": rec["policy"],
                 "physics": f"success={rec['physics']['success']}: {rec['physics'].get('judge', {}).get('rule', '')}",
                 "world model": f"success={rec['world_model']['success']}"}
