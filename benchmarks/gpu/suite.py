@@ -375,7 +375,8 @@ def k4d_train_demo(ctx: Context) -> dict:
                              recipe["vae"].get("warmup_steps", 0), vae_steps // 2))
     recipe["vae"].pop("heldout_uri", None)  # the validation episodes are not on that machine
     recipe["training"].update(steps=ctx.train_steps, warmup_steps=min(
-        recipe["training"]["warmup_steps"], ctx.train_steps // 2))
+        recipe["training"]["warmup_steps"], ctx.train_steps // 2), decay_steps=min(
+        recipe["training"].get("decay_steps", 0), ctx.train_steps // 2))
     if ctx.dry_run:
         recipe["training"]["global_batch_size"] = 2
         # the tiny size's causal VAE: the change target needs a per-frame one
