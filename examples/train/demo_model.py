@@ -52,6 +52,7 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
     import torch.distributed.checkpoint as dcp
     from k4d_model.registry import build_manifest
     from k4d_trainer import model as model_lib
+    from k4d_trainer.cascade_stage import load_run_cascade
     from k4d_trainer.config import load_config_file
     from k4d_trainer.observe import write_loss_curves
     from k4d_trainer.publish import write_model_dir
@@ -75,6 +76,11 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
         components.refiner = refiner
     elif config.refiner.steps:
         sys.exit(f"demo_model: error: {run} has no committed refiner")
+    cascade = load_run_cascade(RunDir(str(run.resolve())))
+    if cascade is not None:
+        components.cascade = cascade
+    elif config.cascade.steps:
+        sys.exit(f"demo_model: error: {run} has no committed sample refiner (cascade/)")
     started_from = components.info.version if config.model.init else None
     transformer = components.transformer
     model_lib.set_trainable(transformer, config.recipe)
@@ -112,6 +118,8 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
                      **{f"{section}_refiner_steps": getattr(config.refiner, section).steps
                         for section in ("geometry", "objects")
                         if getattr(config.refiner, section) is not None},
+                     "cascade_steps": config.cascade.steps,
+                     "cascade_data": config.cascade.data_uri or None,
                      "init": config.model.init, "init_version": started_from,
                      "changed_loss_weight": config.training.changed_loss_weight,
                      "latent_target": config.training.latent_target,

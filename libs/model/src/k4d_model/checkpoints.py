@@ -16,6 +16,7 @@ Our layout (what the trainer produces and the registry stores):
         vae/ image_encoder/ image_processor/ scheduler/
         lora/pytorch_lora_weights.safetensors   optional, unfused LoRA (else already fused)
         refiner/ config.json + model.safetensors  optional change refiner (k4d_model.refiner)
+        cascade/ config.json + model.safetensors  optional sample refiner (k4d_model.cascade)
 
 `load_model(ref)` accepts either and returns `ModelComponents`. `transformer_only=True`
 loads the transformer (+ scheduler config) alone, without `vae/` or `image_encoder/`
@@ -37,6 +38,7 @@ from k4d.sampling import check_sampling
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from k4d_model.cascade import load_cascade, save_cascade
 from k4d_model.frame_vae import build_vae, load_vae
 from k4d_model.lora import (
     LORA_FILE_NAME,
@@ -96,6 +98,7 @@ class ModelComponents:
     scheduler: Any  # diffusers scheduler
     info: ModelInfo
     refiner: Any = None  # k4d_model.refiner.ChangeRefiner, our layout's optional refiner/
+    cascade: Any = None  # k4d_model.cascade.SampleRefiner, our layout's optional cascade/
 
 
 # ---------------------------------------------------------------- building from a config
@@ -424,6 +427,8 @@ def save_k4d(components: ModelComponents, out_dir: str | Path, lora: dict | None
     _save_shared(components, out)
     if components.refiner is not None:
         save_refiner(components.refiner, out)
+    if components.cascade is not None:
+        save_cascade(components.cascade, out)
     info = components.info.to_dict()
     info["layout"] = "k4d"
     info["lora"] = None
@@ -467,7 +472,8 @@ def load_k4d(model_dir: str | Path, num_frames: int | None = None, height: int |
         return ModelComponents(transformer, None, None, None, _load_scheduler(model_dir), info)
     image_encoder, image_processor = _load_image_encoder(model_dir)
     return ModelComponents(transformer, _load_vae(model_dir), image_encoder, image_processor,
-                           _load_scheduler(model_dir), info, load_refiner(model_dir))
+                           _load_scheduler(model_dir), info, load_refiner(model_dir),
+                           load_cascade(model_dir))
 
 
 _META_FORMAT_KEYS = ("format", "format_version")

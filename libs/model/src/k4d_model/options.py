@@ -86,6 +86,14 @@ is the input, not a VAE reconstruction of it:
                      model's own frame-0 pointmap only where no camera can be fitted (fewer
                      than 16 robot pixels). Needs a refiner with a first-depth head
                      ("first_depth": true). Given an initial pointmap, the rollout uses it.
+  cascade            "sample": with `decode: relative`, the model's sample refiner (cascade/ in
+                     the model directory, k4d_model.cascade) redraws frames t >= 1 from the
+                     given image and the decoded sample alone (its colour change, its
+                     pointmap change and its frame-0 points): a learned cascade stage that
+                     sharpens what the transformer drew and removes its grain where nothing
+                     moved. It never reads the robot condition, so what moves still comes
+                     from the sample. A model that sets it without a cascade/ directory is
+                     refused at load.
   uncovered          "filled": pixels the robot covered in frame 0 and has left by frame t show
                      the input image filled in over frame 0's robot from the pixels around it
                      (rings from the outside in, then Laplace smoothing). What was behind the
@@ -117,7 +125,7 @@ FIDELITY_KEYS = ("first_frame", "latent_anchor", "decode", "change_threshold",
                  "change_depth_m", "change_dilate", "change_ramp", "robot_pointmap",
                  "robot_rgb", "uncovered", "refiner", "refiner_threshold", "refiner_power",
                  "refiner_pointmap", "refiner_pointmap_threshold", "refiner_first_depth",
-                 "uncovered_pointmap")
+                 "uncovered_pointmap", "cascade")
 FIRST_FRAME_GIVEN = "given"
 DECODE_RELATIVE = "relative"
 DECODE_COMPOSITE = "composite"
@@ -129,6 +137,7 @@ UNCOVERED_FILLED = "filled"
 REFINER_CHANGE = "change"
 REFINER_DRAWN = "drawn"
 REFINER_FIRST_DEPTH_ESTIMATED = "estimated"
+CASCADE_SAMPLE = "sample"
 
 
 _CHOICES = {"first_frame": ("", FIRST_FRAME_GIVEN),
@@ -139,7 +148,8 @@ _CHOICES = {"first_frame": ("", FIRST_FRAME_GIVEN),
             "uncovered_pointmap": ("", UNCOVERED_FILLED),
             "refiner": ("", REFINER_CHANGE),
             "refiner_pointmap": ("", REFINER_CHANGE, REFINER_DRAWN),
-            "refiner_first_depth": ("", REFINER_FIRST_DEPTH_ESTIMATED)}
+            "refiner_first_depth": ("", REFINER_FIRST_DEPTH_ESTIMATED),
+            "cascade": ("", CASCADE_SAMPLE)}
 # ModelInfo.extra keys of a model directory's k4d_model.json beside the output options:
 # VAE_DECODE_KEY = VAE_DECODE_SPLIT decodes the RGB and pointmap halves apart.
 VAE_DECODE_KEY = "vae_decode"
@@ -192,6 +202,7 @@ class FidelityOptions:
     refiner_pointmap_threshold: float = 0.5
     refiner_first_depth: str = ""
     uncovered_pointmap: str = ""
+    cascade: str = ""
 
     @classmethod
     def from_extra(cls, extra: dict[str, Any] | None) -> FidelityOptions:
@@ -213,7 +224,8 @@ class FidelityOptions:
                    refiner_pointmap_threshold=float(extra.get("refiner_pointmap_threshold",
                                                               0.5)),
                    refiner_first_depth=str(extra.get("refiner_first_depth", "")),
-                   uncovered_pointmap=str(extra.get("uncovered_pointmap", "")))
+                   uncovered_pointmap=str(extra.get("uncovered_pointmap", "")),
+                   cascade=str(extra.get("cascade", "")))
 
     @classmethod
     def check(cls, extra: dict[str, Any], prefix: str = "extra") -> FidelityOptions:
@@ -245,6 +257,10 @@ class FidelityOptions:
         if not isinstance(extra.get("latent_anchor", False), bool):
             raise InvalidArgument.for_field(f"{prefix}.latent_anchor",
                                             f"must be true or false, got {extra['latent_anchor']!r}")
+        if extra.get("cascade") and extra.get("decode") != DECODE_RELATIVE:
+            raise InvalidArgument.for_field(f"{prefix}.cascade",
+                                            f"needs decode {DECODE_RELATIVE!r}, got "
+                                            f"{extra.get('decode', '')!r}")
         return cls.from_extra(extra)
 
     @property

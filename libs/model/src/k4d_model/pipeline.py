@@ -31,6 +31,7 @@ from k4d.errors import Cancelled, FailedPrecondition, InvalidArgument
 from k4d.sampling import SamplingOptions, check_sampling, resolve_sampling
 from k4d.tool import ToolTrack
 
+from k4d_model.cascade import refine_sample
 from k4d_model.checkpoints import ModelComponents
 from k4d_model.conditions import (
     POINTMAP_LATENT_MEAN,
@@ -118,6 +119,7 @@ class Kinema4DPipeline:
         self.device = torch.device(device)
         self.model_id = model_id or model_id_of(components)
         self.refiner = components.refiner.to(device) if components.refiner is not None else None
+        self.cascade = components.cascade.to(device) if components.cascade is not None else None
         self._check_refiner(FidelityOptions.from_extra(self.info.extra))
         self.temporal_stride = temporal_stride(self.vae)
 
@@ -327,7 +329,10 @@ class Kinema4DPipeline:
                                      robot.mask, opts)
                 # a point is the input's or the model's, never a blend of two depths
                 point_weight = (weight >= 0.5).astype(np.float32)
-            if opts.relative:
+            if opts.cascade:
+                rgb_out, points = self._refine_sample(image, rgb, reference, pointmap,
+                                                      first_points, norm)
+            elif opts.relative:
                 rgb_out = compose_relative(image.astype(np.float32), generated, reference,
                                            weight)
                 points = compose_relative(first_points.astype(np.float32), points, points[:1],
@@ -372,7 +377,23 @@ class Kinema4DPipeline:
                               points).astype(np.float32)
         return rgb_out, points
 
+    def _refine_sample(self, image: np.ndarray, rgb: np.ndarray, reference: np.ndarray,
+                       pointmap: np.ndarray, first_points: np.ndarray,
+                       norm: PointmapNormalization) -> tuple[np.ndarray, np.ndarray]:
+        """`cascade: sample`: frames t >= 1 are frame 0 plus the change the sample refiner
+        draws from the decoded sample (rgb, pointmap in [-1, 1]; reference in levels).
+        Returns float RGB levels and metric points, frame 0 the input's."""
+        colour, moved = refine_sample(self.cascade, image, rgb, reference / 127.5 - 1.0,
+                                      pointmap, norm.scale)
+        first = image.astype(np.float32)
+        rgb_out = np.concatenate([first[None], first[None] + colour])
+        points = np.concatenate([first_points[None], first_points[None] + moved])
+        return rgb_out, points
+
     def _check_refiner(self, opts: FidelityOptions) -> None:
+        if opts.cascade and self.cascade is None:
+            raise FailedPrecondition(f"model {self.info.name} sets extra.cascade="
+                                     f"{opts.cascade!r} but has no cascade/ directory")
         for key in ("refiner", "refiner_pointmap", "refiner_first_depth"):
             if getattr(opts, key) and self.refiner is None:
                 raise FailedPrecondition(f"model {self.info.name} sets extra.{key}="
@@ -510,14 +531,27 @@ class Kinema4DPipeline:
         return (opts.refiner_first_depth == REFINER_FIRST_DEPTH_ESTIMATED
                 and fit_pinhole(robot.pointmap, robot.mask) is not None)
 
-    def _sample_and_finish(self, image, robot, norm, num_steps, seed, guidance, guidance_mode,
-                           negative, scheduler, shift, callback, should_cancel,
-                           initial_pointmap, T_cam_from_base, opts, started, ablation=None,
-                           sampling_options: SamplingOptions | None = None):
-        """Steps 2-7: condition, sample and decode the transformer's rollout, then the
-        output options. Returns rgb, pointmap, the sampling's metadata and the
-        timings. A model that samples the change from frame 0 (k4d_model.latent_target) has
-        frame 0's RGB latent added back before decoding."""
+    def decoded_sample(self, image: np.ndarray, robot: RobotCondition,
+                       norm: PointmapNormalization, seed: int = 42,
+                       num_steps: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The transformer's rollout with the model's own sampler settings, decoded, before
+        any output option: rgb and pointmap (T, H, W, 3) float32 in [-1, 1] (what the sample
+        refiner reads, k4d_model.cascade; its trainer samples rollouts with this)."""
+        steps = num_steps or self.info.num_inference_steps
+        self.check_inputs(image, robot, steps, self.info.guidance_scale, "auto", None, None,
+                          None)
+        latents, *_ = self._sample_latents(
+            image, robot, norm, steps, seed, self.info.guidance_scale, "auto", None, None,
+            None, None, None, FidelityOptions.from_extra(self.info.extra))
+        return self.decode_float(latents)
+
+    def _sample_latents(self, image, robot, norm, num_steps, seed, guidance, guidance_mode,
+                        negative, scheduler, shift, callback, should_cancel, opts,
+                        ablation=None, sampling_options: SamplingOptions | None = None):
+        """Steps 2-6: condition and sample the transformer's rollout. Returns the latents
+        to decode (frame 0's RGB latent added back for a model that samples the change),
+        the sampler, the guidance plan, the backend's lever report and the time
+        conditioning ended."""
         # 2.-4. conditioning
         image_embeds = self.encode_image(image)
         condition = self.prepare_condition(image)
@@ -555,9 +589,20 @@ class Kinema4DPipeline:
             latents = repeat_first_frame(latents, self.clean_first_latent(image))
         elif samples_change(self.info.extra):
             latents = add_first(latents, self.clean_first_latent(image))
-        denoised = time.perf_counter()
         report = getattr(self.backend, "lever_report", None)
-        lever_report = report() if report is not None else {}
+        return latents, sampler, plan, report() if report is not None else {}, conditioned
+
+    def _sample_and_finish(self, image, robot, norm, num_steps, seed, guidance, guidance_mode,
+                           negative, scheduler, shift, callback, should_cancel,
+                           initial_pointmap, T_cam_from_base, opts, started, ablation=None,
+                           sampling_options: SamplingOptions | None = None):
+        """Steps 2-7: condition, sample and decode the transformer's rollout, then the
+        output options. Returns rgb, pointmap, the sampling's metadata and the
+        timings."""
+        latents, sampler, plan, lever_report, conditioned = self._sample_latents(
+            image, robot, norm, num_steps, seed, guidance, guidance_mode, negative, scheduler,
+            shift, callback, should_cancel, opts, ablation, sampling_options)
+        denoised = time.perf_counter()
         # 7. decode and de-normalise
         rgb, pointmap = self.finish_output(image, robot, *self.decode_float(latents), norm,
                                            initial_pointmap, T_cam_from_base)

@@ -128,7 +128,7 @@ class RefinerConfig:
                    objects=cls.from_dict(objects) if objects else None)
 
 
-def _block(cin: int, cout: int, groups: int) -> nn.Sequential:
+def conv_block(cin: int, cout: int, groups: int) -> nn.Sequential:
     return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.GroupNorm(groups, cout), nn.SiLU(),
                          nn.Conv2d(cout, cout, 3, padding=1), nn.GroupNorm(groups, cout), nn.SiLU())
 
@@ -144,11 +144,11 @@ class ChangeRefiner(nn.Module):
         self.down = nn.ModuleList()
         width = self.config.inputs
         for out in channels:
-            self.down.append(_block(width, out, groups))
+            self.down.append(conv_block(width, out, groups))
             width = out
         self.up = nn.ModuleList()
         for skip in reversed(channels[:-1]):
-            self.up.append(_block(width + skip, skip, groups))
+            self.up.append(conv_block(width + skip, skip, groups))
             width = skip
         self.head = nn.Conv2d(width, self.config.outputs, 1)
         geometry = self.config.geometry

@@ -12,6 +12,8 @@ checkpoint interval) and go through the same validation.
     training:     steps, global batch, AdamW + warmup, objective settings
     vae:          the from-scratch recipe's VAE stage
     refiner:      the change refiner's stage (k4d_model.refiner; off with steps 0)
+    cascade:      the sample refiner's stage after the transformer (k4d_model.cascade; off
+                  with steps 0)
     parallelism:  dp_replicate x dp_shard (DDP, FSDP2 or both) = world size
     checkpoint:   interval, retention
     publish:      registry name/version, layouts, store
@@ -369,6 +371,50 @@ class RefinerSection:
 
 
 @dataclass
+class CascadeSection:
+    """The sample refiner (k4d_model.cascade): a learned cascade stage trained after the
+    transformer on rollouts the trained transformer samples on episodes it never trained on
+    (k4d_trainer.cascade_stage). 0 steps: no sample refiner (the model ships without one)."""
+
+    steps: int = 0
+    # Episodes to sample the rollouts on: not the training episodes, on which the
+    # transformer's samples are better than on anything a user gives it
+    data_uri: str = ""
+    max_episodes: int = 0           # 0: every episode of data_uri
+    batch_size: int = 16            # frames per step and process
+    lr: float = 2e-3
+    warmup_steps: int = 50
+    lr_schedule: str = "cosine"
+    # Loss weight of the point change's L1 error (POINT_GAIN x normalised units) against
+    # the colour's squared error ([-1, 1] scale)
+    point_weight: float = 0.1
+    channels: list[int] = field(default_factory=lambda: [32, 64, 96])
+    checkpoint_every: int = 0       # steps between resumable stage checkpoints; 0 = none
+    log_every: int = 0              # steps between log lines; 0 = five lines per stage
+
+    def validate(self, data_uri: str = "", prefix: str = "cascade") -> None:
+        _check(self.steps >= 0, f"{prefix}.steps", "must be >= 0")
+        _check(self.steps == 0 or bool(self.data_uri), f"{prefix}.data_uri",
+               "steps > 0 needs episodes to sample rollouts on (not the training data)")
+        _check(not self.data_uri or self.data_uri.rstrip("/") != data_uri.rstrip("/"),
+               f"{prefix}.data_uri", "must not be data.uri: the transformer's samples on its "
+                                     "own training episodes are not what a user gets")
+        _check(self.max_episodes >= 0, f"{prefix}.max_episodes", "must be >= 0")
+        _check(self.batch_size >= 1, f"{prefix}.batch_size", "must be >= 1")
+        _check(math.isfinite(self.lr) and self.lr > 0, f"{prefix}.lr",
+               f"must be > 0, got {self.lr}")
+        _check(self.warmup_steps >= 0, f"{prefix}.warmup_steps", "must be >= 0")
+        _check(self.lr_schedule in LR_SCHEDULES, f"{prefix}.lr_schedule",
+               f"must be one of {LR_SCHEDULES}")
+        _check(math.isfinite(self.point_weight) and self.point_weight >= 0,
+               f"{prefix}.point_weight", "must be >= 0")
+        _check(bool(self.channels) and all(c > 0 and c % 8 == 0 for c in self.channels),
+               f"{prefix}.channels", f"must be positive multiples of 8, got {self.channels}")
+        _check(self.checkpoint_every >= 0, f"{prefix}.checkpoint_every", "must be >= 0")
+        _check(self.log_every >= 0, f"{prefix}.log_every", "must be >= 0")
+
+
+@dataclass
 class ParallelismSection:
     """Data parallelism: dp_replicate (DDP) x dp_shard (FSDP2) must equal the world size;
     -1 takes what is left. dp_shard > 1 shards with FSDP2 (HSDP when dp_replicate > 1)."""
@@ -445,6 +491,7 @@ class TrainConfig:
     training: TrainingSection = field(default_factory=TrainingSection)
     vae: VaeSection = field(default_factory=VaeSection)
     refiner: RefinerSection = field(default_factory=RefinerSection)
+    cascade: CascadeSection = field(default_factory=CascadeSection)
     parallelism: ParallelismSection = field(default_factory=ParallelismSection)
     checkpoint: CheckpointSection = field(default_factory=CheckpointSection)
     publish: PublishSection = field(default_factory=PublishSection)
@@ -459,6 +506,12 @@ class TrainConfig:
         for section in (self.data, self.training, self.vae, self.refiner, self.parallelism,
                         self.checkpoint, self.publish, self.observability):
             section.validate()
+        self.cascade.validate(self.data.uri or "")
+        _check(self.cascade.steps == 0 or self.model.fidelity.get("cascade") == "sample",
+               "cascade.steps", "trains a sample refiner no output option reads: set "
+                                "model.fidelity.cascade: sample")
+        _check(not self.model.fidelity.get("cascade") or self.cascade.steps > 0,
+               "model.fidelity.cascade", "needs a sample refiner: set cascade.steps > 0")
         return self
 
     @property

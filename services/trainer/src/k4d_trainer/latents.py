@@ -44,6 +44,7 @@ from safetensors.torch import save as save_safetensors
 
 from k4d_trainer import uris
 from k4d_trainer.clips import ClipSpec
+from k4d_trainer.model import sampling_components
 from k4d_trainer.parallel import autocast
 
 SAMPLE_KEYS = ("latents", "condition", "image_embeds", "arm_cond", "change")
@@ -106,8 +107,8 @@ class SampleEncoder:
 
     def __init__(self, components: ModelComponents, device: str | torch.device = "cpu",
                  compute_dtype: torch.dtype | None = None):
-        self.pipe = Kinema4DPipeline(components, backend=None, device=str(device),
-                                     model_id="trainer-encoder")
+        self.pipe = Kinema4DPipeline(sampling_components(components), backend=None,
+                                     device=str(device), model_id="trainer-encoder")
         self.variant = components.transformer.config.variant
         info = components.info
         payload = {"vae": _digest(components.vae), "clip": _digest(components.image_encoder),

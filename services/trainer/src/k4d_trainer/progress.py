@@ -28,7 +28,6 @@ episode (num_inference_steps transformer passes and a decode) and one transforme
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import time
 from dataclasses import dataclass
@@ -39,7 +38,6 @@ from k4d.errors import InvalidArgument, NotFound
 from k4d_model.checkpoints import ModelComponents
 from k4d_model.conditions import PointmapNormalization
 from k4d_model.lora import LoraLayer, LoraWeights, fuse_lora
-from k4d_model.options import LATENT_TARGET_KEY, VAE_DECODE_KEY
 from k4d_model.pipeline import Kinema4DPipeline
 from k4d_model.results import GenerationResult, RobotCondition
 
@@ -72,7 +70,7 @@ class ProgressEpisode:
     static: np.ndarray               # (T, H, W) bool: unchanged from frame 0, off the robot
 
 
-class _TrainedDenoiser:
+class TrainedDenoiser:
     """The transformer being trained as the pipeline's backend, under the run's autocast."""
 
     def __init__(self, transformer: torch.nn.Module, compute_dtype: torch.dtype | None,
@@ -144,13 +142,9 @@ class SampleProgress:
     def _pipeline(self, transformer: torch.nn.Module) -> Kinema4DPipeline:
         """The generator's sampler on the in-memory components, without the output options
         (the latent target and the VAE's decoding stay: they are how the sample reads)."""
-        info = self.components.info
-        extra = {k: info.extra[k] for k in (LATENT_TARGET_KEY, VAE_DECODE_KEY)
-                 if k in info.extra}
-        components = dataclasses.replace(self.components, transformer=transformer, refiner=None,
-                                         info=dataclasses.replace(info, extra=extra))
+        components = model_lib.sampling_components(self.components, transformer)
         self.components.vae.eval()
-        backend = _TrainedDenoiser(transformer, self.compute_dtype, self.dist.device)
+        backend = TrainedDenoiser(transformer, self.compute_dtype, self.dist.device)
         return Kinema4DPipeline(components, backend, device=str(self.dist.device),
                                 model_id="trainer-progress")
 

@@ -222,6 +222,8 @@ class Trainer:
                 self.save_checkpoint()
         if self.status.checkpoint_uri != self.checkpointer.uri_for(self.state.step):
             self.save_checkpoint()
+        if self.config.cascade.steps:
+            self.train_cascade()
         self.status.published_model = self.publish()
         self.status.state = "succeeded"
         return self.status
@@ -281,6 +283,18 @@ class Trainer:
                      figures["x0_error_sigma1"], figures["x0_error_sigma1_zero"],
                      figures["episodes"], figures["seconds"])
         barrier(self.dist)
+
+    def train_cascade(self) -> None:
+        """The cascade stage on the trained weights (k4d_trainer.cascade_stage): rollouts
+        sampled by every rank that holds the whole transformer, then the sample refiner."""
+        from k4d_trainer.cascade_stage import cascade_stage
+
+        transformer = sampling_transformer(self.components, self.dist,
+                                           self.config.model.lora_alpha)
+        cascade_stage(self.components, transformer, self.clip, self.config.cascade, self.dist,
+                      self.run, self.config.seed,
+                      self.compute_dtype,
+                      self.config.data.max_upscale, self.env_config, log=log.info)
 
     # ------------------------------------------------------------------ stopping
 

@@ -1,0 +1,151 @@
+"""The sample refiner: a learned cascade stage that redraws the transformer's decoded sample
+at full resolution (issue 45: "a learned stage that refines the decoded sample").
+
+The transformer samples the change from frame 0 on a latent grid 4x coarser than the image,
+and its 8-step sample is noisy: where nothing moved, the decoded change is a few levels of
+grain, and an object's edges are soft. This network reads, per frame t >= 1, only the given
+image and what the transformer sampled, and writes frame t's change from frame 0:
+
+    inputs (SAMPLE_CHANNELS = 12), on the [-1, 1] scale of the image and the pointmap
+      image          (3)  the given frame 0
+      rgb change     (3)  D(z)_t - R_t: the decoded sample less the decoder's static clip
+      point change   (3)  P_t - P_0 of the decoded pointmap, x POINT_GAIN
+      first points   (3)  P_0, the sample's own frame-0 pointmap
+    outputs (6)
+      rgb change     (3)  frame t's colour minus frame 0's
+      point change   (3)  frame t's points minus frame 0's, x POINT_GAIN (normalised units)
+
+It does not read the robot condition: where and how the scene moves has to come from the
+sample (the ablation that replaces the sample by frame 0 must still change the output).
+The robot's own pixels and points are composited from kinematics after it, as before.
+
+Trained by `k4d train`'s `cascade` section (k4d_trainer.cascade_stage) on rollouts the
+trained transformer sampled on episodes it never trained on; stored in the model directory
+as cascade/config.json + cascade/model.safetensors; used when the model's `cascade` option
+is "sample" (k4d_model.options).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from k4d_model.refiner import conv_block
+
+FOLDER = "cascade"
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+SAMPLE_CHANNELS = 12
+OUTPUT_CHANNELS = 6
+# Point changes are a few hundredths of the normalised range: scaled up so that the
+# network's inputs and targets are near 1, as its colour ones are.
+POINT_GAIN = 10.0
+
+
+@dataclass(frozen=True)
+class CascadeConfig:
+    """A U-Net with one level per entry of `channels` (each but the last halves the
+    resolution), two 3x3 convolutions per level."""
+
+    channels: tuple[int, ...] = (32, 64, 96)
+    groups: int = 8
+
+    @classmethod
+    def from_dict(cls, config: dict) -> CascadeConfig:
+        return cls(channels=tuple(int(c) for c in config.get("channels", cls.channels)),
+                   groups=int(config.get("groups", cls.groups)))
+
+
+class SampleRefiner(nn.Module):
+    """(N, SAMPLE_CHANNELS, H, W) -> (N, OUTPUT_CHANNELS, H, W); any H, W. The output is
+    added to the input's change (a residual): a network that has learned nothing passes
+    the sample through."""
+
+    def __init__(self, config: CascadeConfig | None = None):
+        super().__init__()
+        self.config = config or CascadeConfig()
+        channels, groups = self.config.channels, self.config.groups
+        self.down = nn.ModuleList()
+        width = SAMPLE_CHANNELS
+        for out in channels:
+            self.down.append(conv_block(width, out, groups))
+            width = out
+        self.up = nn.ModuleList()
+        for skip in reversed(channels[:-1]):
+            self.up.append(conv_block(width + skip, skip, groups))
+            width = skip
+        self.head = nn.Conv2d(width, OUTPUT_CHANNELS, 1)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        residual = x[:, 3:9]  # the sample's own rgb and point change
+        skips = []
+        for level, block in enumerate(self.down):
+            x = block(x) if level == 0 else block(F.avg_pool2d(x, 2, ceil_mode=True))
+            if level < len(self.down) - 1:
+                skips.append(x)
+        for block in self.up:
+            skip = skips.pop()
+            x = F.interpolate(x, size=skip.shape[-2:], mode="bilinear", align_corners=False)
+            x = block(torch.cat([x, skip], dim=1))
+        return self.head(x) + residual
+
+
+def sample_inputs(image: np.ndarray, rgb: np.ndarray, reference: np.ndarray,
+                  pointmap: np.ndarray) -> torch.Tensor:
+    """(T - 1, SAMPLE_CHANNELS, H, W) float32 for frames t >= 1.
+
+    image (H, W, 3) uint8; rgb, reference (T, H, W, 3) the decoded sample and the decoder's
+    static clip in [-1, 1]; pointmap (T, H, W, 3) the decoded pointmap in [-1, 1]."""
+    frames = rgb.shape[0] - 1
+    first = torch.from_numpy(np.asarray(image, np.float32) / 127.5 - 1.0).permute(2, 0, 1)
+    rgb_change = torch.from_numpy(np.asarray(rgb[1:] - reference[1:], np.float32))
+    points = torch.from_numpy(np.asarray(pointmap, np.float32))
+    point_change = (points[1:] - points[:1]) * POINT_GAIN
+    return torch.cat([first[None].expand(frames, -1, -1, -1),
+                      rgb_change.permute(0, 3, 1, 2),
+                      point_change.permute(0, 3, 1, 2),
+                      points[:1].permute(0, 3, 1, 2).expand(frames, -1, -1, -1)],
+                     dim=1).contiguous()
+
+
+@torch.no_grad()
+def refine_sample(network: SampleRefiner, image: np.ndarray, rgb: np.ndarray,
+                  reference: np.ndarray, pointmap: np.ndarray, scale: float
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """The refined change of frames t >= 1: colour in levels (T - 1, H, W, 3) float32 (frame t
+    = image + this) and points in metres (T - 1, H, W, 3) (frame t = frame 0's points + this);
+    `scale`: metres per normalised unit (k4d_model.conditions.PointmapNormalization)."""
+    param = next(network.parameters())
+    x = sample_inputs(image, rgb, reference, pointmap).to(param.device, param.dtype)
+    out = network(x).float().permute(0, 2, 3, 1).cpu().numpy()
+    return out[..., :3] * 127.5, out[..., 3:6] * (scale / POINT_GAIN)
+
+
+def save_cascade(network: SampleRefiner, model_dir: str | Path) -> Path:
+    """MODEL_DIR/cascade/ (config.json + model.safetensors)."""
+    out = Path(model_dir) / FOLDER
+    out.mkdir(parents=True, exist_ok=True)
+    config = {"_class_name": type(network).__name__, **asdict(network.config)}
+    (out / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+    save_file({k: v.detach().contiguous().cpu() for k, v in network.state_dict().items()},
+              str(out / WEIGHTS_FILE))
+    return out
+
+
+def load_cascade(model_dir: str | Path) -> SampleRefiner | None:
+    """The sample refiner of a model directory, or None when it has none."""
+    folder = Path(model_dir) / FOLDER
+    if not (folder / CONFIG_FILE).is_file():
+        return None
+    network = SampleRefiner(CascadeConfig.from_dict(json.loads((folder / CONFIG_FILE).read_text())))
+    network.load_state_dict(load_file(str(folder / WEIGHTS_FILE)))
+    return network.eval()

@@ -1,0 +1,169 @@
+"""The sample refiner (k4d_model.cascade): its inputs read the decoded sample, a network that
+learned nothing passes the sample through, its place in the model directory, and the
+`cascade: sample` output option that draws frames t >= 1 from it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from k4d.errors import FailedPrecondition, InvalidArgument
+from k4d_model.cascade import (
+    OUTPUT_CHANNELS,
+    POINT_GAIN,
+    SAMPLE_CHANNELS,
+    CascadeConfig,
+    SampleRefiner,
+    load_cascade,
+    refine_sample,
+    sample_inputs,
+    save_cascade,
+)
+from k4d_model.checkpoints import load_k4d, save_k4d
+from k4d_model.conditions import PointmapNormalization
+from k4d_model.options import FidelityOptions
+from k4d_model.pipeline import ABLATION_FIRST_FRAME, Kinema4DPipeline
+from k4d_model.testing import CallableDenoiser as Denoiser
+from k4d_model.testing import sliding_box_robot
+
+SMALL = CascadeConfig(channels=(8, 16))
+T, H, W = 3, 12, 20
+
+
+def _sample(seed: int = 0):
+    rng = np.random.default_rng(seed)
+    image = rng.integers(0, 256, (H, W, 3), dtype=np.uint8)
+    rgb = rng.uniform(-1, 1, (T, H, W, 3)).astype(np.float32)
+    reference = rng.uniform(-1, 1, (T, H, W, 3)).astype(np.float32)
+    pointmap = rng.uniform(-1, 1, (T, H, W, 3)).astype(np.float32)
+    return image, rgb, reference, pointmap
+
+
+def _constant(colour: float, points: float) -> SampleRefiner:
+    """A network that adds `colour` and `points` (its output units) to the sample's change."""
+    network = SampleRefiner(SMALL).eval()
+    with torch.no_grad():
+        network.head.bias.copy_(torch.tensor([colour] * 3 + [points] * 3))
+    return network
+
+
+def test_inputs_are_the_image_and_the_samples_change_per_frame():
+    image, rgb, reference, pointmap = _sample()
+    x = sample_inputs(image, rgb, reference, pointmap)
+    assert x.shape == (T - 1, SAMPLE_CHANNELS, H, W)
+    t = 1  # frame 2
+    assert np.allclose(x[t, :3].permute(1, 2, 0).numpy(), image / 127.5 - 1.0, atol=1e-6)
+    assert np.allclose(x[t, 3:6].permute(1, 2, 0).numpy(), rgb[2] - reference[2], atol=1e-6)
+    assert np.allclose(x[t, 6:9].permute(1, 2, 0).numpy(),
+                       (pointmap[2] - pointmap[0]) * POINT_GAIN, atol=1e-5)
+    assert np.allclose(x[t, 9:].permute(1, 2, 0).numpy(), pointmap[0], atol=1e-6)
+
+
+def test_an_untrained_network_passes_the_sample_through():
+    image, rgb, reference, pointmap = _sample(1)
+    network = SampleRefiner(SMALL).eval()
+    colour, moved = refine_sample(network, image, rgb, reference, pointmap, scale=0.5)
+    assert colour.shape == moved.shape == (T - 1, H, W, 3)
+    assert np.allclose(colour, (rgb[1:] - reference[1:]) * 127.5, atol=1e-3)
+    assert np.allclose(moved, (pointmap[1:] - pointmap[:1]) * 0.5, atol=1e-5)
+
+
+def test_the_network_reads_the_sample():
+    """A trained network that ignored the sample could not be ablated (issue 45): with any
+    weights, another sample gives another output."""
+    torch.manual_seed(0)
+    network = SampleRefiner(SMALL).eval()
+    torch.nn.init.normal_(network.head.weight, std=0.1)
+    image, rgb, reference, pointmap = _sample(2)
+    a, _ = refine_sample(network, image, rgb, reference, pointmap, scale=1.0)
+    b, _ = refine_sample(network, image, rgb * 0.5, reference, pointmap, scale=1.0)
+    assert not np.allclose(a, b)
+
+
+def test_cascade_round_trips_through_its_folder(tmp_path):
+    network = _constant(0.1, -0.2)
+    save_cascade(network, tmp_path)
+    loaded = load_cascade(tmp_path)
+    assert loaded.config == network.config
+    for (name, x), (_, y) in zip(network.state_dict().items(), loaded.state_dict().items(),
+                                 strict=True):
+        assert torch.equal(x, y), name
+    assert load_cascade(tmp_path / "none") is None
+    assert OUTPUT_CHANNELS == 6
+
+
+def _pipe(make_tiny, cascade, extra):
+    components = make_tiny("act")[0]
+    components.cascade = cascade
+    components.info.extra = dict(extra)
+    return Kinema4DPipeline(components, backend=Denoiser(components.transformer))
+
+
+RELATIVE = {"first_frame": "given", "decode": "relative"}
+
+
+def test_cascade_option_draws_the_frames_from_the_refined_sample(make_tiny):
+    image, robot = sliding_box_robot()
+    norm = PointmapNormalization((0.0, 0.0, 1.0), 2.0)
+    plain = _pipe(make_tiny, None, RELATIVE)
+    refined = _pipe(make_tiny, _constant(10 / 127.5, 0.5), {**RELATIVE, "cascade": "sample"})
+    a = plain(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1,
+              pointmap_normalization=norm)
+    b = refined(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1,
+                pointmap_normalization=norm)
+    assert np.array_equal(b.rgb[0], image)  # frame 0 is the observation
+    # the same sample: the refined frames are the relative ones plus the network's constant
+    shift = b.rgb[1:].astype(int) - a.rgb[1:].astype(int)
+    inside = (a.rgb[1:] > 12) & (a.rgb[1:] < 243)  # away from the clip at 0 and 255
+    assert np.abs(shift[inside] - 10).max() <= 1
+    moved = b.pointmap[1:] - a.pointmap[1:]
+    assert np.allclose(moved, 0.5 * norm.scale / POINT_GAIN, atol=1e-4)
+    assert b.metadata["fidelity"]["cascade"] == "sample"
+
+
+def test_the_ablation_reaches_the_cascade(make_tiny):
+    """Frame 0's latent repeated in place of the sample changes what the refiner draws: the
+    ablation measures the transformer through it."""
+    image, robot = sliding_box_robot()
+    refined = _pipe(make_tiny, _constant(0.0, 0.0), {**RELATIVE, "cascade": "sample"})
+    sampled = refined(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1)
+    ablated = refined(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1,
+                      ablation=ABLATION_FIRST_FRAME)
+    assert np.array_equal(sampled.rgb[0], ablated.rgb[0])
+    assert not np.array_equal(sampled.rgb[1:], ablated.rgb[1:])
+
+
+def test_a_model_with_the_option_and_no_cascade_is_refused(make_tiny):
+    with pytest.raises(FailedPrecondition, match="no cascade/ directory"):
+        _pipe(make_tiny, None, {**RELATIVE, "cascade": "sample"})
+
+
+@pytest.mark.parametrize("extra, match", [({"cascade": "yes"}, "extra.cascade"),
+                                          ({"cascade": "sample"}, "needs decode 'relative'"),
+                                          ({"cascade": "sample", "decode": "composite"},
+                                           "needs decode 'relative'")])
+def test_cascade_option_is_checked(extra, match):
+    with pytest.raises(InvalidArgument, match=match):
+        FidelityOptions.check(extra)
+
+
+def test_model_directory_carries_the_cascade(make_tiny, tmp_path):
+    components = make_tiny("act")[0]
+    components.cascade = _constant(0.1, 0.0)
+    save_k4d(components, tmp_path / "model")
+    loaded = load_k4d(tmp_path / "model")
+    assert torch.equal(loaded.cascade.head.bias, components.cascade.head.bias)
+    components.cascade = None
+    save_k4d(components, tmp_path / "plain")
+    assert load_k4d(tmp_path / "plain").cascade is None
+
+
+def test_decoded_sample_is_the_rollout_before_the_output_options(make_tiny):
+    image, robot = sliding_box_robot()
+    norm = PointmapNormalization.from_points(robot.pointmap, robot.mask)
+    pipe = _pipe(make_tiny, None, {})
+    rgb, pointmap = pipe.decoded_sample(image, robot, norm, seed=5, num_steps=1)
+    out = pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1, seed=5,
+               pointmap_normalization=norm)
+    assert rgb.shape == pointmap.shape == out.rgb.shape
+    assert np.array_equal(np.round((rgb + 1.0) * 127.5).clip(0, 255).astype(np.uint8), out.rgb)

@@ -1,0 +1,278 @@
+"""The recipe's cascade stage: train the sample refiner (k4d_model.cascade) on rollouts of
+the transformer just trained, after the transformer stage (`cascade` section).
+
+1. Rollouts. Each rank samples its share of `cascade.data_uri`'s episodes with the trained
+   transformer through the generator's own pipeline (`Kinema4DPipeline.decoded_sample`: the
+   model's sampler settings, the decoded sample before any output option), one seed per
+   episode, and stores each as RUN/cascade_rollouts/<episode>.npz: a resumed run samples
+   only the episodes still missing. These episodes are not the training data: on its own
+   training episodes the transformer samples better than on anything a user gives it, and
+   a refiner trained there would trust the sample too much.
+2. Training, data-parallel over ranks, each rank on its own share of the rollouts. A step
+   takes `batch_size` random (episode, frame t >= 1) pairs per process; the loss, over the
+   pixels off the robot in frame t and frame 0 (kinematics draws those), is
+
+       colour   the squared error of frame t's colour change from frame 0 ([-1, 1] scale)
+       points   `point_weight` x the L1 error of its point change (POINT_GAIN x normalised
+                units), where the ground truth's depth is known in both frames
+
+   The stage saves its state every `checkpoint_every` steps and continues from it.
+
+Rank 0 writes the network to RUN/cascade/ with a COMMITTED marker last; a resumed run loads
+it instead of training again.
+"""
+
+from __future__ import annotations
+
+import io
+import tempfile
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from k4d.errors import InvalidArgument, NotFound
+from k4d_model.cascade import (
+    POINT_GAIN,
+    CascadeConfig,
+    SampleRefiner,
+    load_cascade,
+    sample_inputs,
+    save_cascade,
+)
+from k4d_model.conditions import PointmapNormalization
+from k4d_model.pipeline import Kinema4DPipeline
+from k4d_model.results import RobotCondition
+
+from k4d_trainer.clips import ClipSpec, read_clip
+from k4d_trainer.config import CascadeSection, DataSection
+from k4d_trainer.data import open_source, select_episodes
+from k4d_trainer.latents import scene_depth
+from k4d_trainer.model import sampling_components
+from k4d_trainer.parallel import DistInfo, barrier
+from k4d_trainer.progress import TrainedDenoiser
+from k4d_trainer.runs import RunDir
+from k4d_trainer.schedule import lr_lambda
+from k4d_trainer.stage_state import load_stage_state, save_stage_state, side_step
+
+FOLDER = "cascade"
+ROLLOUTS_FOLDER = "cascade_rollouts"
+STAGE_FOLDER = "cascade_stage"
+COMMITTED = "COMMITTED"
+SEED_OFFSET = 3  # the stage's seed from the run's (the refiner's networks take 0-2)
+
+
+class CascadeExample(NamedTuple):
+    """Frames t >= 1 of one rollout (or a batch of frames, stacked), tensors (N, C, H, W):
+    x the network's inputs (k4d_model.cascade.sample_inputs), colour and points its targets,
+    off_robot where the colour loss counts, known where the point loss counts."""
+
+    x: torch.Tensor
+    colour: torch.Tensor
+    points: torch.Tensor
+    off_robot: torch.Tensor
+    known: torch.Tensor
+
+
+def rollout_arrays(pipe: Kinema4DPipeline, clip: dict[str, np.ndarray], seed: int
+                   ) -> dict[str, np.ndarray]:
+    """One episode's rollout and its targets, as stored (float16 where it is a float):
+    the image, the decoded sample (rgb, pointmap), the decoder's static frame, the ground
+    truth's colour and depth-known points, the robot mask and the normalisation's scale."""
+    mask = np.asarray(clip["robot_mask"], bool)
+    robot = RobotCondition(np.ascontiguousarray(clip["robot_rgb"]),
+                           clip["robot_pointmap"].astype(np.float32), mask)
+    # the normalisation a user's rollout gets: from the robot's points (nothing else known)
+    norm = PointmapNormalization.from_points(robot.pointmap, mask)
+    image = np.ascontiguousarray(clip["rgb"][0])
+    rgb, pointmap = pipe.decoded_sample(image, robot, norm, seed=seed)
+    known = scene_depth(clip) > 0
+    return {"image": image, "rgb": rgb.astype(np.float16),
+            "pointmap": pointmap.astype(np.float16),
+            "reference": pipe.static_reconstruction(image)[0].astype(np.float16),
+            "target_rgb": np.ascontiguousarray(clip["rgb"]),
+            "target_points": np.where(known[..., None], clip["pointmap"], 0.0).astype(np.float32),
+            "known": known, "robot_mask": mask, "scale": np.float32(norm.scale)}
+
+
+def rollout_example(arrays: dict[str, np.ndarray]) -> CascadeExample:
+    """The training frames t >= 1 of a stored rollout."""
+    rgb = arrays["rgb"].astype(np.float32)
+    reference = np.broadcast_to(arrays["reference"].astype(np.float32), rgb.shape)
+    x = sample_inputs(arrays["image"], rgb, reference, arrays["pointmap"].astype(np.float32))
+    image = arrays["image"].astype(np.float32)
+    colour = (arrays["target_rgb"][1:].astype(np.float32) - image[None]) / 127.5
+    target = arrays["target_points"]
+    points = (target[1:] - target[:1]) * (POINT_GAIN / float(arrays["scale"]))
+    mask, known = arrays["robot_mask"], arrays["known"]
+    off_robot = ~mask[1:] & ~mask[:1]
+
+    def planes(a: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(a.transpose(0, 3, 1, 2), np.float32))
+
+    return CascadeExample(x, planes(colour), planes(points),
+                          torch.from_numpy(off_robot[:, None].astype(np.float32)),
+                          torch.from_numpy((off_robot & known[1:] & known[:1])[:, None]
+                                           .astype(np.float32)))
+
+
+def cascade_loss(output: torch.Tensor, batch: CascadeExample, section: CascadeSection
+                 ) -> tuple[torch.Tensor, dict]:
+    """The stage's loss (module docstring) and its parts."""
+    off, known = batch.off_robot, batch.known
+    colour = (off * (output[:, :3] - batch.colour) ** 2).sum() / (3.0 * off.sum().clamp_min(1.0))
+    points = ((known * (output[:, 3:6] - batch.points).abs()).sum()
+              / (3.0 * known.sum().clamp_min(1.0)))
+    parts = {"colour": float(colour.detach()), "points": float(points.detach())}
+    return colour + section.point_weight * points, parts
+
+
+def sampling_share(episode_ids: list[str], info: DistInfo, every_rank: bool) -> list[str]:
+    """The episodes this rank samples: its share when every rank holds the whole
+    transformer, else (sharded weights, gathered on rank 0 alone) all of them on rank 0."""
+    if every_rank:
+        return episode_ids[info.rank::info.world_size]
+    return list(episode_ids) if info.is_main else []
+
+
+def sample_rollouts(pipe: Kinema4DPipeline, dataset, episode_ids: list[str], mine: list[str],
+                    clip: ClipSpec, run: RunDir, info: DistInfo, seed: int, log=print) -> None:
+    """The rollouts of `mine` not stored yet; episode i of `episode_ids` samples with seed
+    `seed` + i, whichever rank samples it."""
+    missing = [e for e in mine if not run.exists(f"{ROLLOUTS_FOLDER}/{e}.npz")]
+    if len(missing) < len(mine):
+        log(f"cascade: {len(mine) - len(missing)} of this rank's {len(mine)} rollouts stored "
+            "by an earlier attempt")
+    for done, episode_id in enumerate(missing, 1):
+        arrays = rollout_arrays(pipe, read_clip(dataset.open(episode_id), clip),
+                                seed + episode_ids.index(episode_id))
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
+        run.write_bytes(f"{ROLLOUTS_FOLDER}/{episode_id}.npz", buffer.getvalue())
+        if done % 16 == 0 or done == len(missing):
+            log(f"cascade: rank {info.rank} sampled {done}/{len(missing)} rollouts")
+
+
+def train_cascade(examples: list[CascadeExample], section: CascadeSection, info: DistInfo,
+                  seed: int, run: RunDir | None = None, log=print
+                  ) -> tuple[SampleRefiner, list[float]]:
+    """A sample refiner trained on this rank's rollouts (data-parallel over ranks), and its
+    loss per step; resumable with a run and `section.checkpoint_every`."""
+    torch.manual_seed(seed)  # identical initial replicas on every rank
+    model = SampleRefiner(CascadeConfig(channels=tuple(section.channels))).to(info.device)
+    model.train()
+    generator = torch.Generator().manual_seed(seed * 37 + info.rank)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=section.lr, weight_decay=1e-4)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lr_lambda(section.warmup_steps, section.steps, section.lr_schedule))
+    saved = None
+    if run is not None and section.checkpoint_every:
+        saved = load_stage_state(run, STAGE_FOLDER, model, generator, info, log,
+                                 "cascade stage")
+    start = saved["step"] if saved else 0
+    losses: list[float] = list(saved["losses"]) if saved else []
+    if saved:
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+    frames = [(i, t) for i, e in enumerate(examples) for t in range(e.x.shape[0])]
+    log_every = section.log_every or max(1, section.steps // 5)
+    recent: list[dict] = []
+    for step in range(start, section.steps):
+        picks = [frames[p] for p in
+                 torch.randint(0, len(frames), (section.batch_size,), generator=generator).tolist()]
+        batch = CascadeExample(*(torch.stack([getattr(examples[i], name)[t] for i, t in picks])
+                                 .to(info.device) for name in CascadeExample._fields))
+        loss, parts = cascade_loss(model(batch.x), batch, section)
+        losses.append(side_step(loss, model, optimizer, scheduler, info))
+        recent.append(parts)
+        done = step + 1
+        if done % log_every == 0 or done == section.steps:
+            means = ", ".join(f"{key} {sum(p[key] for p in recent) / len(recent):.5f}"
+                              for key in recent[0])
+            log(f"cascade step {done}/{section.steps} loss {losses[-1]:.5f} ({means}, last "
+                f"{len(recent)} steps) lr {scheduler.get_last_lr()[0]:.2e}")
+            recent = []
+        if (run is not None and section.checkpoint_every
+                and (done % section.checkpoint_every == 0 or done == section.steps)):
+            save_stage_state(run, STAGE_FOLDER, done, {"losses": losses}, model, optimizer,
+                             scheduler, generator, info)
+    return model.cpu().eval(), losses
+
+
+def save_run_cascade(network: SampleRefiner, run: RunDir) -> None:
+    """Rank 0: RUN_URI/cascade/ (k4d_model.cascade's layout), the COMMITTED marker last."""
+    run.remove(f"{FOLDER}/{COMMITTED}")
+    with tempfile.TemporaryDirectory(prefix="k4d-cascade-") as tmp:
+        folder = save_cascade(network, tmp)
+        for path in sorted(folder.iterdir()):
+            run.put_file(str(path), f"{FOLDER}/{path.name}")
+    run.write_bytes(f"{FOLDER}/{COMMITTED}", b"{}")
+
+
+def load_run_cascade(run: RunDir) -> SampleRefiner | None:
+    """The committed sample refiner of this run, or None."""
+    if not run.exists(f"{FOLDER}/{COMMITTED}"):
+        return None
+    with tempfile.TemporaryDirectory(prefix="k4d-cascade-") as tmp:
+        run.fs.get(f"{run.path}/{FOLDER}/", str(Path(tmp) / FOLDER) + "/", recursive=True)
+        return load_cascade(tmp)
+
+
+def cascade_episodes(section: CascadeSection, clip: ClipSpec, max_upscale: float,
+                     env_config=None) -> tuple[object, list[str]]:
+    """The dataset of `cascade.data_uri` and its episodes (at most `max_episodes`);
+    InvalidArgument naming the field when it cannot be read or holds none."""
+    try:
+        dataset = open_source(DataSection(uri=section.data_uri), env_config)
+        ids = select_episodes(dataset, DataSection(uri=section.data_uri,
+                                                   max_episodes=section.max_episodes or None,
+                                                   max_upscale=max_upscale), clip)
+    except (InvalidArgument, NotFound) as exc:
+        raise InvalidArgument.for_field("cascade.data_uri", f"{section.data_uri}: {exc}") from None
+    if not ids:
+        raise InvalidArgument.for_field("cascade.data_uri", f"{section.data_uri} holds no episodes")
+    return dataset, ids
+
+
+def cascade_stage(components, transformer: torch.nn.Module, clip: ClipSpec,
+                  section: CascadeSection, info: DistInfo, run: RunDir, seed: int,
+                  compute_dtype: torch.dtype | None, max_upscale: float = 2.0,
+                  env_config=None, log=print) -> list[float]:
+    """Load the committed sample refiner of this run or sample the rollouts and train one;
+    sets components.cascade. `transformer`: the trained weights as a module this rank can
+    sample with, None on a rank that cannot (k4d_trainer.progress.sampling_transformer)."""
+    saved = load_run_cascade(run)
+    if saved is not None:
+        components.cascade = saved
+        log("cascade: loaded the committed sample refiner of this run")
+        return []
+    dataset, episode_ids = cascade_episodes(section, clip, max_upscale, env_config)
+    sampling = sampling_components(components, transformer)
+    if transformer is not None:
+        was_training = transformer.training
+        transformer.eval()
+        try:
+            pipe = Kinema4DPipeline(sampling, TrainedDenoiser(transformer, compute_dtype,
+                                                              info.device),
+                                    device=str(info.device), model_id="trainer-cascade")
+            mine = sampling_share(episode_ids, info, every_rank=info.dp_shard <= 1)
+            sample_rollouts(pipe, dataset, episode_ids, mine, clip, run, info, seed, log)
+        finally:
+            transformer.train(was_training)
+            if info.device.type != "cpu":
+                components.vae.cpu()
+                components.image_encoder.cpu()
+    barrier(info)
+    examples = []
+    for episode_id in episode_ids[info.rank::info.world_size]:
+        with np.load(io.BytesIO(run.read_bytes(f"{ROLLOUTS_FOLDER}/{episode_id}.npz"))) as data:
+            examples.append(rollout_example(dict(data)))
+    log(f"cascade: training on {len(episode_ids)} rollouts of {section.data_uri}")
+    with torch.random.fork_rng(devices=[]):
+        network, losses = train_cascade(examples, section, info, seed + SEED_OFFSET, run, log)
+    if info.is_main:
+        save_run_cascade(network, run)
+        run.remove(STAGE_FOLDER)  # the committed network supersedes it
+    barrier(info)
+    components.cascade = network
+    return losses

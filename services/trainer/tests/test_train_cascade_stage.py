@@ -1,0 +1,190 @@
+"""The cascade stage (k4d_trainer.cascade_stage): its recipe section, its loss, its examples,
+its training (resumable to the same weights), and a whole run that samples rollouts with the
+trained transformer on episodes it never trained on, trains the sample refiner, commits it,
+publishes it inside the model and loads it again when resumed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from k4d.errors import InvalidArgument
+from k4d.store import LocalStore
+from k4d_model import registry
+from k4d_model.cascade import POINT_GAIN, SAMPLE_CHANNELS
+from k4d_model.checkpoints import load_model
+from k4d_trainer.cascade_stage import (
+    ROLLOUTS_FOLDER,
+    STAGE_FOLDER,
+    CascadeExample,
+    cascade_loss,
+    load_run_cascade,
+    rollout_example,
+    sampling_share,
+    train_cascade,
+)
+from k4d_trainer.config import CascadeSection, config_from_dict, load_config_file
+from k4d_trainer.parallel import DistInfo
+from k4d_trainer.runs import RunDir
+from k4d_trainer.trainer import Trainer
+
+SECTION = CascadeSection(steps=6, batch_size=2, lr=2e-3, warmup_steps=2, channels=[8, 16],
+                         checkpoint_every=2, log_every=1)
+T, H, W = 4, 8, 12
+
+
+class Stop(Exception):
+    pass
+
+
+def _rollout(seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    mask = np.zeros((T, H, W), bool)
+    mask[:, :2, :2] = True
+    known = np.ones((T, H, W), bool)
+    known[:, -1] = False
+    return {"image": rng.integers(0, 256, (H, W, 3), dtype=np.uint8),
+            "rgb": rng.uniform(-1, 1, (T, H, W, 3)).astype(np.float16),
+            "pointmap": rng.uniform(-1, 1, (T, H, W, 3)).astype(np.float16),
+            "reference": rng.uniform(-1, 1, (H, W, 3)).astype(np.float16),
+            "target_rgb": rng.integers(0, 256, (T, H, W, 3), dtype=np.uint8),
+            "target_points": rng.uniform(0.5, 1.5, (T, H, W, 3)).astype(np.float32),
+            "known": known, "robot_mask": mask, "scale": np.float32(0.5)}
+
+
+def test_examples_are_the_change_from_frame_zero():
+    arrays = _rollout()
+    example = rollout_example(arrays)
+    assert example.x.shape == (T - 1, SAMPLE_CHANNELS, H, W)
+    image = arrays["image"].astype(np.float32)
+    expected = (arrays["target_rgb"][2].astype(np.float32) - image) / 127.5
+    assert np.allclose(example.colour[1].permute(1, 2, 0).numpy(), expected, atol=1e-6)
+    moved = (arrays["target_points"][2] - arrays["target_points"][0]) * POINT_GAIN / 0.5
+    assert np.allclose(example.points[1].permute(1, 2, 0).numpy(), moved, atol=1e-4)
+    assert example.off_robot[:, 0, :2, :2].sum() == 0 and example.off_robot[:, 0, 2:].all()
+    assert example.known[:, 0, -1].sum() == 0  # unknown depth: no point loss
+
+
+def test_loss_counts_colour_off_the_robot_and_points_where_depth_is_known():
+    example = rollout_example(_rollout())
+    batch = CascadeExample(*(part[:1] for part in example))
+    perfect = torch.cat([batch.colour, batch.points], dim=1)
+    loss, parts = cascade_loss(perfect, batch, SECTION)
+    assert float(loss) == pytest.approx(0.0, abs=1e-9)
+    off_pixels = perfect.clone()
+    off_pixels[:, :, :2, :2] += 5.0  # the robot's pixels do not count
+    off_pixels[:, 3:, -1] += 5.0     # nor the points of unknown depth
+    _, parts = cascade_loss(off_pixels, batch, SECTION)
+    assert parts["colour"] == pytest.approx(0.0, abs=1e-9)
+    assert parts["points"] == pytest.approx(0.0, abs=1e-9)
+    wrong = perfect.clone()
+    wrong[:, :3] += 0.5
+    wrong[:, 3:] += 0.2
+    loss, parts = cascade_loss(wrong, batch, SECTION)
+    assert parts["colour"] == pytest.approx(0.25, rel=1e-5)
+    assert parts["points"] == pytest.approx(0.2, rel=1e-4)
+    assert float(loss) == pytest.approx(0.25 + SECTION.point_weight * 0.2, rel=1e-4)
+
+
+def _train(examples, run=None, stop_at=None):
+    def log(line: str) -> None:
+        if stop_at is not None and line.startswith(f"cascade step {stop_at}/"):
+            raise Stop(line)
+
+    return train_cascade(examples, SECTION, DistInfo(), seed=3, run=run, log=log)
+
+
+def test_stage_trains_and_resumes_to_the_same_weights(tmp_path):
+    examples = [rollout_example(_rollout(i)) for i in range(2)]
+    straight, straight_losses = _train(examples)
+    assert len(straight_losses) == SECTION.steps and all(np.isfinite(straight_losses))
+    run = RunDir(str(tmp_path / "run"))
+    with pytest.raises(Stop):
+        _train(examples, run=run, stop_at=5)  # saved at 4
+    assert run.exists(f"{STAGE_FOLDER}/latest.json")
+    resumed, resumed_losses = _train(examples, run=run)
+    assert resumed_losses == straight_losses
+    for (name, a), (_, b) in zip(straight.state_dict().items(), resumed.state_dict().items(),
+                                 strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_training_lowers_the_loss(tmp_path):
+    examples = [rollout_example(_rollout(0))]
+    section = CascadeSection(steps=60, batch_size=3, lr=5e-3, warmup_steps=0, channels=[8, 16])
+    _, losses = train_cascade(examples, section, DistInfo(), seed=0, log=lambda _: None)
+    assert np.mean(losses[-5:]) < 0.8 * np.mean(losses[:5])
+
+
+def test_sampling_share_splits_by_rank_or_leaves_it_to_rank_zero():
+    ids = [f"e{i}" for i in range(5)]
+    assert sampling_share(ids, DistInfo(rank=1, world_size=2), every_rank=True) == ["e1", "e3"]
+    assert sampling_share(ids, DistInfo(rank=0, world_size=2), every_rank=False) == ids
+    assert sampling_share(ids, DistInfo(rank=1, world_size=2), every_rank=False) == []
+
+
+BASE = {"recipe": "from-scratch", "model": {"size": "tiny"}, "data": {"uri": "/data/train"}}
+
+
+@pytest.mark.parametrize("overrides, field", [
+    ({"cascade": {"steps": 5}, "model": {"size": "tiny", "fidelity": {
+        "decode": "relative", "cascade": "sample"}}}, "cascade.data_uri"),
+    ({"cascade": {"steps": 5, "data_uri": "/data/train/"}, "model": {"size": "tiny", "fidelity": {
+        "decode": "relative", "cascade": "sample"}}}, "cascade.data_uri"),
+    ({"cascade": {"steps": 5, "data_uri": "/data/other"}}, "cascade.steps"),
+    ({"model": {"size": "tiny", "fidelity": {"decode": "relative", "cascade": "sample"}}},
+     "model.fidelity.cascade"),
+    ({"cascade": {"batch_size": 0}}, "cascade.batch_size"),
+    ({"cascade": {"lr": 0.0}}, "cascade.lr"),
+    ({"cascade": {"point_weight": -1.0}}, "cascade.point_weight"),
+    ({"cascade": {"channels": [12]}}, "cascade.channels"),
+    ({"cascade": {"lr_schedule": "step"}}, "cascade.lr_schedule"),
+    ({"cascade": {"max_episodes": -1}}, "cascade.max_episodes"),
+    ({"cascade": {"stpes": 3}}, "cascade.stpes"),
+])
+def test_cascade_section_is_checked(overrides, field):
+    with pytest.raises(InvalidArgument, match=field.replace(".", r"\.")):
+        config_from_dict({**BASE, **overrides})
+
+
+def test_a_run_samples_rollouts_trains_commits_and_publishes_the_cascade(
+        tmp_path, recipe, make_dataset, tiny_official):
+    data = make_dataset(tmp_path / "data", count=2, frames=5, height=32, width=48)
+    other = make_dataset(tmp_path / "other", count=3, frames=5, height=32, width=48)
+    store_dir = tmp_path / "store"
+    path = recipe(tmp_path, data, str(tiny_official),
+                  model={"fidelity": {"first_frame": "given", "decode": "relative",
+                                      "cascade": "sample"}},
+                  training={"steps": 2, "global_batch_size": 2, "lr": 1e-3, "warmup_steps": 0},
+                  cascade={"steps": 3, "data_uri": other, "batch_size": 2, "channels": [8, 16],
+                           "warmup_steps": 0},
+                  publish={"name": "cascaded", "version": "1", "store_uri": store_dir.as_uri()})
+    config = load_config_file(path)
+    trainer = Trainer.build(config, str(tmp_path / "run"))
+    try:
+        status = trainer.train()
+    finally:
+        trainer.close()
+    assert status.state == "succeeded", status.error
+    run = RunDir(str(tmp_path / "run"))
+    assert sorted(p.name for p in (tmp_path / "run" / ROLLOUTS_FOLDER).iterdir()) == [
+        "ep000.npz", "ep001.npz", "ep002.npz"]
+    committed = load_run_cascade(run)
+    assert committed is not None and trainer.components.cascade is not None
+    local = registry.fetch(LocalStore(store_dir), "cascaded", "1", tmp_path / "cache")
+    published = load_model(local)
+    assert torch.equal(published.cascade.head.weight, committed.head.weight)
+    assert published.info.extra["cascade"] == "sample"
+
+    config.publish.name = None  # published once: versions are immutable
+    again = Trainer.build(config, str(tmp_path / "run"), resume=True)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr("k4d_trainer.cascade_stage.train_cascade",
+                          lambda *a, **k: pytest.fail("trained again"))
+            assert again.train().state == "succeeded"
+    finally:
+        again.close()
+    for (name, a), (_, b) in zip(committed.state_dict().items(),
+                                 again.components.cascade.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
