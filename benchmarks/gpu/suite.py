@@ -374,6 +374,10 @@ def k4d_train_demo(ctx: Context) -> dict:
                          log_every=max(1, vae_steps // 2), warmup_steps=min(
                              recipe["vae"].get("warmup_steps", 0), vae_steps // 2))
     recipe["vae"].pop("heldout_uri", None)  # the validation episodes are not on that machine
+    # nor the cascade split: the timed section is the transformer's, without the sample
+    # refiner's stage after it
+    recipe.pop("cascade", None)
+    recipe["model"].get("fidelity", {}).pop("cascade", None)
     recipe["training"].update(steps=ctx.train_steps, warmup_steps=min(
         recipe["training"]["warmup_steps"], ctx.train_steps // 2), decay_steps=min(
         recipe["training"].get("decay_steps", 0), ctx.train_steps // 2))

@@ -39,9 +39,10 @@ def _sample(seed: int = 0):
     return image, rgb, reference, pointmap
 
 
-def _constant(colour: float, points: float) -> SampleRefiner:
-    """A network that adds `colour` and `points` (its output units) to the sample's change."""
-    network = SampleRefiner(SMALL).eval()
+def _constant(colour: float, points: float, residual: bool = False) -> SampleRefiner:
+    """A network whose change is `colour` and `points` (its output units), added to the
+    sample's own change with `residual`."""
+    network = SampleRefiner(CascadeConfig(channels=SMALL.channels, residual=residual)).eval()
     with torch.no_grad():
         network.head.bias.copy_(torch.tensor([colour] * 3 + [points] * 3))
     return network
@@ -59,11 +60,14 @@ def test_inputs_are_the_image_and_the_samples_change_per_frame():
     assert np.allclose(x[t, 9:].permute(1, 2, 0).numpy(), pointmap[0], atol=1e-6)
 
 
-def test_an_untrained_network_passes_the_sample_through():
+def test_an_untrained_network_draws_no_change_or_with_residual_the_sample():
     image, rgb, reference, pointmap = _sample(1)
-    network = SampleRefiner(SMALL).eval()
-    colour, moved = refine_sample(network, image, rgb, reference, pointmap, scale=0.5)
+    colour, moved = refine_sample(SampleRefiner(SMALL).eval(), image, rgb, reference,
+                                  pointmap, scale=0.5)
     assert colour.shape == moved.shape == (T - 1, H, W, 3)
+    assert not colour.any() and not moved.any()
+    residual = SampleRefiner(CascadeConfig(channels=SMALL.channels, residual=True)).eval()
+    colour, moved = refine_sample(residual, image, rgb, reference, pointmap, scale=0.5)
     assert np.allclose(colour, (rgb[1:] - reference[1:]) * 127.5, atol=1e-3)
     assert np.allclose(moved, (pointmap[1:] - pointmap[:1]) * 0.5, atol=1e-5)
 
@@ -105,27 +109,39 @@ RELATIVE = {"first_frame": "given", "decode": "relative"}
 def test_cascade_option_draws_the_frames_from_the_refined_sample(make_tiny):
     image, robot = sliding_box_robot()
     norm = PointmapNormalization((0.0, 0.0, 1.0), 2.0)
-    plain = _pipe(make_tiny, None, RELATIVE)
-    refined = _pipe(make_tiny, _constant(10 / 127.5, 0.5), {**RELATIVE, "cascade": "sample"})
-    a = plain(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1,
-              pointmap_normalization=norm)
-    b = refined(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1,
-                pointmap_normalization=norm)
-    assert np.array_equal(b.rgb[0], image)  # frame 0 is the observation
-    # the same sample: the refined frames are the relative ones plus the network's constant
-    shift = b.rgb[1:].astype(int) - a.rgb[1:].astype(int)
-    inside = (a.rgb[1:] > 12) & (a.rgb[1:] < 243)  # away from the clip at 0 and 255
+    inputs = (image, robot.rgb, robot.pointmap, robot.mask)
+    plain = _pipe(make_tiny, None, RELATIVE)(*inputs, num_steps=1, pointmap_normalization=norm)
+    drawn = _pipe(make_tiny, _constant(10 / 127.5, 0.5), {**RELATIVE, "cascade": "sample"})(
+        *inputs, num_steps=1, pointmap_normalization=norm)
+    assert np.array_equal(drawn.rgb[0], image)  # frame 0 is the observation
+    expected = np.round(np.clip(image.astype(np.float32) + 10, 0, 255)).astype(np.uint8)
+    assert np.array_equal(drawn.rgb[1:], np.broadcast_to(expected, drawn.rgb[1:].shape))
+    assert np.allclose(drawn.pointmap[1:] - drawn.pointmap[:1], 0.5 * norm.scale / POINT_GAIN,
+                       atol=1e-5)
+    assert np.array_equal(drawn.pointmap[0], plain.pointmap[0])  # the sample's frame-0 points
+    assert drawn.metadata["fidelity"]["cascade"] == "sample"
+    # "colour": the refiner's colour, the relative decoding's points
+    coloured = _pipe(make_tiny, _constant(10 / 127.5, 0.5), {**RELATIVE, "cascade": "colour"})(
+        *inputs, num_steps=1, pointmap_normalization=norm)
+    assert np.array_equal(coloured.rgb, drawn.rgb)
+    assert np.array_equal(coloured.pointmap, plain.pointmap)
+    # residual: the same sample's relative frames plus the network's constant
+    added = _pipe(make_tiny, _constant(10 / 127.5, 0.5, residual=True),
+                  {**RELATIVE, "cascade": "sample"})(*inputs, num_steps=1,
+                                                      pointmap_normalization=norm)
+    shift = added.rgb[1:].astype(int) - plain.rgb[1:].astype(int)
+    inside = (plain.rgb[1:] > 12) & (plain.rgb[1:] < 243)  # away from the clip at 0 and 255
     assert np.abs(shift[inside] - 10).max() <= 1
-    moved = b.pointmap[1:] - a.pointmap[1:]
-    assert np.allclose(moved, 0.5 * norm.scale / POINT_GAIN, atol=1e-4)
-    assert b.metadata["fidelity"]["cascade"] == "sample"
+    assert np.allclose(added.pointmap[1:] - plain.pointmap[1:], 0.5 * norm.scale / POINT_GAIN,
+                       atol=1e-4)
 
 
 def test_the_ablation_reaches_the_cascade(make_tiny):
     """Frame 0's latent repeated in place of the sample changes what the refiner draws: the
     ablation measures the transformer through it."""
     image, robot = sliding_box_robot()
-    refined = _pipe(make_tiny, _constant(0.0, 0.0), {**RELATIVE, "cascade": "sample"})
+    refined = _pipe(make_tiny, _constant(0.0, 0.0, residual=True),
+                    {**RELATIVE, "cascade": "sample"})
     sampled = refined(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1)
     ablated = refined(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1,
                       ablation=ABLATION_FIRST_FRAME)

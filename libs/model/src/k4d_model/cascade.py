@@ -15,6 +15,12 @@ image and what the transformer sampled, and writes frame t's change from frame 0
       rgb change     (3)  frame t's colour minus frame 0's
       point change   (3)  frame t's points minus frame 0's, x POINT_GAIN (normalised units)
 
+Its head starts at zero, so an untrained network draws no change (frame 0 in every frame)
+and learns what of the sample to show. `CascadeConfig.residual` adds the sample's own
+change to the output instead (an untrained network passes the sample through): measured on
+validation, that network kept much of the sample's grain, because cancelling a large noisy
+input is harder to learn than passing a small clean one (models/demo-small/README.md).
+
 It does not read the robot condition: where and how the scene moves has to come from the
 sample (the ablation that replaces the sample by frame 0 must still change the output).
 The robot's own pixels and points are composited from kinematics after it, as before.
@@ -56,17 +62,17 @@ class CascadeConfig:
 
     channels: tuple[int, ...] = (32, 64, 96)
     groups: int = 8
+    residual: bool = False  # the output is added to the sample's own change
 
     @classmethod
     def from_dict(cls, config: dict) -> CascadeConfig:
         return cls(channels=tuple(int(c) for c in config.get("channels", cls.channels)),
-                   groups=int(config.get("groups", cls.groups)))
+                   groups=int(config.get("groups", cls.groups)),
+                   residual=bool(config.get("residual", cls.residual)))
 
 
 class SampleRefiner(nn.Module):
-    """(N, SAMPLE_CHANNELS, H, W) -> (N, OUTPUT_CHANNELS, H, W); any H, W. The output is
-    added to the input's change (a residual): a network that has learned nothing passes
-    the sample through."""
+    """(N, SAMPLE_CHANNELS, H, W) -> (N, OUTPUT_CHANNELS, H, W); any H, W."""
 
     def __init__(self, config: CascadeConfig | None = None):
         super().__init__()
@@ -86,7 +92,7 @@ class SampleRefiner(nn.Module):
         nn.init.zeros_(self.head.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        residual = x[:, 3:9]  # the sample's own rgb and point change
+        sample_change = x[:, 3:9]  # the sample's own rgb and point change
         skips = []
         for level, block in enumerate(self.down):
             x = block(x) if level == 0 else block(F.avg_pool2d(x, 2, ceil_mode=True))
@@ -96,7 +102,8 @@ class SampleRefiner(nn.Module):
             skip = skips.pop()
             x = F.interpolate(x, size=skip.shape[-2:], mode="bilinear", align_corners=False)
             x = block(torch.cat([x, skip], dim=1))
-        return self.head(x) + residual
+        out = self.head(x)
+        return out + sample_change if self.config.residual else out
 
 
 def sample_inputs(image: np.ndarray, rgb: np.ndarray, reference: np.ndarray,

@@ -92,8 +92,9 @@ is the input, not a VAE reconstruction of it:
                      pointmap change and its frame-0 points): a learned cascade stage that
                      sharpens what the transformer drew and removes its grain where nothing
                      moved. It never reads the robot condition, so what moves still comes
-                     from the sample. A model that sets it without a cascade/ directory is
-                     refused at load.
+                     from the sample. "colour": the refiner's colour, and the points of
+                     `decode: relative` (the sample's own point change). A model that sets it
+                     without a cascade/ directory is refused at load.
   uncovered          "filled": pixels the robot covered in frame 0 and has left by frame t show
                      the input image filled in over frame 0's robot from the pixels around it
                      (rings from the outside in, then Laplace smoothing). What was behind the
@@ -138,6 +139,7 @@ REFINER_CHANGE = "change"
 REFINER_DRAWN = "drawn"
 REFINER_FIRST_DEPTH_ESTIMATED = "estimated"
 CASCADE_SAMPLE = "sample"
+CASCADE_COLOUR = "colour"
 
 
 _CHOICES = {"first_frame": ("", FIRST_FRAME_GIVEN),
@@ -149,7 +151,7 @@ _CHOICES = {"first_frame": ("", FIRST_FRAME_GIVEN),
             "refiner": ("", REFINER_CHANGE),
             "refiner_pointmap": ("", REFINER_CHANGE, REFINER_DRAWN),
             "refiner_first_depth": ("", REFINER_FIRST_DEPTH_ESTIMATED),
-            "cascade": ("", CASCADE_SAMPLE)}
+            "cascade": ("", CASCADE_SAMPLE, CASCADE_COLOUR)}
 # ModelInfo.extra keys of a model directory's k4d_model.json beside the output options:
 # VAE_DECODE_KEY = VAE_DECODE_SPLIT decodes the RGB and pointmap halves apart.
 VAE_DECODE_KEY = "vae_decode"

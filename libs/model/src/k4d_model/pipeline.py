@@ -60,6 +60,7 @@ from k4d_model.frame_vae import temporal_stride
 from k4d_model.latent_target import add_first, repeat_first_frame, samples_change
 from k4d_model.memory import ensure_fits, estimate
 from k4d_model.options import (
+    CASCADE_SAMPLE,
     FIRST_FRAME_GIVEN,
     REFINER_CHANGE,
     REFINER_DRAWN,
@@ -330,8 +331,11 @@ class Kinema4DPipeline:
                 # a point is the input's or the model's, never a blend of two depths
                 point_weight = (weight >= 0.5).astype(np.float32)
             if opts.cascade:
-                rgb_out, points = self._refine_sample(image, rgb, reference, pointmap,
-                                                      first_points, norm)
+                rgb_out, refined = self._refine_sample(image, rgb, reference, pointmap,
+                                                       first_points, norm)
+                points = (refined if opts.cascade == CASCADE_SAMPLE else
+                          compose_relative(first_points.astype(np.float32), points, points[:1],
+                                           None))
             elif opts.relative:
                 rgb_out = compose_relative(image.astype(np.float32), generated, reference,
                                            weight)
@@ -380,8 +384,8 @@ class Kinema4DPipeline:
     def _refine_sample(self, image: np.ndarray, rgb: np.ndarray, reference: np.ndarray,
                        pointmap: np.ndarray, first_points: np.ndarray,
                        norm: PointmapNormalization) -> tuple[np.ndarray, np.ndarray]:
-        """`cascade: sample`: frames t >= 1 are frame 0 plus the change the sample refiner
-        draws from the decoded sample (rgb, pointmap in [-1, 1]; reference in levels).
+        """`cascade`: frames t >= 1 are frame 0 plus the change the sample refiner draws
+        from the decoded sample (rgb, pointmap in [-1, 1]; reference in levels).
         Returns float RGB levels and metric points, frame 0 the input's."""
         colour, moved = refine_sample(self.cascade, image, rgb, reference / 127.5 - 1.0,
                                       pointmap, norm.scale)

@@ -3,8 +3,9 @@ the transformer just trained, after the transformer stage (`cascade` section).
 
 1. Rollouts. Each rank samples its share of `cascade.data_uri`'s episodes with the trained
    transformer through the generator's own pipeline (`Kinema4DPipeline.decoded_sample`: the
-   model's sampler settings, the decoded sample before any output option), one seed per
-   episode, and stores each as RUN/cascade_rollouts/<episode>.npz: a resumed run samples
+   model's sampler settings, the decoded sample before any output option; episode i with
+   seed `cascade.sample_seed` + i; in fp32 on a CPU, as the generator's torch backend
+   samples there, else under the model's precision), and stores each as RUN/cascade_rollouts/<episode>.npz: a resumed run samples
    only the episodes still missing. These episodes are not the training data: on its own
    training episodes the transformer samples better than on anything a user gives it, and
    a refiner trained there would trust the sample too much.
@@ -159,7 +160,8 @@ def train_cascade(examples: list[CascadeExample], section: CascadeSection, info:
     """A sample refiner trained on this rank's rollouts (data-parallel over ranks), and its
     loss per step; resumable with a run and `section.checkpoint_every`."""
     torch.manual_seed(seed)  # identical initial replicas on every rank
-    model = SampleRefiner(CascadeConfig(channels=tuple(section.channels))).to(info.device)
+    model = SampleRefiner(CascadeConfig(channels=tuple(section.channels),
+                                        residual=section.residual)).to(info.device)
     model.train()
     generator = torch.Generator().manual_seed(seed * 37 + info.rank)
     optimizer = torch.optim.AdamW(model.parameters(), lr=section.lr, weight_decay=1e-4)
@@ -234,7 +236,7 @@ def cascade_episodes(section: CascadeSection, clip: ClipSpec, max_upscale: float
     return dataset, ids
 
 
-def cascade_stage(components, transformer: torch.nn.Module, clip: ClipSpec,
+def cascade_stage(components, transformer: torch.nn.Module | None, clip: ClipSpec,
                   section: CascadeSection, info: DistInfo, run: RunDir, seed: int,
                   compute_dtype: torch.dtype | None, max_upscale: float = 2.0,
                   env_config=None, log=print) -> list[float]:
@@ -252,11 +254,13 @@ def cascade_stage(components, transformer: torch.nn.Module, clip: ClipSpec,
         was_training = transformer.training
         transformer.eval()
         try:
-            pipe = Kinema4DPipeline(sampling, TrainedDenoiser(transformer, compute_dtype,
+            sampling_dtype = None if info.device.type == "cpu" else compute_dtype
+            pipe = Kinema4DPipeline(sampling, TrainedDenoiser(transformer, sampling_dtype,
                                                               info.device),
                                     device=str(info.device), model_id="trainer-cascade")
             mine = sampling_share(episode_ids, info, every_rank=info.dp_shard <= 1)
-            sample_rollouts(pipe, dataset, episode_ids, mine, clip, run, info, seed, log)
+            sample_rollouts(pipe, dataset, episode_ids, mine, clip, run, info,
+                            section.sample_seed, log)
         finally:
             transformer.train(was_training)
             if info.device.type != "cpu":

@@ -381,6 +381,9 @@ class CascadeSection:
     # transformer's samples are better than on anything a user gives it
     data_uri: str = ""
     max_episodes: int = 0           # 0: every episode of data_uri
+    # Episode i of data_uri is sampled with seed sample_seed + i (its noise), whichever rank
+    # samples it
+    sample_seed: int = 1000
     batch_size: int = 16            # frames per step and process
     lr: float = 2e-3
     warmup_steps: int = 50
@@ -389,6 +392,8 @@ class CascadeSection:
     # the colour's squared error ([-1, 1] scale)
     point_weight: float = 0.1
     channels: list[int] = field(default_factory=lambda: [32, 64, 96])
+    # true: the network's output is added to the sample's own change (k4d_model.cascade)
+    residual: bool = False
     checkpoint_every: int = 0       # steps between resumable stage checkpoints; 0 = none
     log_every: int = 0              # steps between log lines; 0 = five lines per stage
 
@@ -400,6 +405,7 @@ class CascadeSection:
                f"{prefix}.data_uri", "must not be data.uri: the transformer's samples on its "
                                      "own training episodes are not what a user gets")
         _check(self.max_episodes >= 0, f"{prefix}.max_episodes", "must be >= 0")
+        _check(self.sample_seed >= 0, f"{prefix}.sample_seed", "must be >= 0")
         _check(self.batch_size >= 1, f"{prefix}.batch_size", "must be >= 1")
         _check(math.isfinite(self.lr) and self.lr > 0, f"{prefix}.lr",
                f"must be > 0, got {self.lr}")
@@ -507,9 +513,9 @@ class TrainConfig:
                         self.checkpoint, self.publish, self.observability):
             section.validate()
         self.cascade.validate(self.data.uri or "")
-        _check(self.cascade.steps == 0 or self.model.fidelity.get("cascade") == "sample",
+        _check(self.cascade.steps == 0 or bool(self.model.fidelity.get("cascade")),
                "cascade.steps", "trains a sample refiner no output option reads: set "
-                                "model.fidelity.cascade: sample")
+                                "model.fidelity.cascade (sample or colour)")
         _check(not self.model.fidelity.get("cascade") or self.cascade.steps > 0,
                "model.fidelity.cascade", "needs a sample refiner: set cascade.steps > 0")
         return self
