@@ -33,21 +33,17 @@ is "sample" (k4d_model.options).
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 from torch import nn
 
-from k4d_model.refiner import conv_block
+from k4d_model.refiner import conv_block, load_network, save_network
 
 FOLDER = "cascade"
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
 SAMPLE_CHANNELS = 12
 OUTPUT_CHANNELS = 6
 # Point changes are a few hundredths of the normalised range: scaled up so that the
@@ -139,20 +135,10 @@ def refine_sample(network: SampleRefiner, image: np.ndarray, rgb: np.ndarray,
 
 def save_cascade(network: SampleRefiner, model_dir: str | Path) -> Path:
     """MODEL_DIR/cascade/ (config.json + model.safetensors)."""
-    out = Path(model_dir) / FOLDER
-    out.mkdir(parents=True, exist_ok=True)
-    config = {"_class_name": type(network).__name__, **asdict(network.config)}
-    (out / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
-    save_file({k: v.detach().contiguous().cpu() for k, v in network.state_dict().items()},
-              str(out / WEIGHTS_FILE))
-    return out
+    return save_network(network, model_dir, FOLDER)
 
 
 def load_cascade(model_dir: str | Path) -> SampleRefiner | None:
     """The sample refiner of a model directory, or None when it has none."""
-    folder = Path(model_dir) / FOLDER
-    if not (folder / CONFIG_FILE).is_file():
-        return None
-    network = SampleRefiner(CascadeConfig.from_dict(json.loads((folder / CONFIG_FILE).read_text())))
-    network.load_state_dict(load_file(str(folder / WEIGHTS_FILE)))
-    return network.eval()
+    return load_network(model_dir, FOLDER,
+                        lambda config: SampleRefiner(CascadeConfig.from_dict(config)))

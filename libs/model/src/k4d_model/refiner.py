@@ -373,26 +373,39 @@ def predict_change(refiner: ChangeRefiner, image: np.ndarray, robot: RobotCondit
     return change
 
 
-def save_refiner(refiner: ChangeRefiner, model_dir: str | Path) -> Path:
-    """MODEL_DIR/refiner/ (config.json + model.safetensors)."""
-    out = Path(model_dir) / FOLDER
+def save_network(network: nn.Module, model_dir: str | Path, folder: str) -> Path:
+    """MODEL_DIR/FOLDER/: config.json (the class name and the network's `config`
+    dataclass) + model.safetensors. Shared by the pixel-space networks of a model directory
+    (this refiner, k4d_model.cascade's sample refiner)."""
+    out = Path(model_dir) / folder
     out.mkdir(parents=True, exist_ok=True)
-    config = {"_class_name": type(refiner).__name__, **asdict(refiner.config)}
+    config = {"_class_name": type(network).__name__, **asdict(network.config)}
     (out / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
-    save_file({k: v.detach().contiguous().cpu() for k, v in refiner.state_dict().items()},
+    save_file({k: v.detach().contiguous().cpu() for k, v in network.state_dict().items()},
               str(out / WEIGHTS_FILE))
     return out
 
 
+def load_network(model_dir: str | Path, folder: str, build) -> nn.Module | None:
+    """The network of MODEL_DIR/FOLDER/ (`build(config dict)` makes the module its weights
+    load into), in eval mode; None when the folder holds none."""
+    path = Path(model_dir) / folder
+    if not (path / CONFIG_FILE).is_file():
+        return None
+    network = build(json.loads((path / CONFIG_FILE).read_text()))
+    network.load_state_dict(load_file(str(path / WEIGHTS_FILE)))
+    return network.eval()
+
+
+def save_refiner(refiner: ChangeRefiner, model_dir: str | Path) -> Path:
+    """MODEL_DIR/refiner/ (config.json + model.safetensors)."""
+    return save_network(refiner, model_dir, FOLDER)
+
+
 def load_refiner(model_dir: str | Path) -> ChangeRefiner | None:
     """The refiner of a model directory, or None when it has none."""
-    folder = Path(model_dir) / FOLDER
-    if not (folder / CONFIG_FILE).is_file():
-        return None
-    config = json.loads((folder / CONFIG_FILE).read_text())
-    refiner = ChangeRefiner(RefinerConfig.from_dict(config))
-    refiner.load_state_dict(load_file(str(folder / WEIGHTS_FILE)))
-    return refiner.eval()
+    return load_network(model_dir, FOLDER,
+                        lambda config: ChangeRefiner(RefinerConfig.from_dict(config)))
 
 
 def with_geometry(refiner: ChangeRefiner, geometry: ChangeRefiner) -> ChangeRefiner:

@@ -26,8 +26,6 @@ it instead of training again.
 from __future__ import annotations
 
 import io
-import tempfile
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -54,12 +52,17 @@ from k4d_trainer.parallel import DistInfo, barrier
 from k4d_trainer.progress import TrainedDenoiser
 from k4d_trainer.runs import RunDir
 from k4d_trainer.schedule import lr_lambda
-from k4d_trainer.stage_state import load_stage_state, save_stage_state, side_step
+from k4d_trainer.stage_state import (
+    commit_network,
+    load_committed,
+    load_stage_state,
+    save_stage_state,
+    side_step,
+)
 
 FOLDER = "cascade"
 ROLLOUTS_FOLDER = "cascade_rollouts"
 STAGE_FOLDER = "cascade_stage"
-COMMITTED = "COMMITTED"
 SEED_OFFSET = 3  # the stage's seed from the run's (the refiner's networks take 0-2)
 
 
@@ -203,21 +206,12 @@ def train_cascade(examples: list[CascadeExample], section: CascadeSection, info:
 
 def save_run_cascade(network: SampleRefiner, run: RunDir) -> None:
     """Rank 0: RUN_URI/cascade/ (k4d_model.cascade's layout), the COMMITTED marker last."""
-    run.remove(f"{FOLDER}/{COMMITTED}")
-    with tempfile.TemporaryDirectory(prefix="k4d-cascade-") as tmp:
-        folder = save_cascade(network, tmp)
-        for path in sorted(folder.iterdir()):
-            run.put_file(str(path), f"{FOLDER}/{path.name}")
-    run.write_bytes(f"{FOLDER}/{COMMITTED}", b"{}")
+    commit_network(run, FOLDER, save_cascade, network)
 
 
 def load_run_cascade(run: RunDir) -> SampleRefiner | None:
     """The committed sample refiner of this run, or None."""
-    if not run.exists(f"{FOLDER}/{COMMITTED}"):
-        return None
-    with tempfile.TemporaryDirectory(prefix="k4d-cascade-") as tmp:
-        run.fs.get(f"{run.path}/{FOLDER}/", str(Path(tmp) / FOLDER) + "/", recursive=True)
-        return load_cascade(tmp)
+    return load_committed(run, FOLDER, load_cascade)
 
 
 def cascade_episodes(section: CascadeSection, clip: ClipSpec, max_upscale: float,

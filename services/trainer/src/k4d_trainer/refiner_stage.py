@@ -37,8 +37,6 @@ resumed run loads it instead of training it again.
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -67,13 +65,18 @@ from k4d_trainer.latents import changed_pixels, scene_depth
 from k4d_trainer.parallel import DistInfo, autocast, barrier
 from k4d_trainer.runs import RunDir
 from k4d_trainer.schedule import lr_lambda
-from k4d_trainer.stage_state import load_stage_state, save_stage_state, side_step
+from k4d_trainer.stage_state import (
+    commit_network,
+    load_committed,
+    load_stage_state,
+    save_stage_state,
+    side_step,
+)
 
 FOLDER = "refiner"
 STAGE_FOLDER = "refiner_stage"
 GEOMETRY_STAGE_FOLDER = "geometry_refiner_stage"
 OBJECTS_STAGE_FOLDER = "objects_refiner_stage"
-COMMITTED = "COMMITTED"
 
 
 class RefinerNetwork(NamedTuple):
@@ -361,21 +364,12 @@ def train_refiner(dataset, episode_ids: list[str], clip: ClipSpec, section: Refi
 def save_run_refiner(refiner: ChangeRefiner, run: RunDir) -> None:
     """Rank 0: RUN_URI/refiner/ (k4d_model.refiner's layout) with the COMMITTED marker last
     (a refiner committed before, now with its object network, is uncommitted first)."""
-    run.remove(f"{FOLDER}/{COMMITTED}")
-    with tempfile.TemporaryDirectory(prefix="k4d-refiner-") as tmp:
-        folder = save_refiner(refiner, tmp)
-        for path in sorted(folder.iterdir()):
-            run.put_file(str(path), f"{FOLDER}/{path.name}")
-    run.write_bytes(f"{FOLDER}/{COMMITTED}", b"{}")
+    commit_network(run, FOLDER, save_refiner, refiner)
 
 
 def load_run_refiner(run: RunDir) -> ChangeRefiner | None:
     """The committed refiner of this run, or None."""
-    if not run.exists(f"{FOLDER}/{COMMITTED}"):
-        return None
-    with tempfile.TemporaryDirectory(prefix="k4d-refiner-") as tmp:
-        run.fs.get(f"{run.path}/{FOLDER}/", str(Path(tmp) / FOLDER) + "/", recursive=True)
-        return load_refiner(tmp)
+    return load_committed(run, FOLDER, load_refiner)
 
 
 def refiner_episodes(uri: str, episode_ids: list[str]) -> tuple[object, list[str]]:

@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import io
 import json
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from k4d.errors import K4DError
 
 from k4d_trainer.parallel import DistInfo, all_reduce_mean, barrier
 from k4d_trainer.runs import RunDir
+
+COMMITTED = "COMMITTED"
 
 
 def save_stage_state(run: RunDir, folder: str, step: int, fields: dict, model, optimizer,
@@ -81,3 +86,26 @@ def side_step(loss: torch.Tensor, model: torch.nn.Module, optimizer, scheduler,
     optimizer.step()
     scheduler.step()
     return all_reduce_mean(float(loss.detach()), info)
+
+
+def commit_network(run: RunDir, folder: str, save: Callable[[object, str], Path],
+                   network) -> None:
+    """Rank 0: a side stage's finished network in RUN/<folder>/ (`save(network, directory)`
+    writes the model directory's layout, directory/<folder>/), the COMMITTED marker last; an
+    earlier commit is withdrawn first, so a crash while writing leaves none."""
+    run.remove(f"{folder}/{COMMITTED}")
+    with tempfile.TemporaryDirectory(prefix=f"k4d-{folder}-") as tmp:
+        written = save(network, tmp)
+        for path in sorted(Path(written).iterdir()):
+            run.put_file(str(path), f"{folder}/{path.name}")
+    run.write_bytes(f"{folder}/{COMMITTED}", b"{}")
+
+
+def load_committed(run: RunDir, folder: str, load: Callable[[str], object]):
+    """The network committed in RUN/<folder>/ (`load(directory)` reads directory/<folder>/),
+    or None."""
+    if not run.exists(f"{folder}/{COMMITTED}"):
+        return None
+    with tempfile.TemporaryDirectory(prefix=f"k4d-{folder}-") as tmp:
+        run.fs.get(f"{run.path}/{folder}/", str(Path(tmp) / folder) + "/", recursive=True)
+        return load(tmp)
