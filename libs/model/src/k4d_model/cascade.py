@@ -38,10 +38,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from k4d_model.refiner import conv_block, load_network, save_network
+from k4d_model.refiner import UNet, load_network, save_network
 
 FOLDER = "cascade"
 SAMPLE_CHANNELS = 12
@@ -67,39 +66,19 @@ class CascadeConfig:
                    residual=bool(config.get("residual", cls.residual)))
 
 
-class SampleRefiner(nn.Module):
+class SampleRefiner(UNet):
     """(N, SAMPLE_CHANNELS, H, W) -> (N, OUTPUT_CHANNELS, H, W); any H, W."""
 
     def __init__(self, config: CascadeConfig | None = None):
-        super().__init__()
-        self.config = config or CascadeConfig()
-        channels, groups = self.config.channels, self.config.groups
-        self.down = nn.ModuleList()
-        width = SAMPLE_CHANNELS
-        for out in channels:
-            self.down.append(conv_block(width, out, groups))
-            width = out
-        self.up = nn.ModuleList()
-        for skip in reversed(channels[:-1]):
-            self.up.append(conv_block(width + skip, skip, groups))
-            width = skip
-        self.head = nn.Conv2d(width, OUTPUT_CHANNELS, 1)
+        config = config or CascadeConfig()
+        super().__init__(SAMPLE_CHANNELS, config.channels, OUTPUT_CHANNELS, config.groups)
+        self.config = config
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        sample_change = x[:, 3:9]  # the sample's own rgb and point change
-        skips = []
-        for level, block in enumerate(self.down):
-            x = block(x) if level == 0 else block(F.avg_pool2d(x, 2, ceil_mode=True))
-            if level < len(self.down) - 1:
-                skips.append(x)
-        for block in self.up:
-            skip = skips.pop()
-            x = F.interpolate(x, size=skip.shape[-2:], mode="bilinear", align_corners=False)
-            x = block(torch.cat([x, skip], dim=1))
-        out = self.head(x)
-        return out + sample_change if self.config.residual else out
+        out = super().forward(x)
+        return out + x[:, 3:9] if self.config.residual else out  # the sample's own change
 
 
 def sample_inputs(image: np.ndarray, rgb: np.ndarray, reference: np.ndarray,

@@ -133,16 +133,16 @@ def conv_block(cin: int, cout: int, groups: int) -> nn.Sequential:
                          nn.Conv2d(cout, cout, 3, padding=1), nn.GroupNorm(groups, cout), nn.SiLU())
 
 
-class ChangeRefiner(nn.Module):
-    """(N, INPUT_CHANNELS, H, W) -> (N, config.outputs, H, W); any H, W. The geometry and
-    object networks, when there are, are called apart (predict_change)."""
+class UNet(nn.Module):
+    """(N, inputs, H, W) -> (N, outputs, H, W); any H, W. One level per entry of `channels`
+    (each but the last halves the resolution), two 3x3 convolutions per level, skips
+    concatenated on the way up, a 1x1 head. The pixel-space networks of a model directory
+    (this refiner, k4d_model.cascade's sample refiner) are this network."""
 
-    def __init__(self, config: RefinerConfig | None = None):
+    def __init__(self, inputs: int, channels: tuple[int, ...], outputs: int, groups: int):
         super().__init__()
-        self.config = config or RefinerConfig()
-        channels, groups = self.config.channels, self.config.groups
         self.down = nn.ModuleList()
-        width = self.config.inputs
+        width = inputs
         for out in channels:
             self.down.append(conv_block(width, out, groups))
             width = out
@@ -150,16 +150,7 @@ class ChangeRefiner(nn.Module):
         for skip in reversed(channels[:-1]):
             self.up.append(conv_block(width + skip, skip, groups))
             width = skip
-        self.head = nn.Conv2d(width, self.config.outputs, 1)
-        geometry = self.config.geometry
-        self.geometry = ChangeRefiner(geometry) if geometry is not None else None
-        objects = self.config.objects
-        self.objects = ChangeRefiner(objects) if objects is not None else None
-
-    @property
-    def geometry_source(self) -> ChangeRefiner:
-        """The network whose depth outputs and change probability move the points."""
-        return self.geometry if self.geometry is not None else self
+        self.head = nn.Conv2d(width, outputs, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         skips = []
@@ -173,6 +164,25 @@ class ChangeRefiner(nn.Module):
             x = F.interpolate(x, size=skip.shape[-2:], mode="bilinear", align_corners=False)
             x = block(torch.cat([x, skip], dim=1))
         return self.head(x)
+
+
+class ChangeRefiner(UNet):
+    """(N, INPUT_CHANNELS, H, W) -> (N, config.outputs, H, W); any H, W. The geometry and
+    object networks, when there are, are called apart (predict_change)."""
+
+    def __init__(self, config: RefinerConfig | None = None):
+        config = config or RefinerConfig()
+        super().__init__(config.inputs, config.channels, config.outputs, config.groups)
+        self.config = config
+        geometry = self.config.geometry
+        self.geometry = ChangeRefiner(geometry) if geometry is not None else None
+        objects = self.config.objects
+        self.objects = ChangeRefiner(objects) if objects is not None else None
+
+    @property
+    def geometry_source(self) -> ChangeRefiner:
+        """The network whose depth outputs and change probability move the points."""
+        return self.geometry if self.geometry is not None else self
 
 
 def refiner_inputs(image: np.ndarray, robot: RobotCondition, frames: list[int] | None = None,
