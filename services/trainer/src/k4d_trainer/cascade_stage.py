@@ -56,7 +56,8 @@ from k4d_trainer.stage_state import (
     commit_network,
     load_committed,
     load_stage_state,
-    save_stage_state,
+    log_side_steps,
+    save_stage_state_when_due,
     side_step,
 )
 
@@ -191,16 +192,11 @@ def train_cascade(examples: list[CascadeExample], section: CascadeSection, info:
         losses.append(side_step(loss, model, optimizer, scheduler, info))
         recent.append(parts)
         done = step + 1
-        if done % log_every == 0 or done == section.steps:
-            means = ", ".join(f"{key} {sum(p[key] for p in recent) / len(recent):.5f}"
-                              for key in recent[0])
-            log(f"cascade step {done}/{section.steps} loss {losses[-1]:.5f} ({means}, last "
-                f"{len(recent)} steps) lr {scheduler.get_last_lr()[0]:.2e}")
-            recent = []
-        if (run is not None and section.checkpoint_every
-                and (done % section.checkpoint_every == 0 or done == section.steps)):
-            save_stage_state(run, STAGE_FOLDER, done, {"losses": losses}, model, optimizer,
-                             scheduler, generator, info)
+        recent = log_side_steps(log, "cascade", done, section.steps, losses, recent, scheduler,
+                                log_every, digits=5)
+        save_stage_state_when_due(run, section.checkpoint_every, done, section.steps,
+                                  STAGE_FOLDER, losses, model, optimizer, scheduler, generator,
+                                  info)
     return model.cpu().eval(), losses
 
 

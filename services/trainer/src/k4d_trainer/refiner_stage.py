@@ -69,7 +69,8 @@ from k4d_trainer.stage_state import (
     commit_network,
     load_committed,
     load_stage_state,
-    save_stage_state,
+    log_side_steps,
+    save_stage_state_when_due,
     side_step,
 )
 
@@ -348,16 +349,11 @@ def train_refiner(dataset, episode_ids: list[str], clip: ClipSpec, section: Refi
         losses.append(side_step(loss, model, optimizer, scheduler, info))
         recent.append(parts)
         done = step + 1
-        if done % log_every == 0 or done == section.steps:
-            means = ", ".join(f"{key} {sum(p[key] for p in recent) / len(recent):.4f}"
-                              for key in recent[0])
-            log(f"{network.name} step {done}/{section.steps} loss {losses[-1]:.4f} ({means}, last "
-                f"{len(recent)} steps) lr {scheduler.get_last_lr()[0]:.2e}")
-            recent = []
-        if (run is not None and section.checkpoint_every
-                and (done % section.checkpoint_every == 0 or done == section.steps)):
-            save_stage_state(run, network.stage_folder, done, {"losses": losses}, model, optimizer,
-                             scheduler, generator, info)
+        recent = log_side_steps(log, network.name, done, section.steps, losses, recent,
+                                scheduler, log_every)
+        save_stage_state_when_due(run, section.checkpoint_every, done, section.steps,
+                                  network.stage_folder, losses, model, optimizer, scheduler,
+                                  generator, info)
     return model.cpu().eval(), losses
 
 

@@ -109,3 +109,26 @@ def load_committed(run: RunDir, folder: str, load: Callable[[str], object]):
     with tempfile.TemporaryDirectory(prefix=f"k4d-{folder}-") as tmp:
         run.fs.get(f"{run.path}/{folder}/", str(Path(tmp) / folder) + "/", recursive=True)
         return load(tmp)
+
+
+def log_side_steps(log, name: str, done: int, total: int, losses: list[float],
+                   recent: list[dict], scheduler, every: int, digits: int = 4) -> list[dict]:
+    """Every `every` steps and at the last: one line with the step's loss, the loss parts'
+    means over the steps since the last line and the lr. Returns the parts still to report
+    (`recent`, or none after a line)."""
+    if done % every and done != total:
+        return recent
+    means = ", ".join(f"{key} {sum(p[key] for p in recent) / len(recent):.{digits}f}"
+                      for key in recent[0])
+    log(f"{name} step {done}/{total} loss {losses[-1]:.{digits}f} ({means}, last "
+        f"{len(recent)} steps) lr {scheduler.get_last_lr()[0]:.2e}")
+    return []
+
+
+def save_stage_state_when_due(run: RunDir | None, every: int, done: int, total: int,
+                              folder: str, losses: list[float], model, optimizer, scheduler,
+                              generator: torch.Generator, info: DistInfo) -> None:
+    """save_stage_state every `every` steps (0: never) and at the last, with a run."""
+    if run is not None and every and (done % every == 0 or done == total):
+        save_stage_state(run, folder, done, {"losses": losses}, model, optimizer, scheduler,
+                         generator, info)
