@@ -5,8 +5,9 @@ the transformer just trained, after the transformer stage (`cascade` section).
    transformer through the generator's own pipeline (`Kinema4DPipeline.decoded_sample`: the
    model's sampler settings, the decoded sample before any output option; episode i with
    seed `cascade.sample_seed` + i; in fp32 on a CPU, as the generator's torch backend
-   samples there, else under the model's precision), and stores each as RUN/cascade_rollouts/<episode>.npz: a resumed run samples
-   only the episodes still missing. These episodes are not the training data: on its own
+   samples there, else under the model's precision), and stores each as
+   RUN/cascade_rollouts/<episode>.npz: a resumed run samples only the episodes still
+   missing. These episodes are not the training data: on its own
    training episodes the transformer samples better than on anything a user gives it, and
    a refiner trained there would trust the sample too much.
 2. Training, data-parallel over ranks, each rank on its own share of the rollouts. A step
@@ -148,9 +149,10 @@ def sample_rollouts(pipe: Kinema4DPipeline, dataset, episode_ids: list[str], min
     if len(missing) < len(mine):
         log(f"cascade: {len(mine) - len(missing)} of this rank's {len(mine)} rollouts stored "
             "by an earlier attempt")
+    index = {episode_id: i for i, episode_id in enumerate(episode_ids)}
     for done, episode_id in enumerate(missing, 1):
         arrays = rollout_arrays(pipe, read_clip(dataset.open(episode_id), clip),
-                                seed + episode_ids.index(episode_id))
+                                seed + index[episode_id])
         buffer = io.BytesIO()
         np.savez(buffer, **arrays)
         run.write_bytes(f"{ROLLOUTS_FOLDER}/{episode_id}.npz", buffer.getvalue())
