@@ -9,6 +9,7 @@ import pytest
 import torch
 from k4d.errors import FailedPrecondition, InvalidArgument
 from k4d_model.cascade import (
+    CHANGE_CHANNELS,
     OUTPUT_CHANNELS,
     POINT_GAIN,
     SAMPLE_CHANNELS,
@@ -58,6 +59,48 @@ def test_inputs_are_the_image_and_the_samples_change_per_frame():
     assert np.allclose(x[t, 6:9].permute(1, 2, 0).numpy(),
                        (pointmap[2] - pointmap[0]) * POINT_GAIN, atol=1e-5)
     assert np.allclose(x[t, 9:].permute(1, 2, 0).numpy(), pointmap[0], atol=1e-6)
+
+
+def test_context_adds_the_neighbouring_frames_change_clamped_to_the_clip():
+    frames = 5
+    rng = np.random.default_rng(4)
+    image = rng.integers(0, 256, (H, W, 3), dtype=np.uint8)
+    rgb, reference, pointmap = (rng.uniform(-1, 1, (frames, H, W, 3)).astype(np.float32)
+                                for _ in range(3))
+    x = sample_inputs(image, rgb, reference, pointmap, context=2)
+    assert x.shape == (frames - 1, CascadeConfig(context=2).inputs, H, W)
+    assert CascadeConfig(context=2).inputs == SAMPLE_CHANNELS + 4 * CHANGE_CHANNELS
+    own = sample_inputs(image, rgb, reference, pointmap)
+    assert torch.equal(x[:, :SAMPLE_CHANNELS], own)  # the same first channels, in order
+
+    def change(frame: int) -> torch.Tensor:  # frame >= 1: its rows in `own`
+        return own[frame - 1, 3:9]
+
+    t = 1  # frame 1: t - 1 is frame 0, which has no change of its own -> frame 1
+    neighbours = x[t - 1, SAMPLE_CHANNELS:].reshape(4, CHANGE_CHANNELS, H, W)
+    for got, frame in zip(neighbours, (1, 2, 1, 3), strict=True):  # offsets -1, +1, -2, +2
+        assert torch.equal(got, change(frame))
+    neighbours = x[frames - 2, SAMPLE_CHANNELS:].reshape(4, CHANGE_CHANNELS, H, W)
+    for got, frame in zip(neighbours, (3, 4, 2, 4), strict=True):  # frame 4, the last
+        assert torch.equal(got, change(frame))
+
+
+def test_a_network_with_context_reads_its_neighbours_and_round_trips(tmp_path):
+    config = CascadeConfig(channels=SMALL.channels, context=1)
+    torch.manual_seed(0)
+    network = SampleRefiner(config).eval()
+    torch.nn.init.normal_(network.head.weight, std=0.1)
+    image, rgb, reference, pointmap = _sample(5)
+    colour, _ = refine_sample(network, image, rgb, reference, pointmap, scale=0.5)
+    other = rgb.copy()
+    other[2] = -other[2]  # frame 2 is frame 1's neighbour
+    changed, _ = refine_sample(network, image, other, reference, pointmap, scale=0.5)
+    assert not np.allclose(colour[0], changed[0])
+    save_cascade(network, tmp_path)
+    loaded = load_cascade(tmp_path)
+    assert loaded.config == config
+    again, _ = refine_sample(loaded, image, rgb, reference, pointmap, scale=0.5)
+    assert np.array_equal(again, colour)
 
 
 def test_an_untrained_network_draws_no_change_or_with_residual_the_sample():

@@ -11,7 +11,7 @@ import torch
 from k4d.errors import InvalidArgument
 from k4d.store import LocalStore
 from k4d_model import registry
-from k4d_model.cascade import POINT_GAIN, SAMPLE_CHANNELS
+from k4d_model.cascade import CHANGE_CHANNELS, POINT_GAIN, SAMPLE_CHANNELS, CascadeConfig
 from k4d_model.checkpoints import load_model
 from k4d_trainer.cascade_stage import (
     ROLLOUTS_FOLDER,
@@ -63,6 +63,14 @@ def test_examples_are_the_change_from_frame_zero():
     assert np.allclose(example.points[1].permute(1, 2, 0).numpy(), moved, atol=1e-4)
     assert example.off_robot[:, 0, :2, :2].sum() == 0 and example.off_robot[:, 0, 2:].all()
     assert example.known[:, 0, -1].sum() == 0  # unknown depth: no point loss
+
+
+def test_context_reaches_the_examples_and_the_network():
+    section = CascadeSection(steps=2, batch_size=2, channels=[8, 16], context=1)
+    example = rollout_example(_rollout(), section.context)
+    assert example.x.shape == (T - 1, SAMPLE_CHANNELS + 2 * CHANGE_CHANNELS, H, W)
+    network, _ = train_cascade([example], section, DistInfo(), seed=0, log=lambda _: None)
+    assert network.config == CascadeConfig(channels=(8, 16), context=1)
 
 
 def test_loss_counts_colour_off_the_robot_and_points_where_depth_is_known():
@@ -139,6 +147,8 @@ BASE = {"recipe": "from-scratch", "model": {"size": "tiny"}, "data": {"uri": "/d
     ({"cascade": {"point_weight": -1.0}}, "cascade.point_weight"),
     ({"cascade": {"channels": [12]}}, "cascade.channels"),
     ({"cascade": {"lr_schedule": "step"}}, "cascade.lr_schedule"),
+    ({"cascade": {"context": -1}}, "cascade.context"),
+    ({"cascade": {"context": 7}}, "cascade.context"),
     ({"cascade": {"max_episodes": -1}}, "cascade.max_episodes"),
     ({"cascade": {"stpes": 3}}, "cascade.stpes"),
 ])

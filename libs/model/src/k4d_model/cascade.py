@@ -11,6 +11,8 @@ image and what the transformer sampled, and writes frame t's change from frame 0
       rgb change     (3)  D(z)_t - R_t: the decoded sample less the decoder's static clip
       point change   (3)  P_t - P_0 of the decoded pointmap, x POINT_GAIN
       first points   (3)  P_0, the sample's own frame-0 pointmap
+    then, with `CascadeConfig.context` = k > 0, for each offset d = 1..k
+      rgb, point change at t - d and at t + d (12), clamped to frames 1..T-1
     outputs (6)
       rgb change     (3)  frame t's colour minus frame 0's
       point change   (3)  frame t's points minus frame 0's, x POINT_GAIN (normalised units)
@@ -20,6 +22,10 @@ and learns what of the sample to show. `CascadeConfig.residual` adds the sample'
 change to the output instead (an untrained network passes the sample through): measured on
 validation, that network kept much of the sample's grain, because cancelling a large noisy
 input is harder to learn than passing a small clean one (models/demo-small/README.md).
+
+The neighbouring frames (`context`) are further draws of the same scene change: where an
+object really moves, the sample changes consistently from frame to frame, while its grain
+does not, so a network that sees them can keep the one and drop the other.
 
 It does not read the robot condition: where and how the scene moves has to come from the
 sample (the ablation that replaces the sample by frame 0 must still change the output).
@@ -44,6 +50,7 @@ from k4d_model.refiner import UNet, load_network, save_network
 
 FOLDER = "cascade"
 SAMPLE_CHANNELS = 12
+CHANGE_CHANNELS = 6  # a frame's sampled rgb and point change: what each neighbour adds
 OUTPUT_CHANNELS = 6
 # Point changes are a few hundredths of the normalised range: scaled up so that the
 # network's inputs and targets are near 1, as its colour ones are.
@@ -58,20 +65,26 @@ class CascadeConfig:
     channels: tuple[int, ...] = (32, 64, 96)
     groups: int = 8
     residual: bool = False  # the output is added to the sample's own change
+    context: int = 0  # neighbouring frames each side whose sampled change is also read
+
+    @property
+    def inputs(self) -> int:
+        return SAMPLE_CHANNELS + 2 * self.context * CHANGE_CHANNELS
 
     @classmethod
     def from_dict(cls, config: dict) -> CascadeConfig:
         return cls(channels=tuple(int(c) for c in config.get("channels", cls.channels)),
                    groups=int(config.get("groups", cls.groups)),
-                   residual=bool(config.get("residual", cls.residual)))
+                   residual=bool(config.get("residual", cls.residual)),
+                   context=int(config.get("context", cls.context)))
 
 
 class SampleRefiner(UNet):
-    """(N, SAMPLE_CHANNELS, H, W) -> (N, OUTPUT_CHANNELS, H, W); any H, W."""
+    """(N, config.inputs, H, W) -> (N, OUTPUT_CHANNELS, H, W); any H, W."""
 
     def __init__(self, config: CascadeConfig | None = None):
         config = config or CascadeConfig()
-        super().__init__(SAMPLE_CHANNELS, config.channels, OUTPUT_CHANNELS, config.groups)
+        super().__init__(config.inputs, config.channels, OUTPUT_CHANNELS, config.groups)
         self.config = config
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
@@ -82,8 +95,8 @@ class SampleRefiner(UNet):
 
 
 def sample_inputs(image: np.ndarray, rgb: np.ndarray, reference: np.ndarray,
-                  pointmap: np.ndarray) -> torch.Tensor:
-    """(T - 1, SAMPLE_CHANNELS, H, W) float32 for frames t >= 1.
+                  pointmap: np.ndarray, context: int = 0) -> torch.Tensor:
+    """(T - 1, CascadeConfig(context=context).inputs, H, W) float32 for frames t >= 1.
 
     image (H, W, 3) uint8; rgb, reference (T, H, W, 3) the decoded sample and the decoder's
     static clip in [-1, 1]; pointmap (T, H, W, 3) the decoded pointmap in [-1, 1]."""
@@ -92,10 +105,14 @@ def sample_inputs(image: np.ndarray, rgb: np.ndarray, reference: np.ndarray,
     rgb_change = torch.from_numpy(np.asarray(rgb[1:] - reference[1:], np.float32))
     points = torch.from_numpy(np.asarray(pointmap, np.float32))
     point_change = (points[1:] - points[:1]) * POINT_GAIN
-    return torch.cat([first[None].expand(frames, -1, -1, -1),
-                      rgb_change.permute(0, 3, 1, 2),
-                      point_change.permute(0, 3, 1, 2),
-                      points[:1].permute(0, 3, 1, 2).expand(frames, -1, -1, -1)],
+    change = torch.cat([rgb_change, point_change], dim=-1).permute(0, 3, 1, 2)
+    neighbours = []
+    for offset in range(1, context + 1):
+        for sign in (-1, 1):
+            index = (torch.arange(frames) + sign * offset).clamp(0, frames - 1)
+            neighbours.append(change[index])
+    return torch.cat([first[None].expand(frames, -1, -1, -1), change,
+                      points[:1].permute(0, 3, 1, 2).expand(frames, -1, -1, -1), *neighbours],
                      dim=1).contiguous()
 
 
@@ -107,7 +124,8 @@ def refine_sample(network: SampleRefiner, image: np.ndarray, rgb: np.ndarray,
     = image + this) and points in metres (T - 1, H, W, 3) (frame t = frame 0's points + this);
     `scale`: metres per normalised unit (k4d_model.conditions.PointmapNormalization)."""
     param = next(network.parameters())
-    x = sample_inputs(image, rgb, reference, pointmap).to(param.device, param.dtype)
+    x = sample_inputs(image, rgb, reference, pointmap, network.config.context)
+    x = x.to(param.device, param.dtype)
     out = network(x).float().permute(0, 2, 3, 1).cpu().numpy()
     return out[..., :3] * 127.5, out[..., 3:6] * (scale / POINT_GAIN)
 

@@ -101,11 +101,12 @@ def rollout_arrays(pipe: Kinema4DPipeline, clip: dict[str, np.ndarray], seed: in
             "known": known, "robot_mask": mask, "scale": np.float32(norm.scale)}
 
 
-def rollout_example(arrays: dict[str, np.ndarray]) -> CascadeExample:
-    """The training frames t >= 1 of a stored rollout."""
+def rollout_example(arrays: dict[str, np.ndarray], context: int = 0) -> CascadeExample:
+    """The training frames t >= 1 of a stored rollout (`context`: CascadeConfig.context)."""
     rgb = arrays["rgb"].astype(np.float32)
     reference = np.broadcast_to(arrays["reference"].astype(np.float32), rgb.shape)
-    x = sample_inputs(arrays["image"], rgb, reference, arrays["pointmap"].astype(np.float32))
+    x = sample_inputs(arrays["image"], rgb, reference, arrays["pointmap"].astype(np.float32),
+                      context)
     image = arrays["image"].astype(np.float32)
     colour = (arrays["target_rgb"][1:].astype(np.float32) - image[None]) / 127.5
     target = arrays["target_points"]
@@ -167,7 +168,8 @@ def train_cascade(examples: list[CascadeExample], section: CascadeSection, info:
     loss per step; resumable with a run and `section.checkpoint_every`."""
     torch.manual_seed(seed)  # identical initial replicas on every rank
     model = SampleRefiner(CascadeConfig(channels=tuple(section.channels),
-                                        residual=section.residual)).to(info.device)
+                                        residual=section.residual,
+                                        context=section.context)).to(info.device)
     model.train()
     generator = torch.Generator().manual_seed(seed * 37 + info.rank)
     optimizer = torch.optim.AdamW(model.parameters(), lr=section.lr, weight_decay=1e-4)
@@ -262,7 +264,7 @@ def cascade_stage(components, transformer: torch.nn.Module | None, clip: ClipSpe
     examples = []
     for episode_id in episode_ids[info.rank::info.world_size]:
         with np.load(io.BytesIO(run.read_bytes(f"{ROLLOUTS_FOLDER}/{episode_id}.npz"))) as data:
-            examples.append(rollout_example(dict(data)))
+            examples.append(rollout_example(dict(data), section.context))
     log(f"cascade: training on {len(episode_ids)} rollouts of {section.data_uri}")
     with torch.random.fork_rng(devices=[]):
         network, losses = train_cascade(examples, section, info, seed + SEED_OFFSET, run, log)

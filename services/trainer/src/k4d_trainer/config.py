@@ -39,6 +39,7 @@ VARIANTS = ("act", "pmcond")
 PRECISIONS = ("auto", "fp32", "bf16")
 SECTION_PRECISIONS = ("model", "fp32", "bf16")  # a refiner network's own, or the model's
 LR_SCHEDULES = ("constant", "cosine", "linear")
+MAX_CASCADE_CONTEXT = 6  # half a 13-frame clip each side
 
 
 def _check(ok: bool, name: str, message: str) -> None:
@@ -394,6 +395,9 @@ class CascadeSection:
     channels: list[int] = field(default_factory=lambda: [32, 64, 96])
     # true: the network's output is added to the sample's own change (k4d_model.cascade)
     residual: bool = False
+    # Neighbouring frames each side whose sampled change the network also reads (the
+    # sample's real change is consistent over frames, its grain is not)
+    context: int = 0
     checkpoint_every: int = 0       # steps between resumable stage checkpoints; 0 = none
     log_every: int = 0              # steps between log lines; 0 = five lines per stage
 
@@ -416,6 +420,8 @@ class CascadeSection:
                f"{prefix}.point_weight", "must be >= 0")
         _check(bool(self.channels) and all(c > 0 and c % 8 == 0 for c in self.channels),
                f"{prefix}.channels", f"must be positive multiples of 8, got {self.channels}")
+        _check(0 <= self.context <= MAX_CASCADE_CONTEXT, f"{prefix}.context",
+               f"must be in 0..{MAX_CASCADE_CONTEXT}, got {self.context}")
         _check(self.checkpoint_every >= 0, f"{prefix}.checkpoint_every", "must be >= 0")
         _check(self.log_every >= 0, f"{prefix}.log_every", "must be >= 0")
 
