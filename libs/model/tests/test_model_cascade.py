@@ -179,6 +179,39 @@ def test_cascade_option_draws_the_frames_from_the_refined_sample(make_tiny):
                        atol=1e-4)
 
 
+def test_sample_given_depth_takes_the_refiners_points_where_frame_zeros_depth_is_given(
+        make_tiny):
+    image, robot = sliding_box_robot()
+    norm = PointmapNormalization((0.0, 0.0, 1.0), 2.0)
+    inputs = (image, robot.rgb, robot.pointmap, robot.mask)
+    H, W = image.shape[:2]
+    initial = np.zeros((H, W, 3), np.float32)  # an RGB-D frame 0 with depth on its left half
+    v, u = np.mgrid[0:H, 0:W]
+    initial[:, : W // 2] = np.stack([(u - W / 2) * 0.01, (v - H / 2) * 0.01,
+                                     np.full((H, W), 1.5)], -1)[:, : W // 2]
+    network = _constant(10 / 127.5, 0.5)
+
+    def run(cascade: str, given: np.ndarray | None):
+        return _pipe(make_tiny, network, {**RELATIVE, "cascade": cascade})(
+            *inputs, num_steps=1, pointmap_normalization=norm, initial_pointmap=given)
+
+    both = run("sample-given-depth", initial)
+    refined, relative = run("sample", initial), run("colour", initial)
+    assert np.array_equal(both.rgb, refined.rgb)
+    off = robot.mask | robot.mask[:1]  # the robot's points are kinematics' in every mode
+    left = np.zeros((H, W), bool)
+    left[:, : W // 2] = True
+    for t in range(1, both.pointmap.shape[0]):
+        keep = ~off[t]
+        assert np.array_equal(both.pointmap[t][keep & left], refined.pointmap[t][keep & left])
+        assert np.array_equal(both.pointmap[t][keep & ~left],
+                              relative.pointmap[t][keep & ~left])
+    assert not np.array_equal(refined.pointmap[1:], relative.pointmap[1:])
+    # RGB only: the relative decoding's points everywhere
+    alone = run("sample-given-depth", None)
+    assert np.array_equal(alone.pointmap, run("colour", None).pointmap)
+
+
 def test_the_ablation_reaches_the_cascade(make_tiny):
     """Frame 0's latent repeated in place of the sample changes what the refiner draws: the
     ablation measures the transformer through it."""

@@ -93,8 +93,12 @@ is the input, not a VAE reconstruction of it:
                      sharpens what the transformer drew and removes its grain where nothing
                      moved. It never reads the robot condition, so what moves still comes
                      from the sample. "colour": the refiner's colour, and the points of
-                     `decode: relative` (the sample's own point change). A model that sets it
-                     without a cascade/ directory is refused at load.
+                     `decode: relative` (the sample's own point change). "sample-given-depth":
+                     the refiner's colour, and its points where frame 0's depth is given (an
+                     RGB-D observation: `initial_pointmap`), the relative decoding's elsewhere
+                     (measured: the refiner's point change is the better one on known points,
+                     the relative decoding's on points the model estimated itself). A model
+                     that sets it without a cascade/ directory is refused at load.
   uncovered          "filled": pixels the robot covered in frame 0 and has left by frame t show
                      the input image filled in over frame 0's robot from the pixels around it
                      (rings from the outside in, then Laplace smoothing). What was behind the
@@ -140,6 +144,7 @@ REFINER_DRAWN = "drawn"
 REFINER_FIRST_DEPTH_ESTIMATED = "estimated"
 CASCADE_SAMPLE = "sample"
 CASCADE_COLOUR = "colour"
+CASCADE_SAMPLE_GIVEN_DEPTH = "sample-given-depth"
 
 
 _CHOICES = {"first_frame": ("", FIRST_FRAME_GIVEN),
@@ -151,7 +156,7 @@ _CHOICES = {"first_frame": ("", FIRST_FRAME_GIVEN),
             "refiner": ("", REFINER_CHANGE),
             "refiner_pointmap": ("", REFINER_CHANGE, REFINER_DRAWN),
             "refiner_first_depth": ("", REFINER_FIRST_DEPTH_ESTIMATED),
-            "cascade": ("", CASCADE_SAMPLE, CASCADE_COLOUR)}
+            "cascade": ("", CASCADE_SAMPLE, CASCADE_COLOUR, CASCADE_SAMPLE_GIVEN_DEPTH)}
 # ModelInfo.extra keys of a model directory's k4d_model.json beside the output options:
 # VAE_DECODE_KEY = VAE_DECODE_SPLIT decodes the RGB and pointmap halves apart.
 VAE_DECODE_KEY = "vae_decode"

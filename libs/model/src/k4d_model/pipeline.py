@@ -61,6 +61,7 @@ from k4d_model.latent_target import add_first, repeat_first_frame, samples_chang
 from k4d_model.memory import ensure_fits, estimate
 from k4d_model.options import (
     CASCADE_SAMPLE,
+    CASCADE_SAMPLE_GIVEN_DEPTH,
     FIRST_FRAME_GIVEN,
     REFINER_CHANGE,
     REFINER_DRAWN,
@@ -333,9 +334,14 @@ class Kinema4DPipeline:
             if opts.cascade:
                 rgb_out, refined = self._refine_sample(image, rgb, reference, pointmap,
                                                        first_points, norm)
-                points = (refined if opts.cascade == CASCADE_SAMPLE else
-                          compose_relative(first_points.astype(np.float32), points, points[:1],
-                                           None))
+                relative = compose_relative(first_points.astype(np.float32), points,
+                                            points[:1], None)
+                given = (initial_pointmap[..., 2] > 0 if initial_pointmap is not None
+                         else np.zeros(image.shape[:2], bool))
+                refined_here = {CASCADE_SAMPLE: np.ones_like(given),
+                                CASCADE_SAMPLE_GIVEN_DEPTH: given}.get(opts.cascade,
+                                                                       np.zeros_like(given))
+                points = np.where(refined_here[None, ..., None], refined, relative)
             elif opts.relative:
                 rgb_out = compose_relative(image.astype(np.float32), generated, reference,
                                            weight)
