@@ -226,8 +226,8 @@ def shaded_robot_render(render: np.ndarray, points: np.ndarray, image: np.ndarra
     Per output channel, ridge least squares (ROBOT_FIT_RIDGE) on frame 0's robot pixels of
     the render's colours (1, r, g, b and their squares) and the second-order spherical
     harmonics of the surface normal from the robot's points (n, n^2, nx ny, ny nz, nx nz):
-    the scene's lights shade a link by where it faces, so the fit carries the given image's shading to every pose that
-    kinematics gives. Fewer than MIN_SHADING_PIXELS robot pixels: the colour fit alone.
+    the scene's lights shade a link by where it faces, so the fit carries the given image's
+    shading to every pose that kinematics gives. Fewer than MIN_SHADING_PIXELS robot pixels: the colour fit alone.
     points: (T, H, W, 3) the robot's points in the camera frame (metres)."""
     first = robot_mask[0]
     if int(first.sum()) < MIN_SHADING_PIXELS:

@@ -334,14 +334,15 @@ class Kinema4DPipeline:
             if opts.cascade:
                 rgb_out, refined = self._refine_sample(image, rgb, reference, pointmap,
                                                        first_points, norm)
-                relative = compose_relative(first_points.astype(np.float32), points,
-                                            points[:1], None)
-                given = (initial_pointmap[..., 2] > 0 if initial_pointmap is not None
-                         else np.zeros(image.shape[:2], bool))
-                refined_here = {CASCADE_SAMPLE: np.ones_like(given),
-                                CASCADE_SAMPLE_GIVEN_DEPTH: given}.get(opts.cascade,
-                                                                       np.zeros_like(given))
-                points = np.where(refined_here[None, ..., None], refined, relative)
+                if opts.cascade == CASCADE_SAMPLE:
+                    points = refined
+                else:
+                    points = compose_relative(first_points.astype(np.float32), points,
+                                              points[:1], None)
+                    if (opts.cascade == CASCADE_SAMPLE_GIVEN_DEPTH
+                            and initial_pointmap is not None):
+                        given = initial_pointmap[None, ..., 2:] > 0
+                        points = np.where(given, refined, points)
             elif opts.relative:
                 rgb_out = compose_relative(image.astype(np.float32), generated, reference,
                                            weight)
