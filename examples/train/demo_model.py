@@ -52,7 +52,7 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
     import torch.distributed.checkpoint as dcp
     from k4d_model.registry import build_manifest
     from k4d_trainer import model as model_lib
-    from k4d_trainer.cascade_stage import load_run_cascade
+    from k4d_trainer.cascade_stage import cascade_source_step, load_run_cascade
     from k4d_trainer.config import load_config_file
     from k4d_trainer.observe import write_loss_curves
     from k4d_trainer.publish import write_model_dir
@@ -77,7 +77,15 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
     elif config.refiner.steps:
         sys.exit(f"demo_model: error: {run} has no committed refiner")
     cascade = load_run_cascade(RunDir(str(run.resolve())))
+    cascade_step = cascade_source_step(RunDir(str(run.resolve())))
     if cascade is not None:
+        if cascade_step is None:
+            print(f"demo_model: warning: {run} does not record which transformer step its "
+                  "sample refiner's rollouts came from", file=sys.stderr)
+        elif cascade_step != step:
+            sys.exit(f"demo_model: error: {run}'s sample refiner learned transformer step "
+                     f"{cascade_step}'s rollouts, the newest checkpoint is step {step}: "
+                     "resume the run (k4d train --resume) to sample and train it again")
         components.cascade = cascade
     elif config.cascade.steps:
         sys.exit(f"demo_model: error: {run} has no committed sample refiner (cascade/)")
@@ -120,6 +128,7 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
                         if getattr(config.refiner, section) is not None},
                      "cascade_steps": config.cascade.steps,
                      "cascade_data": config.cascade.data_uri or None,
+                     "cascade_transformer_step": cascade_step if cascade is not None else None,
                      "init": config.model.init, "init_version": started_from,
                      "changed_loss_weight": config.training.changed_loss_weight,
                      "latent_target": config.training.latent_target,

@@ -13,11 +13,15 @@ from k4d.store import LocalStore
 from k4d_model import registry
 from k4d_model.cascade import CHANGE_CHANNELS, POINT_GAIN, SAMPLE_CHANNELS, CascadeConfig
 from k4d_model.checkpoints import load_model
+from k4d_trainer import cascade_stage
 from k4d_trainer.cascade_stage import (
+    FOLDER,
     ROLLOUTS_FOLDER,
     STAGE_FOLDER,
     CascadeExample,
     cascade_loss,
+    cascade_source_step,
+    claim_cascade_source,
     load_run_cascade,
     rollout_example,
     sampling_share,
@@ -157,6 +161,24 @@ def test_cascade_section_is_checked(overrides, field):
         config_from_dict({**BASE, **overrides})
 
 
+def test_the_stage_redoes_what_another_transformer_step_made(tmp_path):
+    run = RunDir(str(tmp_path / "run"))
+    lines: list[str] = []
+    for folder in (FOLDER, STAGE_FOLDER, ROLLOUTS_FOLDER):
+        run.write_bytes(f"{folder}/kept.bin", b"x")
+    claim_cascade_source(run, 200, DistInfo(), lines.append)  # an unrecorded source
+    assert cascade_source_step(run) == 200
+    assert not any(run.exists(folder) for folder in (FOLDER, STAGE_FOLDER, ROLLOUTS_FOLDER))
+    assert "(unrecorded)" in lines[0] and "step 200" in lines[0]
+
+    run.write_bytes(f"{ROLLOUTS_FOLDER}/ep000.npz", b"x")
+    claim_cascade_source(run, 200, DistInfo(), lines.append)  # the same step: all kept
+    assert run.exists(f"{ROLLOUTS_FOLDER}/ep000.npz") and len(lines) == 1
+    claim_cascade_source(run, 300, DistInfo(), lines.append)
+    assert not run.exists(ROLLOUTS_FOLDER) and cascade_source_step(run) == 300
+    assert "from transformer step 200" in lines[1]
+
+
 def test_a_run_samples_rollouts_trains_commits_and_publishes_the_cascade(
         tmp_path, recipe, make_dataset, tiny_official):
     data = make_dataset(tmp_path / "data", count=2, frames=5, height=32, width=48)
@@ -198,3 +220,18 @@ def test_a_run_samples_rollouts_trains_commits_and_publishes_the_cascade(
     for (name, a), (_, b) in zip(committed.state_dict().items(),
                                  again.components.cascade.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
+    assert cascade_source_step(run) == 2
+
+    config.training.steps = 3  # resumed with more transformer steps: sampled, trained again
+    more = Trainer.build(config, str(tmp_path / "run"), resume=True)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            rolled: list[str] = []
+            real = cascade_stage.rollout_arrays
+            patch.setattr("k4d_trainer.cascade_stage.rollout_arrays",
+                          lambda pipe, clip, seed: rolled.append(seed) or real(pipe, clip, seed))
+            assert more.train().state == "succeeded"
+    finally:
+        more.close()
+    assert len(rolled) == 3 and cascade_source_step(run) == 3
+    assert load_run_cascade(run) is not None

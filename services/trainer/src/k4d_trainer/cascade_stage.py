@@ -21,12 +21,16 @@ the transformer just trained, after the transformer stage (`cascade` section).
    The stage saves its state every `checkpoint_every` steps and continues from it.
 
 Rank 0 writes the network to RUN/cascade/ with a COMMITTED marker last; a resumed run loads
-it instead of training again.
+it instead of training again. All three (rollouts, stage state, network) belong to one
+transformer step, recorded in RUN/cascade_source.json: a run resumed with more transformer
+steps (`--steps`) samples and trains them again rather than keep a refiner of the old
+weights' samples.
 """
 
 from __future__ import annotations
 
 import io
+import json
 from typing import NamedTuple
 
 import numpy as np
@@ -65,6 +69,7 @@ from k4d_trainer.stage_state import (
 FOLDER = "cascade"
 ROLLOUTS_FOLDER = "cascade_rollouts"
 STAGE_FOLDER = "cascade_stage"
+SOURCE = "cascade_source.json"  # {"transformer_step": N}: what the three folders came from
 SEED_OFFSET = 3  # the stage's seed from the run's (the refiner's networks take 0-2)
 
 
@@ -214,6 +219,31 @@ def load_run_cascade(run: RunDir) -> SampleRefiner | None:
     return load_committed(run, FOLDER, load_cascade)
 
 
+def cascade_source_step(run: RunDir) -> int | None:
+    """The transformer step this run's rollouts, stage state and sample refiner were made
+    from; None when unrecorded (a run of a version before the record, or none yet)."""
+    if not run.exists(SOURCE):
+        return None
+    return json.loads(run.read_bytes(SOURCE)).get("transformer_step")
+
+
+def claim_cascade_source(run: RunDir, transformer_step: int, info: DistInfo, log=print) -> None:
+    """Rank 0 removes what the stage made from another (or an unrecorded) transformer step
+    and records `transformer_step`; every rank waits for it."""
+    made_from = cascade_source_step(run)
+    if info.is_main and made_from != transformer_step:
+        stale = [folder for folder in (FOLDER, STAGE_FOLDER, ROLLOUTS_FOLDER)
+                 if run.exists(folder)]
+        if stale:
+            log(f"cascade: {', '.join(stale)} came from transformer step "
+                f"{'(unrecorded)' if made_from is None else made_from}, the transformer is "
+                f"at step {transformer_step}: sampling and training again")
+        for folder in stale:
+            run.remove(folder)
+        run.write_bytes(SOURCE, json.dumps({"transformer_step": transformer_step}).encode())
+    barrier(info)
+
+
 def cascade_episodes(section: CascadeSection, clip: ClipSpec, max_upscale: float,
                      env_config=None) -> tuple[object, list[str]]:
     """The dataset of `cascade.data_uri` and its episodes (at most `max_episodes`);
@@ -230,13 +260,15 @@ def cascade_episodes(section: CascadeSection, clip: ClipSpec, max_upscale: float
     return dataset, ids
 
 
-def cascade_stage(components, transformer: torch.nn.Module | None, clip: ClipSpec,
-                  section: CascadeSection, info: DistInfo, run: RunDir, seed: int,
-                  compute_dtype: torch.dtype | None, max_upscale: float = 2.0,
+def cascade_stage(components, transformer: torch.nn.Module | None, transformer_step: int,
+                  clip: ClipSpec, section: CascadeSection, info: DistInfo, run: RunDir,
+                  seed: int, compute_dtype: torch.dtype | None, max_upscale: float = 2.0,
                   env_config=None, log=print) -> list[float]:
     """Load the committed sample refiner of this run or sample the rollouts and train one;
     sets components.cascade. `transformer`: the trained weights as a module this rank can
-    sample with, None on a rank that cannot (k4d_trainer.progress.sampling_transformer)."""
+    sample with, None on a rank that cannot (k4d_trainer.progress.sampling_transformer);
+    `transformer_step`: their step (what the stage made from another step is redone)."""
+    claim_cascade_source(run, transformer_step, info, log)
     saved = load_run_cascade(run)
     if saved is not None:
         components.cascade = saved

@@ -291,8 +291,8 @@ class Trainer:
 
         transformer = sampling_transformer(self.components, self.dist,
                                            self.config.model.lora_alpha)
-        cascade_stage(self.components, transformer, self.clip, self.config.cascade, self.dist,
-                      self.run, self.config.seed,
+        cascade_stage(self.components, transformer, self.state.step, self.clip,
+                      self.config.cascade, self.dist, self.run, self.config.seed,
                       self.compute_dtype,
                       self.config.data.max_upscale, self.env_config, log=log.info)
 
