@@ -120,6 +120,7 @@ def main() -> None:
     from k4d_eval.report import goal_figures
     from k4d_generator.pipeline import Kinema4DPipeline
     from k4d_model.conditions import PointmapNormalization
+    from k4d_model.options import FidelityOptions
     from k4d_model.pipeline import ABLATION_FIRST_FRAME
 
     pipe = Kinema4DPipeline.from_pretrained(args.model)
@@ -168,9 +169,11 @@ def main() -> None:
         tool = tool_track(load_robot(meta.robot), robot["joints"], robot["poses"])
         for name, extra, ablation in variants:
             pipe.info.extra = extra
-            key = (episode_id, bool(extra.get("latent_anchor", False)), ablation)
+            count = pipe.cascade_samples(FidelityOptions.from_extra(extra))
+            key = (episode_id, bool(extra.get("latent_anchor", False)), ablation, count)
             cache = args.out / "_decoded" / (f"{episode_id}-anchor{int(key[1])}"
-                                             f"{'-' + ablation if ablation else ''}.npz")
+                                             f"{'-' + ablation if ablation else ''}"
+                                             f"{f'-samples{count}' if count > 1 else ''}.npz")
             if key not in decoded and cache.is_file():  # sampled by an earlier run
                 with np.load(cache) as data:
                     decoded[key] = (data["rgb"], data["pointmap"])
@@ -180,9 +183,11 @@ def main() -> None:
                 rgb, points = pipe.finish_output(image, condition, *decoded[key], norm,
                                                  initial, pose)
             else:
-                def remember(latents, _key=key):
-                    decoded[_key] = original_decode(latents)
-                    return decoded[_key]
+                pieces = []  # each sample's decoding (a refiner may read several)
+
+                def remember(latents, _pieces=pieces):
+                    _pieces.append(original_decode(latents))
+                    return _pieces[-1]
 
                 pipe.decode_float = remember
                 result = pipe(image, condition.rgb, condition.pointmap, condition.mask,
@@ -190,7 +195,9 @@ def main() -> None:
                               num_steps=args.steps or None, ablation=ablation)
                 pipe.decode_float = original_decode
                 rgb, points = result.rgb, result.pointmap
-                if key in decoded:  # `decode: input` with frame 0's points known samples nothing
+                if pieces:  # `decode: input` with frame 0's points known samples nothing
+                    decoded[key] = (pieces[0] if len(pieces) == 1 else
+                                    tuple(np.stack(a) for a in zip(*pieces, strict=True)))
                     cache.parent.mkdir(parents=True, exist_ok=True)
                     np.savez(cache, rgb=decoded[key][0], pointmap=decoded[key][1])
             seconds[name] += time.perf_counter() - started

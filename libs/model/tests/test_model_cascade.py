@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from k4d.errors import FailedPrecondition, InvalidArgument
+from k4d_model import cascade as cascade_module
 from k4d_model.cascade import (
     CHANGE_CHANNELS,
     OUTPUT_CHANNELS,
@@ -23,7 +24,7 @@ from k4d_model.cascade import (
 from k4d_model.checkpoints import load_k4d, save_k4d
 from k4d_model.conditions import PointmapNormalization
 from k4d_model.options import FidelityOptions
-from k4d_model.pipeline import ABLATION_FIRST_FRAME, Kinema4DPipeline
+from k4d_model.pipeline import ABLATION_FIRST_FRAME, Kinema4DPipeline, sample_seed
 from k4d_model.testing import CallableDenoiser as Denoiser
 from k4d_model.testing import sliding_box_robot
 
@@ -83,6 +84,27 @@ def test_context_adds_the_neighbouring_frames_change_clamped_to_the_clip():
     neighbours = x[frames - 2, SAMPLE_CHANNELS:].reshape(4, CHANGE_CHANNELS, H, W)
     for got, frame in zip(neighbours, (3, 4, 2, 4), strict=True):  # frame 4, the last
         assert torch.equal(got, change(frame))
+
+
+def test_several_samples_give_their_mean_and_spread():
+    image, rgb, reference, pointmap = _sample(6)
+    _, other, _, other_points = _sample(7)
+    both = sample_inputs(image, np.stack([rgb, other]), reference,
+                         np.stack([pointmap, other_points]), samples=2)
+    assert both.shape == (T - 1, CascadeConfig(samples=2).inputs, H, W)
+    assert CascadeConfig(samples=2).inputs == SAMPLE_CHANNELS + CHANGE_CHANNELS
+    one, two = (sample_inputs(image, r, reference, p) for r, p in
+                ((rgb, pointmap), (other, other_points)))
+    mean = (one + two) / 2
+    assert torch.allclose(both[:, :SAMPLE_CHANNELS], mean, atol=1e-5)
+    assert torch.allclose(both[:, SAMPLE_CHANNELS:], (one[:, 3:9] - two[:, 3:9]).abs() / 2,
+                          atol=1e-5)
+    # one sample, stacked or not, is the plain input
+    assert torch.equal(sample_inputs(image, rgb[None], reference, pointmap[None]), one)
+    with pytest.raises(ValueError, match="reads 2 sample"):
+        sample_inputs(image, rgb, reference, pointmap, samples=2)
+    with pytest.raises(ValueError, match="samples must be in 1.."):
+        CascadeConfig(samples=0)
 
 
 def test_a_network_with_context_reads_its_neighbours_and_round_trips(tmp_path):
@@ -248,6 +270,34 @@ def test_model_directory_carries_the_cascade(make_tiny, tmp_path):
     components.cascade = None
     save_k4d(components, tmp_path / "plain")
     assert load_k4d(tmp_path / "plain").cascade is None
+
+
+def test_a_refiner_of_two_samples_gets_two_independently_seeded_samples(make_tiny, tmp_path):
+    image, robot = sliding_box_robot()
+    norm = PointmapNormalization.from_points(robot.pointmap, robot.mask)
+    torch.manual_seed(0)
+    network = SampleRefiner(CascadeConfig(channels=SMALL.channels, samples=2)).eval()
+    torch.nn.init.normal_(network.head.weight, std=0.1)
+    pipe = _pipe(make_tiny, network, {**RELATIVE, "cascade": "colour"})
+    seen, steps = [], []
+    real = cascade_module.refine_sample
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("k4d_model.pipeline.refine_sample",
+                      lambda net, image, rgb, *rest: seen.append(rgb) or real(net, image, rgb,
+                                                                               *rest))
+        out = pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=2, seed=5,
+                   pointmap_normalization=norm, callback=lambda done, total: steps.append(
+                       (done, total)))
+    assert out.metadata["samples"] == 2 and steps == [(1, 4), (2, 4), (3, 4), (4, 4)]
+    rgb, _ = pipe.decoded_sample(image, robot, norm, seed=5, num_steps=2)
+    stacked, points = pipe.decoded_sample(image, robot, norm, seed=5, num_steps=2, count=2)
+    assert stacked.shape == (2, *rgb.shape) and points.shape == stacked.shape
+    assert np.array_equal(stacked[0], rgb)  # sample 0 is the rollout's usual sample
+    other, _ = pipe.decoded_sample(image, robot, norm, seed=sample_seed(5, 1), num_steps=2)
+    assert np.array_equal(stacked[1], other) and not np.array_equal(other, rgb)
+    assert np.array_equal(seen[0], stacked)
+    save_cascade(network, tmp_path)
+    assert load_cascade(tmp_path).config.samples == 2
 
 
 def test_decoded_sample_is_the_rollout_before_the_output_options(make_tiny):

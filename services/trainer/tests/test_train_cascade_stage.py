@@ -153,6 +153,8 @@ BASE = {"recipe": "from-scratch", "model": {"size": "tiny"}, "data": {"uri": "/d
     ({"cascade": {"lr_schedule": "step"}}, "cascade.lr_schedule"),
     ({"cascade": {"context": -1}}, "cascade.context"),
     ({"cascade": {"context": 7}}, "cascade.context"),
+    ({"cascade": {"samples": 0}}, "cascade.samples"),
+    ({"cascade": {"samples": 9}}, "cascade.samples"),
     ({"cascade": {"max_episodes": -1}}, "cascade.max_episodes"),
     ({"cascade": {"stpes": 3}}, "cascade.stpes"),
 ])
@@ -169,14 +171,14 @@ def test_the_stage_redoes_what_another_transformer_step_made(tmp_path):
     claim_cascade_source(run, 200, DistInfo(), lines.append)  # an unrecorded source
     assert cascade_source_step(run) == 200
     assert not any(run.exists(folder) for folder in (FOLDER, STAGE_FOLDER, ROLLOUTS_FOLDER))
-    assert "(unrecorded)" in lines[0] and "step 200" in lines[0]
+    assert "(unrecorded)" in lines[0] and "step 200, 1 sample(s)" in lines[0]
 
     run.write_bytes(f"{ROLLOUTS_FOLDER}/ep000.npz", b"x")
     claim_cascade_source(run, 200, DistInfo(), lines.append)  # the same step: all kept
     assert run.exists(f"{ROLLOUTS_FOLDER}/ep000.npz") and len(lines) == 1
     claim_cascade_source(run, 300, DistInfo(), lines.append)
     assert not run.exists(ROLLOUTS_FOLDER) and cascade_source_step(run) == 300
-    assert "from transformer step 200" in lines[1]
+    assert "from transformer step 200, 1 sample(s)" in lines[1]
 
 
 def test_a_run_samples_rollouts_trains_commits_and_publishes_the_cascade(
@@ -222,16 +224,21 @@ def test_a_run_samples_rollouts_trains_commits_and_publishes_the_cascade(
         assert torch.equal(a, b), name
     assert cascade_source_step(run) == 2
 
-    config.training.steps = 3  # resumed with more transformer steps: sampled, trained again
+    # resumed with more transformer steps and two samples a rollout: sampled, trained again
+    config.training.steps, config.cascade.samples = 3, 2
     more = Trainer.build(config, str(tmp_path / "run"), resume=True)
     try:
         with pytest.MonkeyPatch.context() as patch:
             rolled: list[str] = []
             real = cascade_stage.rollout_arrays
             patch.setattr("k4d_trainer.cascade_stage.rollout_arrays",
-                          lambda pipe, clip, seed: rolled.append(seed) or real(pipe, clip, seed))
+                          lambda pipe, clip, seed, samples: rolled.append(seed)
+                          or real(pipe, clip, seed, samples))
             assert more.train().state == "succeeded"
     finally:
         more.close()
     assert len(rolled) == 3 and cascade_source_step(run) == 3
-    assert load_run_cascade(run) is not None
+    assert load_run_cascade(run).config.samples == 2
+    with np.load(tmp_path / "run" / ROLLOUTS_FOLDER / "ep000.npz") as stored:
+        assert stored["rgb"].shape[0] == 2 and stored["pointmap"].shape == stored["rgb"].shape
+        assert not np.array_equal(stored["rgb"][0], stored["rgb"][1])  # other noise

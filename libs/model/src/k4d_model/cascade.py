@@ -13,6 +13,9 @@ image and what the transformer sampled, and writes frame t's change from frame 0
       first points   (3)  P_0, the sample's own frame-0 pointmap
     then, with `CascadeConfig.context` = k > 0, for each offset d = 1..k
       rgb, point change at t - d and at t + d (12), clamped to frames 1..T-1
+    then, with `CascadeConfig.samples` = K > 1 (K independent samples of one rollout: the
+    change and first points above are their mean)
+      spread         (6)  the standard deviation over the K samples of the rgb and point change
     outputs (6)
       rgb change     (3)  frame t's colour minus frame 0's
       point change   (3)  frame t's points minus frame 0's, x POINT_GAIN (normalised units)
@@ -25,7 +28,9 @@ input is harder to learn than passing a small clean one (models/demo-small/READM
 
 The neighbouring frames (`context`) are further draws of the same scene change: where an
 object really moves, the sample changes consistently from frame to frame, while its grain
-does not, so a network that sees them can keep the one and drop the other.
+does not, so a network that sees them can keep the one and drop the other. Independent samples
+(`samples`, other noise seeds) are draws that do not share the sample's noise: where they
+agree the change is sure, where they scatter it is the sampler's guess.
 
 It does not read the robot condition: where and how the scene moves has to come from the
 sample (the ablation that replaces the sample by frame 0 must still change the output).
@@ -55,6 +60,7 @@ OUTPUT_CHANNELS = 6
 # Point changes are a few hundredths of the normalised range: scaled up so that the
 # network's inputs and targets are near 1, as its colour ones are.
 POINT_GAIN = 10.0
+MAX_SAMPLES = 8
 
 
 @dataclass(frozen=True)
@@ -66,17 +72,24 @@ class CascadeConfig:
     groups: int = 8
     residual: bool = False  # the output is added to the sample's own change
     context: int = 0  # neighbouring frames each side whose sampled change is also read
+    samples: int = 1  # independent samples of the rollout read (their mean and spread)
+
+    def __post_init__(self):
+        if not 1 <= self.samples <= MAX_SAMPLES:
+            raise ValueError(f"cascade samples must be in 1..{MAX_SAMPLES}, got {self.samples}")
 
     @property
     def inputs(self) -> int:
-        return SAMPLE_CHANNELS + 2 * self.context * CHANGE_CHANNELS
+        spread = CHANGE_CHANNELS if self.samples > 1 else 0
+        return SAMPLE_CHANNELS + 2 * self.context * CHANGE_CHANNELS + spread
 
     @classmethod
     def from_dict(cls, config: dict) -> CascadeConfig:
         return cls(channels=tuple(int(c) for c in config.get("channels", cls.channels)),
                    groups=int(config.get("groups", cls.groups)),
                    residual=bool(config.get("residual", cls.residual)),
-                   context=int(config.get("context", cls.context)))
+                   context=int(config.get("context", cls.context)),
+                   samples=int(config.get("samples", cls.samples)))
 
 
 class SampleRefiner(UNet):
@@ -95,25 +108,35 @@ class SampleRefiner(UNet):
 
 
 def sample_inputs(image: np.ndarray, rgb: np.ndarray, reference: np.ndarray,
-                  pointmap: np.ndarray, context: int = 0) -> torch.Tensor:
-    """(T - 1, CascadeConfig(context=context).inputs, H, W) float32 for frames t >= 1.
+                  pointmap: np.ndarray, context: int = 0, samples: int = 1) -> torch.Tensor:
+    """(T - 1, CascadeConfig(context=context, samples=samples).inputs, H, W) float32 for
+    frames t >= 1.
 
-    image (H, W, 3) uint8; rgb, reference (T, H, W, 3) the decoded sample and the decoder's
-    static clip in [-1, 1]; pointmap (T, H, W, 3) the decoded pointmap in [-1, 1]."""
-    frames = rgb.shape[0] - 1
+    image (H, W, 3) uint8; rgb (T, H, W, 3) the decoded sample, or (samples, T, H, W, 3)
+    independent samples, and reference (T, H, W, 3) the decoder's static clip, in [-1, 1];
+    pointmap the decoded pointmap(s) in [-1, 1], shaped as rgb."""
+    rgb, pointmap = np.asarray(rgb, np.float32), np.asarray(pointmap, np.float32)
+    if rgb.ndim == 4:
+        rgb, pointmap = rgb[None], pointmap[None]
+    if rgb.shape[0] != samples or pointmap.shape != rgb.shape:
+        raise ValueError(f"the network reads {samples} sample(s); got rgb {rgb.shape} and "
+                         f"pointmap {pointmap.shape}")
+    frames = rgb.shape[1] - 1
     first = torch.from_numpy(np.asarray(image, np.float32) / 127.5 - 1.0).permute(2, 0, 1)
-    rgb_change = torch.from_numpy(np.asarray(rgb[1:] - reference[1:], np.float32))
-    points = torch.from_numpy(np.asarray(pointmap, np.float32))
-    point_change = (points[1:] - points[:1]) * POINT_GAIN
-    change = torch.cat([rgb_change, point_change], dim=-1).permute(0, 3, 1, 2)
+    rgb_change = torch.from_numpy(rgb[:, 1:] - np.asarray(reference[1:], np.float32))
+    points = torch.from_numpy(pointmap)
+    point_change = (points[:, 1:] - points[:, :1]) * POINT_GAIN
+    each = torch.cat([rgb_change, point_change], dim=-1).permute(0, 1, 4, 2, 3)
+    change, points = each.mean(dim=0), points.mean(dim=0)
     neighbours = []
     for offset in range(1, context + 1):
         for sign in (-1, 1):
             index = (torch.arange(frames) + sign * offset).clamp(0, frames - 1)
             neighbours.append(change[index])
+    spread = [each.std(dim=0, correction=0)] if samples > 1 else []
     return torch.cat([first[None].expand(frames, -1, -1, -1), change,
-                      points[:1].permute(0, 3, 1, 2).expand(frames, -1, -1, -1), *neighbours],
-                     dim=1).contiguous()
+                      points[:1].permute(0, 3, 1, 2).expand(frames, -1, -1, -1), *neighbours,
+                      *spread], dim=1).contiguous()
 
 
 @torch.no_grad()
@@ -122,9 +145,11 @@ def refine_sample(network: SampleRefiner, image: np.ndarray, rgb: np.ndarray,
                   ) -> tuple[np.ndarray, np.ndarray]:
     """The refined change of frames t >= 1: colour in levels (T - 1, H, W, 3) float32 (frame t
     = image + this) and points in metres (T - 1, H, W, 3) (frame t = frame 0's points + this);
-    `scale`: metres per normalised unit (k4d_model.conditions.PointmapNormalization)."""
+    `scale`: metres per normalised unit (k4d_model.conditions.PointmapNormalization); rgb
+    and pointmap as sample_inputs takes them (stacked when the network reads several)."""
     param = next(network.parameters())
-    x = sample_inputs(image, rgb, reference, pointmap, network.config.context)
+    x = sample_inputs(image, rgb, reference, pointmap, network.config.context,
+                      network.config.samples)
     x = x.to(param.device, param.dtype)
     out = network(x).float().permute(0, 2, 3, 1).cpu().numpy()
     return out[..., :3] * 127.5, out[..., 3:6] * (scale / POINT_GAIN)

@@ -81,6 +81,10 @@ ProgressCallback = Callable[[int, int], None]  # (steps done, total steps)
 CancelCheck = Callable[[], bool]
 GUIDANCE_MODES = ("auto", "two-pass", "official")
 ABLATION_FIRST_FRAME = "first-frame"
+# Sample k of a rollout seeded `seed` (a sample refiner that reads several) draws its noise
+# with seed + k * this: sample 0 is the rollout's usual sample, and the episodes' seeds
+# (1000 + i) do not meet another episode's further samples.
+SAMPLE_SEED_STRIDE = 1_000_003
 SCHEDULERS = ("unipc", "euler")
 
 
@@ -307,8 +311,12 @@ class Kinema4DPipeline:
         model's fidelity options (k4d_model.fidelity). T_cam_from_base: the camera's pose,
         for a refiner whose geometry network reads it (scene planes). With `decode: input`
         and frame 0's points known, rgb and pointmap are None: the transformer was not
-        sampled."""
+        sampled. Stacked samples (K, T, H, W, 3), drawn for a sample refiner that reads K,
+        go to it as they are; every other option reads their mean."""
         opts = FidelityOptions.from_extra(self.info.extra)
+        samples_rgb, samples_pointmap = rgb, pointmap
+        if rgb is not None and rgb.ndim == 5:
+            rgb, pointmap = rgb.mean(axis=0), pointmap.mean(axis=0)
         points = norm.denormalise(pointmap) if pointmap is not None else None
         change = None
         if opts.refiner or opts.refiner_pointmap or opts.refiner_first_depth:
@@ -332,8 +340,8 @@ class Kinema4DPipeline:
                 # a point is the input's or the model's, never a blend of two depths
                 point_weight = (weight >= 0.5).astype(np.float32)
             if opts.cascade:
-                rgb_out, refined = self._refine_sample(image, rgb, reference, pointmap,
-                                                       first_points, norm)
+                rgb_out, refined = self._refine_sample(image, samples_rgb, reference,
+                                                       samples_pointmap, first_points, norm)
                 if opts.cascade == CASCADE_SAMPLE:
                     points = refined
                 else:
@@ -544,17 +552,30 @@ class Kinema4DPipeline:
 
     def decoded_sample(self, image: np.ndarray, robot: RobotCondition,
                        norm: PointmapNormalization, seed: int = 42,
-                       num_steps: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+                       num_steps: int | None = None, count: int = 1
+                       ) -> tuple[np.ndarray, np.ndarray]:
         """The transformer's rollout with the model's own sampler settings, decoded, before
         any output option: rgb and pointmap (T, H, W, 3) float32 in [-1, 1] (what the sample
-        refiner reads, k4d_model.cascade; its trainer samples rollouts with this)."""
+        refiner reads, k4d_model.cascade; its trainer samples rollouts with this). With
+        `count` > 1, that many independent samples, stacked (count, T, H, W, 3), seeded as
+        a generation seeds them (SAMPLE_SEED_STRIDE)."""
         steps = num_steps or self.info.num_inference_steps
         self.check_inputs(image, robot, steps, self.info.guidance_scale, "auto", None, None,
                           None)
-        latents, *_ = self._sample_latents(
-            image, robot, norm, steps, seed, self.info.guidance_scale, "auto", None, None,
-            None, None, None, FidelityOptions.from_extra(self.info.extra))
-        return self.decode_float(latents)
+        pieces = [self.decode_float(self._sample_latents(
+            image, robot, norm, steps, sample_seed(seed, k), self.info.guidance_scale,
+            "auto", None, None, None, None, None, FidelityOptions.from_extra(self.info.extra))[0])
+            for k in range(count)]
+        if count == 1:
+            return pieces[0]
+        return np.stack([p[0] for p in pieces]), np.stack([p[1] for p in pieces])
+
+    def cascade_samples(self, opts: FidelityOptions) -> int:
+        """Independent samples a rollout draws: what the sample refiner reads when the
+        model's options use it, else one."""
+        if opts.cascade and self.cascade is not None:
+            return self.cascade.config.samples
+        return 1
 
     def _sample_latents(self, image, robot, norm, num_steps, seed, guidance, guidance_mode,
                         negative, scheduler, shift, callback, should_cancel, opts,
@@ -607,27 +628,44 @@ class Kinema4DPipeline:
                            negative, scheduler, shift, callback, should_cancel,
                            initial_pointmap, T_cam_from_base, opts, started, ablation=None,
                            sampling_options: SamplingOptions | None = None):
-        """Steps 2-7: condition, sample and decode the transformer's rollout, then the
-        output options. Returns rgb, pointmap, the sampling's metadata and the
-        timings."""
-        latents, sampler, plan, lever_report, conditioned = self._sample_latents(
-            image, robot, norm, num_steps, seed, guidance, guidance_mode, negative, scheduler,
-            shift, callback, should_cancel, opts, ablation, sampling_options)
-        denoised = time.perf_counter()
+        """Steps 2-7: condition, sample and decode the transformer's rollout (as many
+        independent samples as the sample refiner reads), then the output options. Returns
+        rgb, pointmap, the sampling's metadata and the timings."""
+        count = self.cascade_samples(opts)
+        timings = {"conditioning": 0.0, "denoising": 0.0, "decoding": 0.0}
+        pieces, reports, begun = [], [], started
+        for k in range(count):
+            progress = callback
+            if callback is not None and count > 1:  # one bar over every sample's steps
+                def progress(done, total, _k=k):
+                    return callback(_k * total + done, count * total)
+            latents, sampler, plan, lever_report, conditioned = self._sample_latents(
+                image, robot, norm, num_steps, sample_seed(seed, k), guidance,
+                guidance_mode, negative, scheduler, shift, progress, should_cancel, opts,
+                ablation, sampling_options)
+            denoised = time.perf_counter()
+            pieces.append(self.decode_float(latents))
+            reports.append(lever_report)
+            timings["conditioning"] += conditioned - begun
+            timings["denoising"] += denoised - conditioned
+            begun = time.perf_counter()
+            timings["decoding"] += begun - denoised
+        decoded = pieces[0] if count == 1 else tuple(np.stack(a) for a in zip(*pieces, strict=True))
         # 7. decode and de-normalise
-        rgb, pointmap = self.finish_output(image, robot, *self.decode_float(latents), norm,
-                                           initial_pointmap, T_cam_from_base)
+        rgb, pointmap = self.finish_output(image, robot, *decoded, norm, initial_pointmap,
+                                           T_cam_from_base)
+        timings["decoding"] += time.perf_counter() - begun
+        lever_report = {**reports[0],
+                        "cached_steps": sum(int(r.get("cached_steps", 0)) for r in reports)}
         sampling = {
             "num_steps": num_steps, "scheduler": type(sampler).__name__,
             "shift": float(sampler.config.get("flow_shift", sampler.config.get("shift", 0.0))),
             "guidance": {k: v for k, v in plan.items() if not isinstance(v, torch.Tensor)},
             "latent_target": "change" if samples_change(self.info.extra) else "absolute",
-            "ablation": ablation,
+            "ablation": ablation, "samples": count,
             "cached_steps": int(lever_report.get("cached_steps", 0)),
             "options": (sampling_options or SamplingOptions()).to_dict(),
             "attention_backend": lever_report.get("attention_backend")}
-        timings = {"conditioning": conditioned - started, "denoising": denoised - conditioned,
-                   "decoding": time.perf_counter() - denoised}
         if lever_report.get("compile_s") is not None:
             # the one-time compile cost apart from the steady state (the first compiled
             # call, less one steady step)
@@ -642,6 +680,11 @@ class Kinema4DPipeline:
         est = estimate(self.components.transformer.config, self.vae.config, self.info.num_frames,
                        self.info.height, self.info.width, batch, size, str(self.device))
         ensure_fits(est)
+
+
+def sample_seed(seed: int, k: int) -> int:
+    """The noise seed of sample k of a rollout seeded `seed` (SAMPLE_SEED_STRIDE)."""
+    return int(seed) if k == 0 else (int(seed) + k * SAMPLE_SEED_STRIDE) % 2 ** 63
 
 
 def _first_points(generated: np.ndarray, initial_pointmap: np.ndarray | None) -> np.ndarray:

@@ -22,9 +22,9 @@ the transformer just trained, after the transformer stage (`cascade` section).
 
 Rank 0 writes the network to RUN/cascade/ with a COMMITTED marker last; a resumed run loads
 it instead of training again. All three (rollouts, stage state, network) belong to one
-transformer step, recorded in RUN/cascade_source.json: a run resumed with more transformer
-steps (`--steps`) samples and trains them again rather than keep a refiner of the old
-weights' samples.
+transformer step and one number of samples per rollout, recorded in RUN/cascade_source.json:
+a run resumed with more transformer steps (`--steps`) or another `cascade.samples` samples
+and trains them again rather than keep a refiner of other samples.
 """
 
 from __future__ import annotations
@@ -69,7 +69,8 @@ from k4d_trainer.stage_state import (
 FOLDER = "cascade"
 ROLLOUTS_FOLDER = "cascade_rollouts"
 STAGE_FOLDER = "cascade_stage"
-SOURCE = "cascade_source.json"  # {"transformer_step": N}: what the three folders came from
+# {"transformer_step": N, "samples": K}: what the three folders came from
+SOURCE = "cascade_source.json"
 SEED_OFFSET = 3  # the stage's seed from the run's (the refiner's networks take 0-2)
 
 
@@ -85,18 +86,19 @@ class CascadeExample(NamedTuple):
     known: torch.Tensor
 
 
-def rollout_arrays(pipe: Kinema4DPipeline, clip: dict[str, np.ndarray], seed: int
-                   ) -> dict[str, np.ndarray]:
+def rollout_arrays(pipe: Kinema4DPipeline, clip: dict[str, np.ndarray], seed: int,
+                   samples: int = 1) -> dict[str, np.ndarray]:
     """One episode's rollout and its targets, as stored (float16 where it is a float):
-    the image, the decoded sample (rgb, pointmap), the decoder's static frame, the ground
-    truth's colour and depth-known points, the robot mask and the normalisation's scale."""
+    the image, the decoded sample (rgb, pointmap; stacked (samples, T, H, W, 3) when the
+    network reads several), the decoder's static frame, the ground truth's colour and
+    depth-known points, the robot mask and the normalisation's scale."""
     mask = np.asarray(clip["robot_mask"], bool)
     robot = RobotCondition(np.ascontiguousarray(clip["robot_rgb"]),
                            clip["robot_pointmap"].astype(np.float32), mask)
     # the normalisation a user's rollout gets: from the robot's points (nothing else known)
     norm = PointmapNormalization.from_points(robot.pointmap, mask)
     image = np.ascontiguousarray(clip["rgb"][0])
-    rgb, pointmap = pipe.decoded_sample(image, robot, norm, seed=seed)
+    rgb, pointmap = pipe.decoded_sample(image, robot, norm, seed=seed, count=samples)
     known = scene_depth(clip) > 0
     return {"image": image, "rgb": rgb.astype(np.float16),
             "pointmap": pointmap.astype(np.float16),
@@ -106,12 +108,13 @@ def rollout_arrays(pipe: Kinema4DPipeline, clip: dict[str, np.ndarray], seed: in
             "known": known, "robot_mask": mask, "scale": np.float32(norm.scale)}
 
 
-def rollout_example(arrays: dict[str, np.ndarray], context: int = 0) -> CascadeExample:
-    """The training frames t >= 1 of a stored rollout (`context`: CascadeConfig.context)."""
+def rollout_example(arrays: dict[str, np.ndarray], context: int = 0, samples: int = 1
+                    ) -> CascadeExample:
+    """The training frames t >= 1 of a stored rollout (`context`, `samples`: CascadeConfig's)."""
     rgb = arrays["rgb"].astype(np.float32)
-    reference = np.broadcast_to(arrays["reference"].astype(np.float32), rgb.shape)
+    reference = np.broadcast_to(arrays["reference"].astype(np.float32), rgb.shape[-4:])
     x = sample_inputs(arrays["image"], rgb, reference, arrays["pointmap"].astype(np.float32),
-                      context)
+                      context, samples)
     image = arrays["image"].astype(np.float32)
     colour = (arrays["target_rgb"][1:].astype(np.float32) - image[None]) / 127.5
     target = arrays["target_points"]
@@ -148,9 +151,10 @@ def sampling_share(episode_ids: list[str], info: DistInfo, every_rank: bool) -> 
 
 
 def sample_rollouts(pipe: Kinema4DPipeline, dataset, episode_ids: list[str], mine: list[str],
-                    clip: ClipSpec, run: RunDir, info: DistInfo, seed: int, log=print) -> None:
+                    clip: ClipSpec, run: RunDir, info: DistInfo, seed: int, log=print,
+                    samples: int = 1) -> None:
     """The rollouts of `mine` not stored yet; episode i of `episode_ids` samples with seed
-    `seed` + i, whichever rank samples it."""
+    `seed` + i, whichever rank samples it (`samples` independent samples each)."""
     missing = [e for e in mine if not run.exists(f"{ROLLOUTS_FOLDER}/{e}.npz")]
     if len(missing) < len(mine):
         log(f"cascade: {len(mine) - len(missing)} of this rank's {len(mine)} rollouts stored "
@@ -158,7 +162,7 @@ def sample_rollouts(pipe: Kinema4DPipeline, dataset, episode_ids: list[str], min
     index = {episode_id: i for i, episode_id in enumerate(episode_ids)}
     for done, episode_id in enumerate(missing, 1):
         arrays = rollout_arrays(pipe, read_clip(dataset.open(episode_id), clip),
-                                seed + index[episode_id])
+                                seed + index[episode_id], samples)
         buffer = io.BytesIO()
         np.savez(buffer, **arrays)
         run.write_bytes(f"{ROLLOUTS_FOLDER}/{episode_id}.npz", buffer.getvalue())
@@ -174,7 +178,8 @@ def train_cascade(examples: list[CascadeExample], section: CascadeSection, info:
     torch.manual_seed(seed)  # identical initial replicas on every rank
     model = SampleRefiner(CascadeConfig(channels=tuple(section.channels),
                                         residual=section.residual,
-                                        context=section.context)).to(info.device)
+                                        context=section.context,
+                                        samples=section.samples)).to(info.device)
     model.train()
     generator = torch.Generator().manual_seed(seed * 37 + info.rank)
     optimizer = torch.optim.AdamW(model.parameters(), lr=section.lr, weight_decay=1e-4)
@@ -219,28 +224,38 @@ def load_run_cascade(run: RunDir) -> SampleRefiner | None:
     return load_committed(run, FOLDER, load_cascade)
 
 
-def cascade_source_step(run: RunDir) -> int | None:
-    """The transformer step this run's rollouts, stage state and sample refiner were made
-    from; None when unrecorded (a run of a version before the record, or none yet)."""
+def cascade_source(run: RunDir) -> dict | None:
+    """What this run's rollouts, stage state and sample refiner were made from
+    ({"transformer_step": N, "samples": K}); None when unrecorded (a run of a version before
+    the record, or none yet)."""
     if not run.exists(SOURCE):
         return None
-    return json.loads(run.read_bytes(SOURCE)).get("transformer_step")
+    return {"samples": 1, **json.loads(run.read_bytes(SOURCE))}
 
 
-def claim_cascade_source(run: RunDir, transformer_step: int, info: DistInfo, log=print) -> None:
+def cascade_source_step(run: RunDir) -> int | None:
+    """The transformer step of cascade_source, or None."""
+    return (cascade_source(run) or {}).get("transformer_step")
+
+
+def claim_cascade_source(run: RunDir, transformer_step: int, info: DistInfo, log=print,
+                         samples: int = 1) -> None:
     """Rank 0 removes what the stage made from another (or an unrecorded) transformer step
-    and records `transformer_step`; every rank waits for it."""
-    made_from = cascade_source_step(run)
-    if info.is_main and made_from != transformer_step:
+    or number of samples and records this one; every rank waits for it."""
+    made_from = cascade_source(run)
+    wanted = {"transformer_step": transformer_step, "samples": samples}
+    if info.is_main and made_from != wanted:
         stale = [folder for folder in (FOLDER, STAGE_FOLDER, ROLLOUTS_FOLDER)
                  if run.exists(folder)]
         if stale:
-            log(f"cascade: {', '.join(stale)} came from transformer step "
-                f"{'(unrecorded)' if made_from is None else made_from}, the transformer is "
-                f"at step {transformer_step}: sampling and training again")
+            was = ("(unrecorded)" if made_from is None else
+                   f"transformer step {made_from['transformer_step']}, "
+                   f"{made_from['samples']} sample(s)")
+            log(f"cascade: {', '.join(stale)} came from {was}; now transformer step "
+                f"{transformer_step}, {samples} sample(s): sampling and training again")
         for folder in stale:
             run.remove(folder)
-        run.write_bytes(SOURCE, json.dumps({"transformer_step": transformer_step}).encode())
+        run.write_bytes(SOURCE, json.dumps(wanted).encode())
     barrier(info)
 
 
@@ -268,7 +283,7 @@ def cascade_stage(components, transformer: torch.nn.Module | None, transformer_s
     sets components.cascade. `transformer`: the trained weights as a module this rank can
     sample with, None on a rank that cannot (k4d_trainer.progress.sampling_transformer);
     `transformer_step`: their step (what the stage made from another step is redone)."""
-    claim_cascade_source(run, transformer_step, info, log)
+    claim_cascade_source(run, transformer_step, info, log, section.samples)
     saved = load_run_cascade(run)
     if saved is not None:
         components.cascade = saved
@@ -286,7 +301,7 @@ def cascade_stage(components, transformer: torch.nn.Module | None, transformer_s
                                     device=str(info.device), model_id="trainer-cascade")
             mine = sampling_share(episode_ids, info, every_rank=info.dp_shard <= 1)
             sample_rollouts(pipe, dataset, episode_ids, mine, clip, run, info,
-                            section.sample_seed, log)
+                            section.sample_seed, log, section.samples)
         finally:
             transformer.train(was_training)
             if info.device.type != "cpu":
@@ -296,7 +311,7 @@ def cascade_stage(components, transformer: torch.nn.Module | None, transformer_s
     examples = []
     for episode_id in episode_ids[info.rank::info.world_size]:
         with np.load(io.BytesIO(run.read_bytes(f"{ROLLOUTS_FOLDER}/{episode_id}.npz"))) as data:
-            examples.append(rollout_example(dict(data), section.context))
+            examples.append(rollout_example(dict(data), section.context, section.samples))
     log(f"cascade: training on {len(episode_ids)} rollouts of {section.data_uri}")
     with torch.random.fork_rng(devices=[]):
         network, losses = train_cascade(examples, section, info, seed + SEED_OFFSET, run, log)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from k4d.errors import InvalidArgument
+from k4d_model.cascade import MAX_SAMPLES as MAX_CASCADE_SAMPLES
 from k4d_model.options import LATENT_TARGETS, FidelityOptions
 
 RECIPES = ("finetune-lora", "from-scratch")
@@ -398,6 +399,9 @@ class CascadeSection:
     # Neighbouring frames each side whose sampled change the network also reads (the
     # sample's real change is consistent over frames, its grain is not)
     context: int = 0
+    # Independent samples of each rollout the network reads (their mean and spread: where
+    # they agree the change is sure); a generation then samples the transformer this often
+    samples: int = 1
     checkpoint_every: int = 0       # steps between resumable stage checkpoints; 0 = none
     log_every: int = 0              # steps between log lines; 0 = five lines per stage
 
@@ -422,6 +426,8 @@ class CascadeSection:
                f"{prefix}.channels", f"must be positive multiples of 8, got {self.channels}")
         _check(0 <= self.context <= MAX_CASCADE_CONTEXT, f"{prefix}.context",
                f"must be in 0..{MAX_CASCADE_CONTEXT}, got {self.context}")
+        _check(1 <= self.samples <= MAX_CASCADE_SAMPLES, f"{prefix}.samples",
+               f"must be in 1..{MAX_CASCADE_SAMPLES}, got {self.samples}")
         _check(self.checkpoint_every >= 0, f"{prefix}.checkpoint_every", "must be >= 0")
         _check(self.log_every >= 0, f"{prefix}.log_every", "must be >= 0")
 
