@@ -176,9 +176,21 @@ def test_the_stage_redoes_what_another_transformer_step_made(tmp_path):
     run.write_bytes(f"{ROLLOUTS_FOLDER}/ep000.npz", b"x")
     claim_cascade_source(run, 200, DistInfo(), lines.append)  # the same step: all kept
     assert run.exists(f"{ROLLOUTS_FOLDER}/ep000.npz") and len(lines) == 1
-    claim_cascade_source(run, 300, DistInfo(), lines.append)
+    run.write_bytes(f"{FOLDER}/COMMITTED", b"{}")
+    claim_cascade_source(run, 200, DistInfo(), lines.append, samples=2)  # only more samples:
+    assert run.exists(f"{ROLLOUTS_FOLDER}/ep000.npz") and not run.exists(FOLDER)  # kept
+    assert "training again on the stored rollouts" in lines[1]
+    claim_cascade_source(run, 300, DistInfo(), lines.append, samples=2)
     assert not run.exists(ROLLOUTS_FOLDER) and cascade_source_step(run) == 300
-    assert "from transformer step 200, 1 sample(s)" in lines[1]
+    assert "from transformer step 200, 2 sample(s)" in lines[2]
+
+
+def test_a_rollout_stored_with_more_samples_gives_its_first():
+    one, two = _rollout(0), _rollout(1)
+    both = {**one, "rgb": np.stack([one["rgb"], two["rgb"]]),
+            "pointmap": np.stack([one["pointmap"], two["pointmap"]])}
+    assert torch.equal(rollout_example(both, samples=1).x, rollout_example(one).x)
+    assert rollout_example(both, samples=2).x.shape[1] == CascadeConfig(samples=2).inputs
 
 
 def test_a_run_samples_rollouts_trains_commits_and_publishes_the_cascade(
@@ -232,13 +244,26 @@ def test_a_run_samples_rollouts_trains_commits_and_publishes_the_cascade(
             rolled: list[str] = []
             real = cascade_stage.rollout_arrays
             patch.setattr("k4d_trainer.cascade_stage.rollout_arrays",
-                          lambda pipe, clip, seed, samples: rolled.append(seed)
-                          or real(pipe, clip, seed, samples))
+                          lambda pipe, clip, seed, samples, stored: rolled.append(seed)
+                          or real(pipe, clip, seed, samples, stored))
             assert more.train().state == "succeeded"
     finally:
         more.close()
     assert len(rolled) == 3 and cascade_source_step(run) == 3
     assert load_run_cascade(run).config.samples == 2
     with np.load(tmp_path / "run" / ROLLOUTS_FOLDER / "ep000.npz") as stored:
-        assert stored["rgb"].shape[0] == 2 and stored["pointmap"].shape == stored["rgb"].shape
-        assert not np.array_equal(stored["rgb"][0], stored["rgb"][1])  # other noise
+        two = dict(stored)
+    assert two["rgb"].shape[0] == 2 and two["pointmap"].shape == two["rgb"].shape
+    assert not np.array_equal(two["rgb"][0], two["rgb"][1])  # other noise
+
+    config.cascade.samples = 3  # the same transformer: the stored samples kept, one drawn
+    third = Trainer.build(config, str(tmp_path / "run"), resume=True)
+    try:
+        assert third.train().state == "succeeded"
+    finally:
+        third.close()
+    with np.load(tmp_path / "run" / ROLLOUTS_FOLDER / "ep000.npz") as stored:
+        assert stored["rgb"].shape[0] == 3
+        assert np.array_equal(stored["rgb"][:2], two["rgb"])
+        assert np.array_equal(stored["target_rgb"], two["target_rgb"])
+    assert load_run_cascade(run).config.samples == 3

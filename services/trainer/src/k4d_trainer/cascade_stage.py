@@ -23,8 +23,9 @@ the transformer just trained, after the transformer stage (`cascade` section).
 Rank 0 writes the network to RUN/cascade/ with a COMMITTED marker last; a resumed run loads
 it instead of training again. All three (rollouts, stage state, network) belong to one
 transformer step and one number of samples per rollout, recorded in RUN/cascade_source.json:
-a run resumed with more transformer steps (`--steps`) or another `cascade.samples` samples
-and trains them again rather than keep a refiner of other samples.
+a run resumed with more transformer steps (`--steps`) samples and trains again rather than
+keep a refiner of the old weights' samples; with only another `cascade.samples` it keeps the
+stored rollouts (extending them with the samples they lack) and trains again.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from k4d_model.cascade import (
     save_cascade,
 )
 from k4d_model.conditions import PointmapNormalization
-from k4d_model.pipeline import Kinema4DPipeline
+from k4d_model.pipeline import Kinema4DPipeline, sample_seed
 from k4d_model.results import RobotCondition
 
 from k4d_trainer.clips import ClipSpec, read_clip
@@ -86,22 +87,39 @@ class CascadeExample(NamedTuple):
     known: torch.Tensor
 
 
+def stored_samples(arrays: dict[str, np.ndarray]) -> int:
+    """How many samples a stored rollout holds (one is stored unstacked)."""
+    return arrays["rgb"].shape[0] if arrays["rgb"].ndim == 5 else 1
+
+
 def rollout_arrays(pipe: Kinema4DPipeline, clip: dict[str, np.ndarray], seed: int,
-                   samples: int = 1) -> dict[str, np.ndarray]:
+                   samples: int = 1, stored: dict[str, np.ndarray] | None = None
+                   ) -> dict[str, np.ndarray]:
     """One episode's rollout and its targets, as stored (float16 where it is a float):
     the image, the decoded sample (rgb, pointmap; stacked (samples, T, H, W, 3) when the
     network reads several), the decoder's static frame, the ground truth's colour and
-    depth-known points, the robot mask and the normalisation's scale."""
+    depth-known points, the robot mask and the normalisation's scale. `stored`: this
+    episode's rollout with fewer samples, kept: only the samples it lacks are drawn (sample
+    k's noise depends on the seed and k alone, k4d_model.pipeline.sample_seed)."""
     mask = np.asarray(clip["robot_mask"], bool)
     robot = RobotCondition(np.ascontiguousarray(clip["robot_rgb"]),
                            clip["robot_pointmap"].astype(np.float32), mask)
     # the normalisation a user's rollout gets: from the robot's points (nothing else known)
     norm = PointmapNormalization.from_points(robot.pointmap, mask)
     image = np.ascontiguousarray(clip["rgb"][0])
-    rgb, pointmap = pipe.decoded_sample(image, robot, norm, seed=seed, count=samples)
+    have = 0 if stored is None else stored_samples(stored)
+    rgb, pointmap = ([], []) if stored is None else (
+        list(stored["rgb"].reshape(have, *stored["rgb"].shape[-4:])),
+        list(stored["pointmap"].reshape(have, *stored["pointmap"].shape[-4:])))
+    for k in range(have, samples):
+        one_rgb, one_points = pipe.decoded_sample(image, robot, norm, seed=sample_seed(seed, k))
+        rgb.append(one_rgb.astype(np.float16))
+        pointmap.append(one_points.astype(np.float16))
+    rgb, pointmap = (rgb[0], pointmap[0]) if samples == 1 else (np.stack(rgb), np.stack(pointmap))
+    if stored is not None:
+        return {**stored, "rgb": rgb, "pointmap": pointmap}
     known = scene_depth(clip) > 0
-    return {"image": image, "rgb": rgb.astype(np.float16),
-            "pointmap": pointmap.astype(np.float16),
+    return {"image": image, "rgb": rgb, "pointmap": pointmap,
             "reference": pipe.static_reconstruction(image)[0].astype(np.float16),
             "target_rgb": np.ascontiguousarray(clip["rgb"]),
             "target_points": np.where(known[..., None], clip["pointmap"], 0.0).astype(np.float32),
@@ -110,11 +128,15 @@ def rollout_arrays(pipe: Kinema4DPipeline, clip: dict[str, np.ndarray], seed: in
 
 def rollout_example(arrays: dict[str, np.ndarray], context: int = 0, samples: int = 1
                     ) -> CascadeExample:
-    """The training frames t >= 1 of a stored rollout (`context`, `samples`: CascadeConfig's)."""
-    rgb = arrays["rgb"].astype(np.float32)
+    """The training frames t >= 1 of a stored rollout (`context`, `samples`: CascadeConfig's;
+    a rollout stored with more samples gives its first `samples`)."""
+    rgb, pointmap = arrays["rgb"], arrays["pointmap"]
+    if rgb.ndim == 5:
+        rgb, pointmap = rgb[:samples], pointmap[:samples]
+    rgb = rgb.astype(np.float32)
     reference = np.broadcast_to(arrays["reference"].astype(np.float32), rgb.shape[-4:])
-    x = sample_inputs(arrays["image"], rgb, reference, arrays["pointmap"].astype(np.float32),
-                      context, samples)
+    x = sample_inputs(arrays["image"], rgb, reference, pointmap.astype(np.float32), context,
+                      samples)
     image = arrays["image"].astype(np.float32)
     colour = (arrays["target_rgb"][1:].astype(np.float32) - image[None]) / 127.5
     target = arrays["target_points"]
@@ -150,24 +172,34 @@ def sampling_share(episode_ids: list[str], info: DistInfo, every_rank: bool) -> 
     return list(episode_ids) if info.is_main else []
 
 
+def read_rollout(run: RunDir, episode_id: str) -> dict[str, np.ndarray]:
+    """A stored rollout's arrays."""
+    with np.load(io.BytesIO(run.read_bytes(f"{ROLLOUTS_FOLDER}/{episode_id}.npz"))) as data:
+        return dict(data)
+
+
 def sample_rollouts(pipe: Kinema4DPipeline, dataset, episode_ids: list[str], mine: list[str],
                     clip: ClipSpec, run: RunDir, info: DistInfo, seed: int, log=print,
                     samples: int = 1) -> None:
-    """The rollouts of `mine` not stored yet; episode i of `episode_ids` samples with seed
-    `seed` + i, whichever rank samples it (`samples` independent samples each)."""
-    missing = [e for e in mine if not run.exists(f"{ROLLOUTS_FOLDER}/{e}.npz")]
-    if len(missing) < len(mine):
-        log(f"cascade: {len(mine) - len(missing)} of this rank's {len(mine)} rollouts stored "
-            "by an earlier attempt")
+    """The rollouts of `mine` not stored yet, or stored with fewer than `samples` samples
+    (extended); episode i of `episode_ids` samples with seed `seed` + i, whichever rank
+    samples it."""
+    stored = {e for e in mine if run.exists(f"{ROLLOUTS_FOLDER}/{e}.npz")}
+    short = {e for e in stored if stored_samples(read_rollout(run, e)) < samples}
+    todo = [e for e in mine if e not in stored or e in short]
+    if len(todo) < len(mine) or short:
+        log(f"cascade: {len(stored)} of this rank's {len(mine)} rollouts stored by an earlier "
+            f"attempt ({len(short)} with fewer than {samples} samples: extended)")
     index = {episode_id: i for i, episode_id in enumerate(episode_ids)}
-    for done, episode_id in enumerate(missing, 1):
+    for done, episode_id in enumerate(todo, 1):
         arrays = rollout_arrays(pipe, read_clip(dataset.open(episode_id), clip),
-                                seed + index[episode_id], samples)
+                                seed + index[episode_id], samples,
+                                read_rollout(run, episode_id) if episode_id in short else None)
         buffer = io.BytesIO()
         np.savez(buffer, **arrays)
         run.write_bytes(f"{ROLLOUTS_FOLDER}/{episode_id}.npz", buffer.getvalue())
-        if done % 16 == 0 or done == len(missing):
-            log(f"cascade: rank {info.rank} sampled {done}/{len(missing)} rollouts")
+        if done % 16 == 0 or done == len(todo):
+            log(f"cascade: rank {info.rank} sampled {done}/{len(todo)} rollouts")
 
 
 def train_cascade(examples: list[CascadeExample], section: CascadeSection, info: DistInfo,
@@ -241,18 +273,23 @@ def cascade_source_step(run: RunDir) -> int | None:
 def claim_cascade_source(run: RunDir, transformer_step: int, info: DistInfo, log=print,
                          samples: int = 1) -> None:
     """Rank 0 removes what the stage made from another (or an unrecorded) transformer step
-    or number of samples and records this one; every rank waits for it."""
+    and records this one; with only another number of samples, the rollouts stay (their
+    samples are kept and extended or cut) and the network and its saved state go. Every
+    rank waits for it."""
     made_from = cascade_source(run)
     wanted = {"transformer_step": transformer_step, "samples": samples}
     if info.is_main and made_from != wanted:
+        same_step = made_from is not None and made_from["transformer_step"] == transformer_step
         stale = [folder for folder in (FOLDER, STAGE_FOLDER, ROLLOUTS_FOLDER)
-                 if run.exists(folder)]
+                 if run.exists(folder) and not (same_step and folder == ROLLOUTS_FOLDER)]
         if stale:
             was = ("(unrecorded)" if made_from is None else
                    f"transformer step {made_from['transformer_step']}, "
                    f"{made_from['samples']} sample(s)")
             log(f"cascade: {', '.join(stale)} came from {was}; now transformer step "
-                f"{transformer_step}, {samples} sample(s): sampling and training again")
+                f"{transformer_step}, {samples} sample(s): "
+                + ("training again on the stored rollouts" if same_step
+                   else "sampling and training again"))
         for folder in stale:
             run.remove(folder)
         run.write_bytes(SOURCE, json.dumps(wanted).encode())
@@ -308,10 +345,8 @@ def cascade_stage(components, transformer: torch.nn.Module | None, transformer_s
                 components.vae.cpu()
                 components.image_encoder.cpu()
     barrier(info)
-    examples = []
-    for episode_id in episode_ids[info.rank::info.world_size]:
-        with np.load(io.BytesIO(run.read_bytes(f"{ROLLOUTS_FOLDER}/{episode_id}.npz"))) as data:
-            examples.append(rollout_example(dict(data), section.context, section.samples))
+    examples = [rollout_example(read_rollout(run, episode_id), section.context, section.samples)
+                for episode_id in episode_ids[info.rank::info.world_size]]
     log(f"cascade: training on {len(episode_ids)} rollouts of {section.data_uri}")
     with torch.random.fork_rng(devices=[]):
         network, losses = train_cascade(examples, section, info, seed + SEED_OFFSET, run, log)
