@@ -51,6 +51,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from k4d_model.options import MAX_CASCADE_SAMPLES
 from k4d_model.refiner import UNet, load_network, save_network
 
 FOLDER = "cascade"
@@ -60,7 +61,6 @@ OUTPUT_CHANNELS = 6
 # Point changes are a few hundredths of the normalised range: scaled up so that the
 # network's inputs and targets are near 1, as its colour ones are.
 POINT_GAIN = 10.0
-MAX_SAMPLES = 8
 
 
 @dataclass(frozen=True)
@@ -75,8 +75,9 @@ class CascadeConfig:
     samples: int = 1  # independent samples of the rollout read (their mean and spread)
 
     def __post_init__(self):
-        if not 1 <= self.samples <= MAX_SAMPLES:
-            raise ValueError(f"cascade samples must be in 1..{MAX_SAMPLES}, got {self.samples}")
+        if not 1 <= self.samples <= MAX_CASCADE_SAMPLES:
+            raise ValueError(f"cascade samples must be in 1..{MAX_CASCADE_SAMPLES}, got "
+                             f"{self.samples}")
 
     @property
     def inputs(self) -> int:

@@ -145,6 +145,9 @@ REFINER_FIRST_DEPTH_ESTIMATED = "estimated"
 CASCADE_SAMPLE = "sample"
 CASCADE_COLOUR = "colour"
 CASCADE_SAMPLE_GIVEN_DEPTH = "sample-given-depth"
+# The most independent samples a sample refiner may read (k4d_model.cascade.CascadeConfig;
+# here, beside the options, so that the trainer's torch-free config can check it)
+MAX_CASCADE_SAMPLES = 8
 
 
 _CHOICES = {"first_frame": ("", FIRST_FRAME_GIVEN),

@@ -32,8 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from k4d.errors import InvalidArgument
-from k4d_model.cascade import MAX_SAMPLES as MAX_CASCADE_SAMPLES
-from k4d_model.options import LATENT_TARGETS, FidelityOptions
+from k4d_model.options import LATENT_TARGETS, MAX_CASCADE_SAMPLES, FidelityOptions
 
 RECIPES = ("finetune-lora", "from-scratch")
 VARIANTS = ("act", "pmcond")
