@@ -19,7 +19,7 @@ help:
 	@echo "make test-all  the default suite plus slow tests"
 	@echo "make lint    ruff, import circles, buf lint"
 	@echo "make demo    the main job: k4d simulate on the shipped Panda example"
-	@echo "make demo-model  generate data, train, export and evaluate the demo model (90 min on 2 cores, timed end to end; resumable)"
+	@echo "make demo-model  generate data, train, export and evaluate the demo model (about 5 h on 2 cores; resumable)"
 	@echo "make protos  regenerate the committed gRPC/protobuf stubs"
 	@echo "make bench   run every benchmark under benchmarks/ (GPU ones skip without a GPU)"
 	@echo "make bench-gpu  everything that needs a GPU, one <= 9 min call, one JSON file (benchmarks/gpu/run.sh)"
