@@ -5,9 +5,11 @@ weights the loss where the scene changed, in the real training loop."""
 from __future__ import annotations
 
 import torch
-from k4d_model.checkpoints import build_components, save_k4d
+from k4d_model.cascade import CascadeConfig, SampleRefiner
+from k4d_model.checkpoints import build_components, load_model, save_k4d
 from k4d_model.model.configs import get_model_config
-from k4d_trainer.config import load_config_file
+from k4d_trainer.config import ModelSection, load_config_file
+from k4d_trainer.model import load_components
 from k4d_trainer.objective import flow_matching_loss, loss_weights, noise_batch
 from k4d_trainer.runs import read_metrics
 from k4d_trainer.trainer import Trainer
@@ -52,3 +54,25 @@ def test_second_stage_starts_from_init_and_weights_the_changed_cells(tmp_path, r
     first = read_metrics(str(tmp_path / "run"))[0]["loss"]
     assert abs(first - float(weighted)) <= 1e-5 * abs(float(weighted))
     assert abs(float(weighted) - float(plain)) > 1e-3 * float(plain)
+
+
+def test_second_stage_leaves_the_init_models_sample_refiner_behind(tmp_path):
+    """The init's sample refiner learned the rollouts of the init's transformer: a run that
+    trains that transformer further trains its own (the cascade section) or ships none, and
+    never carries the init's silently (an export of such a run once did)."""
+    saved, _ = build_components(get_model_config("tiny"), seed=11)
+    saved.cascade = SampleRefiner(CascadeConfig(channels=(8, 16)))
+    saved.info.extra.update(decode="relative", cascade="colour")
+    save_k4d(saved, tmp_path / "stage1")
+    assert load_model(tmp_path / "stage1").cascade is not None
+
+    components = load_components("from-scratch",
+                                 ModelSection(size="tiny", init=str(tmp_path / "stage1")), 11)
+    assert components.cascade is None
+    assert "cascade" not in components.info.extra
+    assert components.info.extra["decode"] == "relative"  # the init's other options stay
+    # a run that trains its own refiner names the option in its config, as before
+    own = load_components("from-scratch", ModelSection(
+        size="tiny", init=str(tmp_path / "stage1"), fidelity={"decode": "relative",
+                                                              "cascade": "sample"}), 11)
+    assert own.info.extra["cascade"] == "sample" and own.cascade is None

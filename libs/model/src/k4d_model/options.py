@@ -142,6 +142,8 @@ UNCOVERED_FILLED = "filled"
 REFINER_CHANGE = "change"
 REFINER_DRAWN = "drawn"
 REFINER_FIRST_DEPTH_ESTIMATED = "estimated"
+# The output option that reads the sample refiner (k4d_model.cascade), and its values.
+CASCADE_KEY = "cascade"
 CASCADE_SAMPLE = "sample"
 CASCADE_COLOUR = "colour"
 CASCADE_SAMPLE_GIVEN_DEPTH = "sample-given-depth"

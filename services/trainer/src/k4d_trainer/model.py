@@ -22,7 +22,7 @@ from k4d_model.checkpoints import ModelComponents, ModelInfo
 from k4d_model.frame_vae import temporal_stride
 from k4d_model.model.configs import arm_grid_for, get_model_config
 from k4d_model.model.transformer import Kinema4DTransformer3DModel
-from k4d_model.options import LATENT_TARGET_KEY, VAE_DECODE_KEY, VAE_DECODE_SPLIT
+from k4d_model.options import CASCADE_KEY, LATENT_TARGET_KEY, VAE_DECODE_KEY, VAE_DECODE_SPLIT
 
 from k4d_trainer.clips import ClipSpec
 from k4d_trainer.config import ModelSection
@@ -108,6 +108,11 @@ def _init_model(section: ModelSection, config) -> ModelComponents:
             "model.init", f"{path} is a {info.num_frames}x{info.height}x{info.width} model; "
                           f"size {section.size!r} is {config.num_frames}x{config.height}x"
                           f"{config.width}")
+    # The init's sample refiner learned the rollouts of the init's transformer, which this
+    # run trains further: it is not this run's. The run trains its own (the cascade section)
+    # or the model ships without one, and the output option that reads it goes with it.
+    components.cascade = None
+    components.info.extra.pop(CASCADE_KEY, None)
     return components
 
 
