@@ -237,7 +237,7 @@ class FidelityOptions:
                                                               0.5)),
                    refiner_first_depth=str(extra.get("refiner_first_depth", "")),
                    uncovered_pointmap=str(extra.get("uncovered_pointmap", "")),
-                   cascade=str(extra.get("cascade", "")))
+                   cascade=str(extra.get(CASCADE_KEY, "")))
 
     @classmethod
     def check(cls, extra: dict[str, Any], prefix: str = "extra") -> FidelityOptions:
@@ -269,7 +269,7 @@ class FidelityOptions:
         if not isinstance(extra.get("latent_anchor", False), bool):
             raise InvalidArgument.for_field(f"{prefix}.latent_anchor",
                                             f"must be true or false, got {extra['latent_anchor']!r}")
-        if extra.get("cascade") and extra.get("decode") != DECODE_RELATIVE:
+        if extra.get(CASCADE_KEY) and extra.get("decode") != DECODE_RELATIVE:
             raise InvalidArgument.for_field(f"{prefix}.cascade",
                                             f"needs decode {DECODE_RELATIVE!r}, got "
                                             f"{extra.get('decode', '')!r}")
