@@ -60,3 +60,61 @@ def test_the_expected_parent_keeps_the_childalive():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "armed", done.stderr
+
+
+# An agent that stops its worker gracefully: argv grace_s, then the worker's code; prints
+# the worker's pid, then how the stop ended.
+AGENT = """
+import subprocess, sys, time
+from k4d_trainer.lifeline import graceful_stop
+from torch.distributed.elastic.multiprocessing.api import SignalException
+assert graceful_stop(float(sys.argv[1]))
+worker = subprocess.Popen([sys.executable, "-c", sys.argv[2]], start_new_session=True,
+                          stdout=subprocess.DEVNULL)
+print(worker.pid, flush=True)
+try:
+    time.sleep(120)
+except SignalException as exc:
+    print("signal", int(exc.sigval), "worker", "ended" if worker.poll() is not None
+          else "running", flush=True)
+"""
+# A worker that needs `seconds` after a SIGTERM to stop (say, to finish a step and checkpoint)
+SLOW_WORKER = """
+import signal, sys, time
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+while not stop:
+    time.sleep(0.05)
+time.sleep({seconds})
+"""
+
+
+def _stop_an_agent(grace_s: float, worker_seconds: float) -> tuple[str, float]:
+    agent = subprocess.Popen([sys.executable, "-c", AGENT, str(grace_s),
+                              SLOW_WORKER.format(seconds=worker_seconds)],
+                             stdout=subprocess.PIPE, text=True, start_new_session=True)
+    worker = int(agent.stdout.readline())
+    try:
+        time.sleep(1.0)  # the worker has installed its handler (it imports nothing)
+        start = time.monotonic()
+        agent.send_signal(signal.SIGTERM)
+        out, _ = agent.communicate(timeout=60)
+        return out.strip(), time.monotonic() - start
+    finally:
+        for pid in (agent.pid, worker):
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_sigterm_to_the_agent_waits_for_the_workers_to_stop():
+    """torchrun would kill a worker 30 s after a SIGTERM; the agent waits for it to end (up to
+    the grace), then shuts down as torchrun does (SignalException)."""
+    out, seconds = _stop_an_agent(grace_s=30.0, worker_seconds=2.0)
+    assert out == f"signal {int(signal.SIGTERM)} worker ended"
+    assert 2.0 <= seconds < 30.0
+
+
+def test_a_worker_that_outlasts_the_grace_is_left_to_torchrun():
+    out, seconds = _stop_an_agent(grace_s=1.0, worker_seconds=60.0)
+    assert out == f"signal {int(signal.SIGTERM)} worker running"
+    assert 1.0 <= seconds < 30.0

@@ -107,6 +107,10 @@ class TrainRunSettings:
                                        "internal: the `k4d train` process the agent dies with")
     agent_pid: int | None = setting("K4D_TRAIN_AGENT_PID", None,
                                     "internal: the torchrun agent its workers die with")
+    stop_grace_s: float = setting("K4D_TRAIN_STOP_GRACE_S", 90.0,
+                                  "time the ranks of `k4d train --nproc N` get to checkpoint "
+                                  "and stop after a SIGTERM (torchrun alone gives 30 s)",
+                                  parse=float_at_least(0.0))
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,12 @@ elsewhere a thread that watches `os.getppid()`):
 The signal is SIGKILL: an abrupt end of the launcher (kill -9, the OOM killer) ends the run
 as abruptly, and `--resume` continues from the newest committed checkpoint. A graceful stop
 stays SIGTERM to the launcher, which forwards it (the ranks checkpoint, then stop).
+
+torchrun's own SIGTERM handling gives the workers 30 s before it kills them, and a rank that
+is mid-step on a loaded machine can need longer to reach its step boundary and checkpoint:
+killed, it left status.json at `running` and no checkpoint of the step it stopped at. So the
+agent takes SIGTERM itself (`graceful_stop`): it passes the signal to its workers, waits up to
+`K4D_TRAIN_STOP_GRACE_S` for them to end, and only then shuts down as torchrun would.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 
 from k4d.settings import current as current_settings
 
@@ -63,9 +70,65 @@ def worker_start() -> None:
     die_with_parent(current_settings().train.agent_pid)
 
 
+def child_pids(pid: int | None = None) -> list[int] | None:
+    """The children of process `pid` (this one by default), or None where the kernel does not
+    list them (no /proc/PID/task/TID/children)."""
+    tasks = Path(f"/proc/{pid or os.getpid()}/task")
+    try:
+        files = [task / "children" for task in tasks.iterdir()]
+        return [int(child) for f in files if f.exists() for child in f.read_text().split()]
+    except OSError:
+        return None
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, ended but not yet reaped by its parent, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def graceful_stop(grace_s: float) -> bool:
+    """In the torchrun agent, before torchrun starts: on SIGTERM, pass it to the workers and
+    wait up to `grace_s` for them to end, then raise torchrun's SignalException (torchrun
+    shuts down what is left). False, leaving torchrun's own handling, where this process's
+    children cannot be listed."""
+    if child_pids() is None:
+        return False
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    stopping = []
+
+    def on_sigterm(signum, _frame):
+        if stopping:  # a repeated SIGTERM while the workers stop changes nothing
+            return
+        stopping.append(signum)
+        workers = child_pids() or []
+        for pid in workers:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace_s
+        while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        raise SignalException(f"Process {os.getpid()} got signal: {signum}",
+                              sigval=signal.Signals(signum))
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    # torchrun installs its handler for the signals named here when it starts the workers
+    os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = "SIGINT,SIGHUP,SIGQUIT"
+    return True
+
+
 def main(argv: list[str] | None = None) -> None:
-    """The torchrun agent: die with the launcher, then run torchrun here."""
-    die_with_parent(current_settings().train.launcher_pid)
+    """The torchrun agent: die with the launcher, stop its workers gracefully on SIGTERM,
+    then run torchrun here."""
+    settings = current_settings().train
+    die_with_parent(settings.launcher_pid)
+    graceful_stop(settings.stop_grace_s)
     os.environ[AGENT_PID_ENV] = str(os.getpid())  # the workers inherit the agent's env
     from torch.distributed.run import main as torchrun_main
 
