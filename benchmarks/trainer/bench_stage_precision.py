@@ -3,13 +3,16 @@
 
 - VAE stage: encode + decode + backward of the recipe's batch (8 windows of 5 x 48 x 48);
 - latent encoding: one 13 x 96 x 144 video through the VAE encoder (a cache entry is four);
+- frame VAE encoding: the same video through `small-f4`'s per-frame VAE (the demo recipe's
+  latent cache; a cache entry is two);
 - refiner stage: forward + backward of the change refiner's U-Net on 8 frames at 96 x 144;
 - transformer: forward + backward of the `small` transformer at batch 2 (one rank's share of
   the recipe's global batch of 4).
 
 Each figure is the median of `--reps` after two warm-up steps; fp32 and bf16 alternate per
 stage (A B A B), so load on the shared machine falls on both. Prints one JSON line per stage
-with the ratio fp32 / bf16 (the speed-up) and whether the CPU has AVX512-BF16.
+with the ratio fp32 / bf16 (the speed-up), whether the CPU has AVX512-BF16, and whether the
+trainer's `model.precision: bf16-if-native` picks bf16 here (k4d_trainer.parallel.native_bf16).
 
     .venv/bin/python benchmarks/trainer/bench_stage_precision.py [--reps 4] [--only vae]
 """
@@ -24,6 +27,7 @@ import statistics
 import time
 
 import torch
+from k4d_trainer.parallel import native_bf16
 
 
 def _autocast(bf16: bool):
@@ -34,6 +38,7 @@ def _autocast(bf16: bool):
 def stages():
     """name -> step(bf16: bool), each building its model once."""
     from diffusers import AutoencoderKLWan
+    from k4d_model.frame_vae import FrameAutoencoder
     from k4d_model.model.configs import get_model_config, latent_shape
     from k4d_model.model.transformer import Kinema4DTransformer3DModel
     from k4d_model.refiner import ChangeRefiner, RefinerConfig
@@ -56,6 +61,13 @@ def stages():
     def encode(bf16):
         with torch.no_grad(), _autocast(bf16):
             vae.encode(video).latent_dist.mode()
+
+    frame_vae = FrameAutoencoder(**{k: v for k, v in get_model_config("small-f4").vae.items()
+                                    if k != "class"}).eval()
+
+    def frame_encode(bf16):
+        with torch.no_grad(), _autocast(bf16):
+            frame_vae.encode(video).latent_dist.mode()
 
     refiner = ChangeRefiner(RefinerConfig()).train()
     refiner_opt = torch.optim.AdamW(refiner.parameters(), lr=1e-4)
@@ -84,7 +96,8 @@ def stages():
         dit_opt.step()
         dit_opt.zero_grad(set_to_none=True)
 
-    return {"vae_step": vae_step, "encode_video": encode, "refiner_step": refiner_step,
+    return {"vae_step": vae_step, "encode_video": encode, "frame_vae_encode": frame_encode,
+            "refiner_step": refiner_step,
             "transformer_step": dit_step}
 
 
@@ -101,6 +114,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
+    native = native_bf16(torch.device("cpu"))
     for name, step in stages().items():
         if args.only not in name:
             continue
@@ -113,7 +127,7 @@ def main() -> None:
         fp32, bf16 = statistics.median(times[False]), statistics.median(times[True])
         print(json.dumps({"stage": name, "fp32_s": round(fp32, 3), "bf16_s": round(bf16, 3),
                           "speedup": round(fp32 / bf16, 2), "reps": args.reps,
-                          "avx512_bf16": "avx512_bf16" in flags,
+                          "avx512_bf16": "avx512_bf16" in flags, "bf16_if_native": native,
                           "load_average": [round(v, 2) for v in os.getloadavg()]}),
               flush=True)
 

@@ -29,6 +29,7 @@ def _error_lines(capsys) -> list[str]:
     ({"training": {"lr": "fast"}}, "training.lr"),
     ({"training": {"steps": 0}}, "training.steps"),
     ({"model": {"variant": "rgb"}}, "model.variant"),
+    ({"model": {"precision": "bf16-native"}}, "model.precision"),
     ({"model": {"num_frames": 6}}, "model.num_frames"),
     ({"parallelism": {"dp_shard": 0}}, "parallelism.dp_shard"),
     ({"parallelism": {"nnodes": "2:1"}}, "parallelism.nnodes"),
@@ -70,6 +71,9 @@ def test_yaml_numbers_and_defaults():
         config_from_dict({"recipe": "from-scratch", "model": {"size": "tiny", "base": "x"}})
     with pytest.raises(InvalidArgument, match="model.base"):
         config_from_dict({"recipe": "finetune-lora"})
+    native = config_from_dict({"recipe": "from-scratch",
+                               "model": {"size": "tiny", "precision": "bf16-if-native"}})
+    assert native.model.precision == "bf16-if-native"
 
 
 def test_fidelity_options_reach_the_published_model():

@@ -177,3 +177,35 @@ def test_only_bf16_by_name_puts_the_stages_before_the_transformer_in_bf16():
 
     assert stage_dtype("bf16") is torch.bfloat16
     assert stage_dtype("auto") is None and stage_dtype("fp32") is None
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_bf16_if_native_picks_bf16_only_where_the_cpu_runs_it_natively(monkeypatch, native):
+    """On a CPU without AVX512-BF16 or AMX, bf16 autocast is emulated and many times slower
+    than fp32 (docs/benchmarks.md): `bf16-if-native` then trains in fp32."""
+    from k4d_trainer import parallel
+
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    cpu = torch.device("cpu")
+    expected = torch.bfloat16 if native else None
+    assert parallel.native_bf16(cpu) is native
+    assert parallel.stage_dtype("bf16-if-native", cpu) is expected
+    assert parallel.autocast_dtype("bf16-if-native", cpu) is expected
+    assert parallel.autocast_dtype("bf16-if-native", torch.device("cuda")) is torch.bfloat16
+    # the other values do not depend on the CPU
+    assert parallel.stage_dtype("bf16", cpu) is torch.bfloat16
+    assert parallel.autocast_dtype("auto", cpu) is None
+
+
+def test_the_cpus_own_answer_matches_its_flags():
+    """native_bf16 asks torch; on Linux /proc/cpuinfo says the same."""
+    from pathlib import Path
+
+    from k4d_trainer.parallel import native_bf16
+
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.exists():
+        pytest.skip("no /proc/cpuinfo on this platform")
+    flags = set(cpuinfo.read_text().split())
+    assert native_bf16(torch.device("cpu")) == bool({"avx512_bf16", "amx_tile"} & flags)

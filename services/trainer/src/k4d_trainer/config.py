@@ -36,7 +36,7 @@ from k4d_model.options import LATENT_TARGETS, MAX_CASCADE_SAMPLES, FidelityOptio
 
 RECIPES = ("finetune-lora", "from-scratch")
 VARIANTS = ("act", "pmcond")
-PRECISIONS = ("auto", "fp32", "bf16")
+PRECISIONS = ("auto", "fp32", "bf16", "bf16-if-native")
 SECTION_PRECISIONS = ("model", "fp32", "bf16")  # a refiner network's own, or the model's
 LR_SCHEDULES = ("constant", "cosine", "linear")
 MAX_CASCADE_CONTEXT = 6  # half a 13-frame clip each side
@@ -70,7 +70,9 @@ class ModelSection:
     width: int | None = None
     lora_rank: int = 64
     lora_alpha: float = 32.0
-    precision: str = "auto"  # bf16 autocast on GPU, fp32 on CPU
+    # auto: bf16 autocast on GPU, fp32 on CPU; bf16-if-native: bf16 on GPU and on a CPU with
+    # AVX512-BF16 or AMX, fp32 elsewhere (emulated bf16 is many times slower than fp32)
+    precision: str = "auto"
     activation_checkpointing: bool = True
     arm_patch_size: list[int] = field(default_factory=lambda: [1, 15, 15])
     arm_bottleneck_dim: int = 128

@@ -95,18 +95,36 @@ def close_distributed() -> None:
         dist.destroy_process_group()
 
 
+def native_bf16(device: torch.device) -> bool:
+    """Whether `device` runs bf16 natively: a CUDA GPU, or a CPU with AVX512-BF16 or AMX.
+    Elsewhere bf16 autocast is emulated and slow (on an AVX2 CPU a 3x3 convolution ran 40x
+    and a linear layer 6x slower than in fp32: docs/benchmarks.md)."""
+    if device.type == "cuda":
+        return True
+    if device.type != "cpu":
+        return False
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # torch.cpu, 2.2+
+    return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
+
+
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """bf16 autocast on GPU (official), none on CPU unless bf16 is asked for."""
+    """bf16 autocast on GPU (official), none on CPU unless bf16 is asked for, by name or
+    as `bf16-if-native` on a CPU that runs it natively."""
     if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
+        return torch.bfloat16
+    if precision == "bf16-if-native" and native_bf16(device):
         return torch.bfloat16
     return None
 
 
-def stage_dtype(precision: str) -> torch.dtype | None:
+def stage_dtype(precision: str, device: torch.device | None = None) -> torch.dtype | None:
     """The autocast dtype of the from-scratch stages before the transformer (the VAE and
     refiner stages, the latent cache's encoding): bf16 only when `model.precision` asks for
-    it by name. On a CPU with AVX512-BF16 their convolutions run ~2x faster in it and the
-    encoding ~6x (benchmarks/trainer/bench_stage_precision.py); `auto` keeps them fp32."""
+    it by name, or as `bf16-if-native` where the device runs it natively. On a CPU with
+    AVX512-BF16 their convolutions run ~2x faster in it and the encoding ~6x
+    (benchmarks/trainer/bench_stage_precision.py); `auto` keeps them fp32."""
+    if precision == "bf16-if-native":
+        return torch.bfloat16 if native_bf16(device or torch.device("cpu")) else None
     return torch.bfloat16 if precision == "bf16" else None
 
 

@@ -98,7 +98,7 @@ class SampleProgress:
         self.seed, self.uri = config.seed, config.sample_uri
         self.components, self.clip, self.dist, self.run = components, clip, dist, run
         self.compute_dtype = autocast_dtype(config.model.precision, dist.device)
-        self.stage_dtype = stage_dtype(config.model.precision)
+        self.stage_dtype = stage_dtype(config.model.precision, dist.device)
         self.episodes: list[ProgressEpisode] | None = None  # read at the first measurement
         self.dataset, self.episode_ids = None, []
         if self.every:  # a bad dataset fails now, on every rank, not after sample_every steps

@@ -128,7 +128,7 @@ class Trainer:
         episode_ids = select_episodes(dataset, config.data, clip)
         progress = SampleProgress(config, components, clip, dist, run, env_config)
 
-        stages = stage_dtype(config.model.precision)  # the stages before the transformer
+        stages = stage_dtype(config.model.precision, dist.device)  # the stages before the transformer
         if config.recipe == "from-scratch" and not config.model.init:
             from k4d_trainer.vae import vae_stage
 
