@@ -209,3 +209,21 @@ def test_the_cpus_own_answer_matches_its_flags():
         pytest.skip("no /proc/cpuinfo on this platform")
     flags = set(cpuinfo.read_text().split())
     assert native_bf16(torch.device("cpu")) == bool({"avx512_bf16", "amx_tile"} & flags)
+
+
+def test_a_run_says_which_precision_bf16_if_native_chose(tmp_path, recipe, make_dataset,
+                                                         tiny_official, monkeypatch, caplog):
+    import logging
+
+    from k4d_trainer.config import load_config_file
+    from k4d_trainer.trainer import Trainer
+
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    path = recipe(tmp_path, make_dataset(tmp_path / "data", count=2), str(tiny_official),
+                  model={"precision": "bf16-if-native"}, training={"steps": 1})
+    with caplog.at_level(logging.INFO, logger="k4d.trainer"):
+        trainer = Trainer.build(load_config_file(path), str(tmp_path / "run"))
+        trainer.close()
+    assert "precision bf16-if-native on cpu: stages fp32, transformer fp32" in caplog.text
+    assert trainer.compute_dtype is None

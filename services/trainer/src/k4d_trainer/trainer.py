@@ -85,6 +85,10 @@ def peak_memory_bytes(device: torch.device) -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
+def _dtype_name(dtype: torch.dtype | None) -> str:
+    return "fp32" if dtype is None else str(dtype).removeprefix("torch.")
+
+
 class Trainer:
     def __init__(self, config: TrainConfig, run: RunDir, dist: DistInfo, components, model,
                  trainable: list[torch.nn.Parameter], optimizer, scheduler, sampler,
@@ -129,6 +133,10 @@ class Trainer:
         progress = SampleProgress(config, components, clip, dist, run, env_config)
 
         stages = stage_dtype(config.model.precision, dist.device)  # the stages before the transformer
+        if dist.is_main:  # bf16-if-native resolves per machine: say what it chose
+            log.info("precision %s on %s: stages %s, transformer %s", config.model.precision,
+                     dist.device, _dtype_name(stages),
+                     _dtype_name(autocast_dtype(config.model.precision, dist.device)))
         if config.recipe == "from-scratch" and not config.model.init:
             from k4d_trainer.vae import vae_stage
 
