@@ -106,7 +106,8 @@ def run_encode_latents(config: TrainConfig, out_uri: str | None, env_config=None
         clip = model_lib.clip_of(components)
         dataset = open_source(config.data, env_config)
         episode_ids = select_episodes(dataset, config.data, clip)
-        encoder = SampleEncoder(components, dist.device, stage_dtype(config.model.precision, dist.device))
+        encoder = SampleEncoder(components, dist.device,
+                                stage_dtype(config.model.precision, dist.device))
         cache = LatentCache(uri, encoder.fingerprint, env_config)
         encoded = encode_missing(dataset, episode_ids, encoder, cache, clip, dist.rank,
                                  dist.world_size)

@@ -97,8 +97,8 @@ def close_distributed() -> None:
 
 def native_bf16(device: torch.device) -> bool:
     """Whether `device` runs bf16 natively: a CUDA GPU, or a CPU with AVX512-BF16 or AMX.
-    Elsewhere bf16 autocast is emulated and slow (on an AVX2 CPU a 3x3 convolution ran 40x
-    and a linear layer 6x slower than in fp32: docs/benchmarks.md)."""
+    Elsewhere bf16 autocast is emulated and slow (on an AVX2 CPU the frame VAE's encoding
+    ran 34x and a transformer step 15x slower than in fp32: docs/benchmarks.md)."""
     if device.type == "cuda":
         return True
     if device.type != "cpu":

@@ -132,11 +132,12 @@ class Trainer:
         episode_ids = select_episodes(dataset, config.data, clip)
         progress = SampleProgress(config, components, clip, dist, run, env_config)
 
-        stages = stage_dtype(config.model.precision, dist.device)  # the stages before the transformer
+        # the stages before the transformer, and the transformer's
+        stages = stage_dtype(config.model.precision, dist.device)
+        compute = autocast_dtype(config.model.precision, dist.device)
         if dist.is_main:  # bf16-if-native resolves per machine: say what it chose
             log.info("precision %s on %s: stages %s, transformer %s", config.model.precision,
-                     dist.device, _dtype_name(stages),
-                     _dtype_name(autocast_dtype(config.model.precision, dist.device)))
+                     dist.device, _dtype_name(stages), _dtype_name(compute))
         if config.recipe == "from-scratch" and not config.model.init:
             from k4d_trainer.vae import vae_stage
 
@@ -164,7 +165,6 @@ class Trainer:
             model_lib.add_lora(transformer, config.model.lora_rank, config.model.lora_alpha)
         model_lib.set_trainable(transformer, config.recipe)
         transformer.train().to(dist.device)
-        compute = autocast_dtype(config.model.precision, dist.device)
         model = parallelize(transformer, dist, compute, config.model.activation_checkpointing)
         trainable = [p for p in transformer.parameters() if p.requires_grad]
         t = config.training
