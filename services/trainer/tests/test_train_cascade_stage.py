@@ -5,6 +5,8 @@ publishes it inside the model and loads it again when resumed."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -96,6 +98,10 @@ def test_loss_counts_colour_off_the_robot_and_points_where_depth_is_known():
     assert parts["colour"] == pytest.approx(0.25, rel=1e-5)
     assert parts["points"] == pytest.approx(0.2, rel=1e-4)
     assert float(loss) == pytest.approx(0.25 + SECTION.point_weight * 0.2, rel=1e-4)
+    absolute = dataclasses.replace(SECTION, colour_loss="l1")
+    loss, parts = cascade_loss(wrong, batch, absolute)
+    assert parts["colour"] == pytest.approx(0.5, rel=1e-5)  # |0.5|, not 0.5 ** 2
+    assert float(loss) == pytest.approx(0.5 + SECTION.point_weight * 0.2, rel=1e-4)
 
 
 def _train(examples, run=None, stop_at=None):
@@ -149,6 +155,7 @@ BASE = {"recipe": "from-scratch", "model": {"size": "tiny"}, "data": {"uri": "/d
     ({"cascade": {"batch_size": 0}}, "cascade.batch_size"),
     ({"cascade": {"lr": 0.0}}, "cascade.lr"),
     ({"cascade": {"point_weight": -1.0}}, "cascade.point_weight"),
+    ({"cascade": {"colour_loss": "l2"}}, "cascade.colour_loss"),
     ({"cascade": {"channels": [12]}}, "cascade.channels"),
     ({"cascade": {"lr_schedule": "step"}}, "cascade.lr_schedule"),
     ({"cascade": {"context": -1}}, "cascade.context"),

@@ -14,7 +14,8 @@ the transformer just trained, after the transformer stage (`cascade` section).
    takes `batch_size` random (episode, frame t >= 1) pairs per process; the loss, over the
    pixels off the robot in frame t and frame 0 (kinematics draws those), is
 
-       colour   the squared error of frame t's colour change from frame 0 ([-1, 1] scale)
+       colour   the squared (`colour_loss: squared`) or absolute (`l1`) error of frame t's
+                colour change from frame 0 ([-1, 1] scale)
        points   `point_weight` x the L1 error of its point change (POINT_GAIN x normalised
                 units), where the ground truth's depth is known in both frames
 
@@ -157,7 +158,9 @@ def cascade_loss(output: torch.Tensor, batch: CascadeExample, section: CascadeSe
                  ) -> tuple[torch.Tensor, dict]:
     """The stage's loss (module docstring) and its parts."""
     off, known = batch.off_robot, batch.known
-    colour = (off * (output[:, :3] - batch.colour) ** 2).sum() / (3.0 * off.sum().clamp_min(1.0))
+    error = output[:, :3] - batch.colour
+    error = error.abs() if section.colour_loss == "l1" else error ** 2
+    colour = (off * error).sum() / (3.0 * off.sum().clamp_min(1.0))
     points = ((known * (output[:, 3:6] - batch.points).abs()).sum()
               / (3.0 * known.sum().clamp_min(1.0)))
     parts = {"colour": float(colour.detach()), "points": float(points.detach())}

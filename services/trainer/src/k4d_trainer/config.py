@@ -40,6 +40,7 @@ PRECISIONS = ("auto", "fp32", "bf16", "bf16-if-native")
 SECTION_PRECISIONS = ("model", "fp32", "bf16")  # a refiner network's own, or the model's
 LR_SCHEDULES = ("constant", "cosine", "linear")
 MAX_CASCADE_CONTEXT = 6  # half a 13-frame clip each side
+CASCADE_COLOUR_LOSSES = ("squared", "l1")
 
 
 def _check(ok: bool, name: str, message: str) -> None:
@@ -394,6 +395,9 @@ class CascadeSection:
     # Loss weight of the point change's L1 error (POINT_GAIN x normalised units) against
     # the colour's squared error ([-1, 1] scale)
     point_weight: float = 0.1
+    # The colour change's error: `squared` (the mean of what the sample allows: an object
+    # the sample is unsure of comes out faded) or `l1` (its median: drawn or left out)
+    colour_loss: str = "squared"
     channels: list[int] = field(default_factory=lambda: [32, 64, 96])
     # true: the network's output is added to the sample's own change (k4d_model.cascade)
     residual: bool = False
@@ -423,6 +427,8 @@ class CascadeSection:
                f"must be one of {LR_SCHEDULES}")
         _check(math.isfinite(self.point_weight) and self.point_weight >= 0,
                f"{prefix}.point_weight", "must be >= 0")
+        _check(self.colour_loss in CASCADE_COLOUR_LOSSES, f"{prefix}.colour_loss",
+               f"must be one of {CASCADE_COLOUR_LOSSES}, got {self.colour_loss!r}")
         _check(bool(self.channels) and all(c > 0 and c % 8 == 0 for c in self.channels),
                f"{prefix}.channels", f"must be positive multiples of 8, got {self.channels}")
         _check(0 <= self.context <= MAX_CASCADE_CONTEXT, f"{prefix}.context",
