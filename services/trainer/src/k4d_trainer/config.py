@@ -393,7 +393,7 @@ class CascadeSection:
     warmup_steps: int = 50
     lr_schedule: str = "cosine"
     # Loss weight of the point change's L1 error (POINT_GAIN x normalised units) against
-    # the colour's squared error ([-1, 1] scale)
+    # the colour's error (`colour_loss`, [-1, 1] scale)
     point_weight: float = 0.1
     # The colour change's error: `squared` (the mean of what the sample allows: an object
     # the sample is unsure of comes out faded) or `l1` (its median: drawn or left out)
