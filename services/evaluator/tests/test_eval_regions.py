@@ -80,3 +80,51 @@ def test_goal_figures_read_the_generated_frames_beside_the_floor():
     assert figures["static_psnr_floor"] == 100.0  # the true scene as the "floor"
     assert figures["changed_mse"] > 0 and figures["changed_mse_floor"] == 0
     assert figures["success_agreement"] is None and figures["judge_abstained"] == 0
+
+
+def _scene_with_ids():
+    """_scene's red block as object 1 (frame 0 at x 8-10, from frame 2 at 10-12), and a
+    still object 2; the robot covers object 2's right column in frame 3."""
+    gt = _scene()
+    ids = np.full(gt.rgb.shape[:3], -1, np.int16)
+    for t in range(gt.frames):
+        x = 8 + (2 if t >= 2 else 0)
+        ids[t, 4:7, x:x + 3] = 1
+        ids[t, 9:11, 12:15] = 2
+    gt.object_ids = ids
+    return gt
+
+
+def test_objects_split_into_arrived_left_and_stayed():
+    gt = _scene_with_ids()
+    regions = build_regions(gt, gt.robot_mask)
+    arrived, left, stayed = (regions[f"objects_{part}"] for part in ("arrived", "left", "stayed"))
+    # each pixel of `objects` in exactly one part
+    assert np.array_equal(arrived | left | stayed, regions["objects"])
+    assert not (arrived & left).any() and not (arrived & stayed).any() and not (left & stayed).any()
+    assert not (arrived | left)[:2].any()          # nothing moved before frame 2
+    assert arrived[2, 5, 11] and arrived[2, 5, 12]  # where the block came
+    assert left[2, 5, 8] and left[2, 5, 9]          # where it stood
+    assert stayed[2, 5, 10]                         # block on block: the same object
+    assert stayed[1:, 9, 12].all()                  # the still object
+    assert not stayed[3, 9, 14]                     # ... but not under the robot
+    assert not (arrived | left | stayed)[gt.robot_mask].any()
+
+
+def test_goal_figures_split_the_objects_error():
+    gt = _scene_with_ids()
+    pred = _scene_with_ids()
+    pred.rgb = pred.rgb.copy()
+    pred.rgb[2:, 4:7, 8:10] = 90  # the block fades where it stood, and is not drawn where it came
+    pred.rgb[2:, 4:7, 10:13] = 90
+    settings = Settings(geometry_pixels=0)
+    floor = _scene_with_ids()
+    floor.rgb = np.repeat(floor.rgb[:1], gt.frames, axis=0)  # frame 0 copied
+    report = build_report([evaluate_clips(pred, gt, settings, condition_robot_mask=gt.robot_mask)],
+                          {"psnr_max_db": 100.0},
+                          baseline=[evaluate_clips(floor, gt, settings,
+                                                   condition_robot_mask=gt.robot_mask)])
+    figures = goal_figures(report)
+    assert figures["objects_left_mse"] == 0 < figures["objects_left_mse_floor"]
+    assert figures["objects_arrived_mse"] == figures["objects_arrived_mse_floor"] > 0
+    assert figures["objects_stayed_mse"] > figures["objects_stayed_mse_floor"] == 0

@@ -104,6 +104,34 @@ def test_loss_counts_colour_off_the_robot_and_points_where_depth_is_known():
     assert float(loss) == pytest.approx(0.5 + SECTION.point_weight * 0.2, rel=1e-4)
 
 
+def test_changed_weight_weighs_the_colour_where_the_ground_truth_changed():
+    arrays = _rollout()
+    target = np.repeat(arrays["image"][None], T, axis=0)  # nothing changes ...
+    # ... but a patch in frame 2, by 128 levels
+    target[2, 4:6, 6:9] = (arrays["image"][4:6, 6:9].astype(int) + 128) % 256
+    points = np.repeat(arrays["target_points"][:1], T, axis=0)
+    example = rollout_example({**arrays, "target_rgb": target, "target_points": points})
+    changed = example.changed[:, 0].numpy().astype(bool)
+    expected = np.zeros_like(changed)
+    expected[1, 4:6, 6:9] = True  # frame 2 is the examples' second frame
+    assert np.array_equal(changed, expected)
+    points[3, 1:3, 8:10, 2] += 0.05  # 5 cm deeper: changed by depth, not colour
+    example = rollout_example({**arrays, "target_rgb": target, "target_points": points})
+    assert example.changed[2, 0, 1:3, 8:10].all() and example.changed[2, 0].sum() == 4
+    points[3, 0:2, 0:2, 2] += 0.05  # ... but never on the robot's pixels
+    example = rollout_example({**arrays, "target_rgb": target, "target_points": points})
+    assert example.changed[2, 0, :2, :2].sum() == 0
+
+    batch = CascadeExample(*(part[1:2] for part in example))
+    wrong = torch.cat([batch.colour, batch.points], dim=1)
+    wrong[:, :3, 4:6, 6:9] += 0.5  # wrong by 0.5 on the 6 changed pixels alone
+    off = float(batch.off_robot.sum())
+    _, parts = cascade_loss(wrong, batch, SECTION)
+    assert parts["colour"] == pytest.approx(0.25 * 6 / off, rel=1e-5)
+    _, parts = cascade_loss(wrong, batch, dataclasses.replace(SECTION, changed_weight=4.0))
+    assert parts["colour"] == pytest.approx(0.25 * 4 * 6 / (off + 3 * 6), rel=1e-5)
+
+
 def _train(examples, run=None, stop_at=None):
     def log(line: str) -> None:
         if stop_at is not None and line.startswith(f"cascade step {stop_at}/"):
@@ -156,6 +184,8 @@ BASE = {"recipe": "from-scratch", "model": {"size": "tiny"}, "data": {"uri": "/d
     ({"cascade": {"lr": 0.0}}, "cascade.lr"),
     ({"cascade": {"point_weight": -1.0}}, "cascade.point_weight"),
     ({"cascade": {"colour_loss": "l2"}}, "cascade.colour_loss"),
+    ({"cascade": {"changed_weight": 0.0}}, "cascade.changed_weight"),
+    ({"cascade": {"changed_weight": float("nan")}}, "cascade.changed_weight"),
     ({"cascade": {"channels": [12]}}, "cascade.channels"),
     ({"cascade": {"lr_schedule": "step"}}, "cascade.lr_schedule"),
     ({"cascade": {"context": -1}}, "cascade.context"),

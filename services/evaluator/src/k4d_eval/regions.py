@@ -21,6 +21,15 @@
                  went and where it left. Objects are ~1 % of the frame, so the whole
                  frame's figures do not see them sit centimetres off, and everything a
                  rollout does to an object starts from where it stands.
+  objects_arrived  the part of `objects` where an object is in frame t and that object was
+                 not there in frame 0: where a model has to draw an object that came
+  objects_left   the part where an object was in frame 0 and none is in frame t: where it
+                 has to draw what the object uncovered
+  objects_stayed the part where the same object is in both frames
+                 The three split `objects` (each pixel in one), so its error can be read
+                 apart: a model that fades a moved object where it stood but does not draw
+                 it where it went scores well on `objects_left` and near the floor on
+                 `objects_arrived`, where the floor is wrong by definition.
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ from k4d_tabletop import scene_change
 from k4d_eval.clip import Clip
 
 REGIONS = ("whole", "robot", "environment", "moving_object", "changed", "static",
-           "objects")
+           "objects", "objects_arrived", "objects_left", "objects_stayed")
 MOVED_M = 0.005          # an object moved when its position changed by more than 5 mm
 MOVED_RAD = np.deg2rad(2.0)  # ... or its orientation by more than 2 degrees
 
@@ -55,10 +64,20 @@ def build_regions(gt: Clip, condition_robot_mask: np.ndarray | None = None,
         regions["changed"] = changed
         regions["static"] = outside & ~changed
     if gt.object_ids is not None:
-        ids = np.asarray(gt.object_ids) >= 1
-        shown = ids | ids[:1]
-        regions["objects"] = shown & ~robot if robot is not None else shown
+        regions.update(object_regions(np.asarray(gt.object_ids), robot))
     return regions
+
+
+def object_regions(object_ids: np.ndarray, robot: np.ndarray | None) -> dict[str, np.ndarray]:
+    """(T, H, W) object ids (>= 1 an object) -> `objects` and its three parts (module doc),
+    outside `robot` when given."""
+    now, first = object_ids >= 1, object_ids[:1] >= 1
+    outside = ~robot if robot is not None else np.ones(object_ids.shape, dtype=bool)
+    same = now & (object_ids == object_ids[:1])
+    return {"objects": (now | first) & outside,
+            "objects_arrived": now & ~same & outside,
+            "objects_left": first & ~now & outside,
+            "objects_stayed": same & outside}
 
 
 def changed_from_first(gt: Clip) -> np.ndarray:

@@ -170,6 +170,9 @@ def goal_figures(report: Mapping) -> dict:
         "objects_mse_floor": region(floor, "objects", "mse"),
         "objects_point_l1_m": region(report, "objects", "point_l1"),
         "objects_point_l1_m_floor": region(floor, "objects", "point_l1"),
+        **{f"objects_{part}_mse{side}": region(sec, f"objects_{part}", "mse")
+           for part in ("arrived", "left", "stayed")
+           for side, sec in (("", report), ("_floor", floor))},
         "static_psnr_all_frames": region(report, "static", "psnr", "regions"),
         "robot_psnr_all_frames": region(report, "robot", "psnr", "regions"),
         "success_agreement": (policy.get("agreement") or {}).get("accuracy"),

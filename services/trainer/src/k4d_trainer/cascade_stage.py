@@ -15,7 +15,9 @@ the transformer just trained, after the transformer stage (`cascade` section).
    pixels off the robot in frame t and frame 0 (kinematics draws those), is
 
        colour   the squared (`colour_loss: squared`) or absolute (`l1`) error of frame t's
-                colour change from frame 0 ([-1, 1] scale)
+                colour change from frame 0 ([-1, 1] scale); a weighted mean, `changed_weight`
+                where the ground truth changed from frame 0 (k4d_tabletop.scene_change), 1
+                elsewhere
        points   `point_weight` x the L1 error of its point change (POINT_GAIN x normalised
                 units), where the ground truth's depth is known in both frames
 
@@ -49,6 +51,7 @@ from k4d_model.cascade import (
 from k4d_model.conditions import PointmapNormalization
 from k4d_model.pipeline import Kinema4DPipeline, sample_seed
 from k4d_model.results import RobotCondition
+from k4d_tabletop import scene_change
 
 from k4d_trainer.clips import ClipSpec, read_clip
 from k4d_trainer.config import CascadeSection, DataSection
@@ -79,13 +82,15 @@ SEED_OFFSET = 3  # the stage's seed from the run's (the refiner's networks take 
 class CascadeExample(NamedTuple):
     """Frames t >= 1 of one rollout (or a batch of frames, stacked), tensors (N, C, H, W):
     x the network's inputs (k4d_model.cascade.sample_inputs), colour and points its targets,
-    off_robot where the colour loss counts, known where the point loss counts."""
+    off_robot where the colour loss counts, known where the point loss counts, changed where
+    the ground truth changed from frame 0 off the robot (what `changed_weight` weighs)."""
 
     x: torch.Tensor
     colour: torch.Tensor
     points: torch.Tensor
     off_robot: torch.Tensor
     known: torch.Tensor
+    changed: torch.Tensor
 
 
 def stored_samples(arrays: dict[str, np.ndarray]) -> int:
@@ -144,6 +149,8 @@ def rollout_example(arrays: dict[str, np.ndarray], context: int = 0, samples: in
     points = (target[1:] - target[:1]) * (POINT_GAIN / float(arrays["scale"]))
     mask, known = arrays["robot_mask"], arrays["known"]
     off_robot = ~mask[1:] & ~mask[:1]
+    depth = np.where(known, target[..., 2], 0.0)  # the clip's camera does not move
+    changed = scene_change.changed_from_first(arrays["target_rgb"], depth)[1:] & off_robot
 
     def planes(a: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(a.transpose(0, 3, 1, 2), np.float32))
@@ -151,16 +158,18 @@ def rollout_example(arrays: dict[str, np.ndarray], context: int = 0, samples: in
     return CascadeExample(x, planes(colour), planes(points),
                           torch.from_numpy(off_robot[:, None].astype(np.float32)),
                           torch.from_numpy((off_robot & known[1:] & known[:1])[:, None]
-                                           .astype(np.float32)))
+                                           .astype(np.float32)),
+                          torch.from_numpy(changed[:, None].astype(np.float32)))
 
 
 def cascade_loss(output: torch.Tensor, batch: CascadeExample, section: CascadeSection
                  ) -> tuple[torch.Tensor, dict]:
     """The stage's loss (module docstring) and its parts."""
-    off, known = batch.off_robot, batch.known
+    known = batch.known
+    weight = batch.off_robot * (1.0 + (section.changed_weight - 1.0) * batch.changed)
     error = output[:, :3] - batch.colour
     error = error.abs() if section.colour_loss == "l1" else error ** 2
-    colour = (off * error).sum() / (3.0 * off.sum().clamp_min(1.0))
+    colour = (weight * error).sum() / (3.0 * weight.sum().clamp_min(1.0))
     points = ((known * (output[:, 3:6] - batch.points).abs()).sum()
               / (3.0 * known.sum().clamp_min(1.0)))
     parts = {"colour": float(colour.detach()), "points": float(points.detach())}

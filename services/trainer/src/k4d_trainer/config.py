@@ -398,6 +398,11 @@ class CascadeSection:
     # The colour change's error: `squared` (the mean of what the sample allows: an object
     # the sample is unsure of comes out faded) or `l1` (its median: drawn or left out)
     colour_loss: str = "squared"
+    # Weight of the colour error where the ground truth changed from frame 0 (the
+    # evaluator's `changed` rule, k4d_tabletop.scene_change), 1 elsewhere: a weighted mean,
+    # as training.changed_loss_weight is for the transformer. Above 1 the network passes
+    # more of an uncertain sampled change (an object arriving) at the cost of the static scene
+    changed_weight: float = 1.0
     channels: list[int] = field(default_factory=lambda: [32, 64, 96])
     # true: the network's output is added to the sample's own change (k4d_model.cascade)
     residual: bool = False
@@ -429,6 +434,8 @@ class CascadeSection:
                f"{prefix}.point_weight", "must be >= 0")
         _check(self.colour_loss in CASCADE_COLOUR_LOSSES, f"{prefix}.colour_loss",
                f"must be one of {CASCADE_COLOUR_LOSSES}, got {self.colour_loss!r}")
+        _check(math.isfinite(self.changed_weight) and self.changed_weight > 0,
+               f"{prefix}.changed_weight", f"must be a finite number > 0, got {self.changed_weight}")
         _check(bool(self.channels) and all(c > 0 and c % 8 == 0 for c in self.channels),
                f"{prefix}.channels", f"must be positive multiples of 8, got {self.channels}")
         _check(0 <= self.context <= MAX_CASCADE_CONTEXT, f"{prefix}.context",
