@@ -16,8 +16,8 @@ the transformer just trained, after the transformer stage (`cascade` section).
 
        colour   the squared (`colour_loss: squared`) or absolute (`l1`) error of frame t's
                 colour change from frame 0 ([-1, 1] scale); a weighted mean, `changed_weight`
-                where the ground truth changed from frame 0 (k4d_tabletop.scene_change), 1
-                elsewhere
+                where the ground truth changed from frame 0 (k4d_trainer.latents.changed_pixels,
+                the transformer's rule), 1 elsewhere
        points   `point_weight` x the L1 error of its point change (POINT_GAIN x normalised
                 units), where the ground truth's depth is known in both frames
 
@@ -51,12 +51,11 @@ from k4d_model.cascade import (
 from k4d_model.conditions import PointmapNormalization
 from k4d_model.pipeline import Kinema4DPipeline, sample_seed
 from k4d_model.results import RobotCondition
-from k4d_tabletop import scene_change
 
 from k4d_trainer.clips import ClipSpec, read_clip
 from k4d_trainer.config import CascadeSection, DataSection
 from k4d_trainer.data import open_source, select_episodes
-from k4d_trainer.latents import scene_depth
+from k4d_trainer.latents import changed_pixels, scene_depth
 from k4d_trainer.model import sampling_components
 from k4d_trainer.parallel import DistInfo, barrier
 from k4d_trainer.progress import TrainedDenoiser
@@ -149,8 +148,9 @@ def rollout_example(arrays: dict[str, np.ndarray], context: int = 0, samples: in
     points = (target[1:] - target[:1]) * (POINT_GAIN / float(arrays["scale"]))
     mask, known = arrays["robot_mask"], arrays["known"]
     off_robot = ~mask[1:] & ~mask[:1]
-    depth = np.where(known, target[..., 2], 0.0)  # the clip's camera does not move
-    changed = scene_change.changed_from_first(arrays["target_rgb"], depth)[1:] & off_robot
+    # the transformer's change rule, on the targets (unknown points are stored as zeros)
+    changed = changed_pixels({"rgb": arrays["target_rgb"], "pointmap": target,
+                              "robot_mask": mask})[1:]
 
     def planes(a: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(a.transpose(0, 3, 1, 2), np.float32))
