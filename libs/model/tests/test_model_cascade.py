@@ -11,11 +11,13 @@ from k4d.errors import FailedPrecondition, InvalidArgument
 from k4d_model import cascade as cascade_module
 from k4d_model.cascade import (
     CHANGE_CHANNELS,
+    FLOW_SCALE,
     OUTPUT_CHANNELS,
     POINT_GAIN,
     SAMPLE_CHANNELS,
     CascadeConfig,
     SampleRefiner,
+    backward_warp,
     load_cascade,
     refine_sample,
     sample_inputs,
@@ -147,6 +149,53 @@ def test_the_network_reads_the_sample():
     a, _ = refine_sample(network, image, rgb, reference, pointmap, scale=1.0)
     b, _ = refine_sample(network, image, rgb * 0.5, reference, pointmap, scale=1.0)
     assert not np.allclose(a, b)
+
+
+def test_backward_warp_samples_frame_zero_where_the_flow_points():
+    image = torch.arange(2 * 5 * 7, dtype=torch.float32).reshape(1, 2, 5, 7)
+    still = backward_warp(image, torch.zeros(1, 2, 5, 7))
+    assert torch.allclose(still, image, atol=1e-4)
+    flow = torch.zeros(1, 2, 5, 7)
+    flow[:, 0], flow[:, 1] = 2.0, -1.0  # each pixel reads the one 2 right and 1 up
+    moved = backward_warp(image, flow)
+    assert torch.allclose(moved[..., 1:, :5], image[..., :4, 2:], atol=1e-4)
+    assert torch.allclose(moved[..., 0, :5], image[..., 0, 2:], atol=1e-4)  # border kept
+    flow[:, 0], flow[:, 1] = 0.5, 0.0  # half a pixel: the mean of the two
+    half = backward_warp(image, flow)
+    assert torch.allclose(half[..., :6], (image[..., :6] + image[..., 1:]) / 2, atol=1e-4)
+
+
+def _warping(flow_x: float, weight_logit: float, colour: float = 0.0) -> SampleRefiner:
+    """A warping network whose flow is `flow_x` pixels (dx) everywhere, its warp's weight
+    sigmoid(`weight_logit`) and its own colour change `colour`."""
+    network = SampleRefiner(CascadeConfig(channels=SMALL.channels, warp=True)).eval()
+    with torch.no_grad():
+        network.head.bias.copy_(torch.tensor([colour] * 3 + [0.0] * 3
+                                             + [flow_x / FLOW_SCALE, 0.0, weight_logit]))
+    return network
+
+
+def test_a_warping_network_blends_frame_zero_warped_with_its_own_colour(tmp_path):
+    image, rgb, reference, pointmap = _sample(4)
+    untrained = SampleRefiner(CascadeConfig(channels=SMALL.channels, warp=True)).eval()
+    colour, moved = refine_sample(untrained, image, rgb, reference, pointmap, scale=0.5)
+    assert np.abs(colour).max() < 1e-2 and not moved.any()  # no change, as the plain one
+    shifted = image[:, 1:].astype(np.float32) - image[:, :-1]  # frame 0 read 1 px right
+    colour, _ = refine_sample(_warping(1.0, 30.0), image, rgb, reference, pointmap, scale=0.5)
+    assert np.allclose(colour[:, :, :-1], shifted[None], atol=0.05)
+    colour, _ = refine_sample(_warping(1.0, -30.0, colour=0.2), image, rgb, reference,
+                              pointmap, scale=0.5)  # all the network's own colour
+    assert np.allclose(colour, 0.2 * 127.5, atol=1e-3)
+    colour, _ = refine_sample(_warping(1.0, 0.0, colour=0.2), image, rgb, reference,
+                              pointmap, scale=0.5)  # half and half
+    assert np.allclose(colour[:, :, :-1], (shifted[None] + 0.2 * 127.5) / 2, atol=0.05)
+    network = _warping(3.0, 1.0)
+    save_cascade(network, tmp_path)
+    loaded = load_cascade(tmp_path)
+    assert loaded.config == network.config and loaded.config.outputs == OUTPUT_CHANNELS + 3
+    again, _ = refine_sample(loaded, image, rgb, reference, pointmap, scale=0.5)
+    first, _ = refine_sample(network, image, rgb, reference, pointmap, scale=0.5)
+    assert np.array_equal(again, first)
 
 
 def test_cascade_round_trips_through_its_folder(tmp_path):

@@ -13,14 +13,19 @@ import torch
 from k4d.errors import InvalidArgument
 from k4d.store import LocalStore
 from k4d_model import registry
-from k4d_model.cascade import CHANGE_CHANNELS, POINT_GAIN, SAMPLE_CHANNELS, CascadeConfig
+from k4d_model.cascade import (
+    CHANGE_CHANNELS,
+    FLOW_SCALE,
+    POINT_GAIN,
+    SAMPLE_CHANNELS,
+    CascadeConfig,
+)
 from k4d_model.checkpoints import load_model
 from k4d_trainer import cascade_stage
 from k4d_trainer.cascade_stage import (
     FOLDER,
     ROLLOUTS_FOLDER,
     STAGE_FOLDER,
-    CascadeExample,
     cascade_loss,
     cascade_source_step,
     claim_cascade_source,
@@ -28,8 +33,11 @@ from k4d_trainer.cascade_stage import (
     rollout_example,
     sampling_share,
     train_cascade,
+    with_flow,
 )
-from k4d_trainer.config import CascadeSection, config_from_dict, load_config_file
+from k4d_trainer.clips import ClipSpec
+from k4d_trainer.config import CascadeSection, DataSection, config_from_dict, load_config_file
+from k4d_trainer.data import open_source
 from k4d_trainer.parallel import DistInfo
 from k4d_trainer.runs import RunDir
 from k4d_trainer.trainer import Trainer
@@ -81,7 +89,7 @@ def test_context_reaches_the_examples_and_the_network():
 
 def test_loss_counts_colour_off_the_robot_and_points_where_depth_is_known():
     example = rollout_example(_rollout())
-    batch = CascadeExample(*(part[:1] for part in example))
+    batch = example.take(slice(0, 1))
     perfect = torch.cat([batch.colour, batch.points], dim=1)
     loss, parts = cascade_loss(perfect, batch, SECTION)
     assert float(loss) == pytest.approx(0.0, abs=1e-9)
@@ -122,7 +130,7 @@ def test_changed_weight_weighs_the_colour_where_the_ground_truth_changed():
     example = rollout_example({**arrays, "target_rgb": target, "target_points": points})
     assert example.changed[2, 0, :2, :2].sum() == 0
 
-    batch = CascadeExample(*(part[1:2] for part in example))
+    batch = example.take(slice(1, 2))
     wrong = torch.cat([batch.colour, batch.points], dim=1)
     wrong[:, :3, 4:6, 6:9] += 0.5  # wrong by 0.5 on the 6 changed pixels alone
     off = float(batch.off_robot.sum())
@@ -130,6 +138,62 @@ def test_changed_weight_weighs_the_colour_where_the_ground_truth_changed():
     assert parts["colour"] == pytest.approx(0.25 * 6 / off, rel=1e-5)
     _, parts = cascade_loss(wrong, batch, dataclasses.replace(SECTION, changed_weight=4.0))
     assert parts["colour"] == pytest.approx(0.25 * 4 * 6 / (off + 3 * 6), rel=1e-5)
+
+
+def _with_flow_targets(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The rollout with flow targets: 8 px left everywhere, valid but in the last column."""
+    flow = np.zeros((T, H, W, 2), np.float32)
+    flow[..., 0] = -8.0
+    valid = np.ones((T, H, W), bool)
+    valid[:, :, -1] = False
+    return {**arrays, "flow": flow, "flow_valid": valid}
+
+
+def test_warp_examples_carry_the_flow_and_the_loss_counts_it_where_valid():
+    plain = rollout_example(_rollout())
+    assert plain.flow is None and plain.flow_known is None
+    example = rollout_example(_with_flow_targets(_rollout()))
+    assert torch.allclose(example.flow[:, 0], torch.tensor(-8.0 / FLOW_SCALE))
+    known = example.flow_known[:, 0]
+    assert known[:, :, -1].sum() == 0 and known[:, :2, :2].sum() == 0  # nor on the robot
+    assert known[:, 2:, :-1].all()
+    section = dataclasses.replace(SECTION, warp=True, flow_weight=0.5)
+    batch = example.take(slice(0, 1))
+    output = torch.cat([batch.colour, batch.points, batch.flow, torch.zeros(1, 1, H, W)], 1)
+    loss, parts = cascade_loss(output, batch, section)
+    assert float(loss) == pytest.approx(0.0, abs=1e-9) and parts["flow"] == 0.0
+    output[:, 6:8, :, -1] += 3.0  # where the flow is not valid: not counted
+    output[:, 6, :2, :2] += 3.0   # nor on the robot
+    assert cascade_loss(output, batch, section)[1]["flow"] == pytest.approx(0.0, abs=1e-9)
+    output[:, 6:8] += 0.25
+    loss, parts = cascade_loss(output, batch, section)
+    assert parts["flow"] == pytest.approx(0.25, rel=1e-5)
+    assert parts["flow_still"] == pytest.approx(8.0 / FLOW_SCALE / 2, rel=1e-5)  # dx, dy
+    assert float(loss) == pytest.approx(0.5 * 0.25, rel=1e-5)
+    assert "flow" not in cascade_loss(output[:, :6], batch, SECTION)[1]  # without warp
+
+
+def test_a_warping_refiner_trains_on_flow_targets():
+    # the flow learns from its own targets (the warp does not pass the colour's gradient)
+    section = CascadeSection(steps=40, batch_size=3, lr=5e-3, warmup_steps=0, channels=[8, 16],
+                             warp=True, flow_weight=2.0)
+    examples = [rollout_example(_with_flow_targets(_rollout(i))) for i in range(2)]
+    network, losses = train_cascade(examples, section, DistInfo(), seed=0, log=lambda _: None)
+    assert network.config == CascadeConfig(channels=(8, 16), warp=True)
+    assert len(losses) == section.steps and all(np.isfinite(losses))
+    with torch.no_grad():
+        flow = network(examples[0].x)[:, 6:8]  # it starts at 0; the targets are (-0.5, 0)
+    assert float(flow[:, 0].mean()) < -0.25 and abs(float(flow[:, 1].mean())) < 0.1
+
+
+def test_the_flow_targets_come_from_the_episode_only_with_warp(tmp_path, make_dataset):
+    arrays = _rollout()
+    plain = make_dataset(tmp_path / "plain", count=1, frames=T, height=H, width=W)
+    dataset = open_source(DataSection(uri=plain), None)
+    assert with_flow(arrays, dataset, "ep000", ClipSpec(T, H, W), SECTION) is arrays
+    with pytest.raises(InvalidArgument, match=r"cascade\.warp.*object_ids"):
+        with_flow(arrays, dataset, "ep000", ClipSpec(T, H, W),
+                  dataclasses.replace(SECTION, warp=True))
 
 
 def _train(examples, run=None, stop_at=None):
@@ -186,6 +250,10 @@ BASE = {"recipe": "from-scratch", "model": {"size": "tiny"}, "data": {"uri": "/d
     ({"cascade": {"colour_loss": "l2"}}, "cascade.colour_loss"),
     ({"cascade": {"changed_weight": 0.0}}, "cascade.changed_weight"),
     ({"cascade": {"changed_weight": float("nan")}}, "cascade.changed_weight"),
+    ({"cascade": {"flow_weight": -0.1}}, "cascade.flow_weight"),
+    ({"cascade": {"flow_weight": float("inf")}}, "cascade.flow_weight"),
+    ({"cascade": {"warp": "maybe"}}, "cascade.warp"),
+    ({"cascade": {"flow_pixels": "table"}}, "cascade.flow_pixels"),
     ({"cascade": {"channels": [12]}}, "cascade.channels"),
     ({"cascade": {"lr_schedule": "step"}}, "cascade.lr_schedule"),
     ({"cascade": {"context": -1}}, "cascade.context"),

@@ -19,6 +19,11 @@ image and what the transformer sampled, and writes frame t's change from frame 0
     outputs (6)
       rgb change     (3)  frame t's colour minus frame 0's
       point change   (3)  frame t's points minus frame 0's, x POINT_GAIN (normalised units)
+    then, with `CascadeConfig.warp` (9 outputs)
+      flow           (2)  where in frame 0 frame t's pixel comes from: (dx, dy) in pixels
+                          / FLOW_SCALE (a backward flow)
+      warp weight    (1)  a logit: how much of frame t's colour is frame 0 warped along the
+                          flow, against the network's own colour change above
 
 Its head starts at zero, so an untrained network draws no change (frame 0 in every frame)
 and learns what of the sample to show. `CascadeConfig.residual` adds the sample's own
@@ -31,6 +36,17 @@ object really moves, the sample changes consistently from frame to frame, while 
 does not, so a network that sees them can keep the one and drop the other. Independent samples
 (`samples`, other noise seeds) are draws that do not share the sample's noise: where they
 agree the change is sure, where they scatter it is the sampler's guess.
+
+With `warp`, the colour the network returns is a blend the network weighs per pixel:
+frame 0 sampled at the predicted flow (bilinear; an object keeps its look where it is drawn
+again) and its own colour change (what no pixel of frame 0 shows: the table an object
+uncovered). The flow is a network output like the colour; training supervises it with the
+ground truth's object motion (k4d_trainer.object_flow), and with that alone: the colour's
+error trains the blend and the colour, but reaches the flow only through the shared layers.
+Through the warp, the colour's gradient sees only a pixel or two around each flow, and on
+flat-coloured objects it is mostly noise: measured with it, the flow's error stayed above
+that of no flow at all (models/demo-small/README.md). At zero flow the warp is frame 0, so
+an untrained network still draws no change.
 
 It does not read the robot condition: where and how the scene moves has to come from the
 sample (the ablation that replaces the sample by frame 0 must still change the output).
@@ -49,6 +65,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from k4d_model.options import MAX_CASCADE_SAMPLES
@@ -58,6 +75,10 @@ FOLDER = "cascade"
 SAMPLE_CHANNELS = 12
 CHANGE_CHANNELS = 6  # a frame's sampled rgb and point change: what each neighbour adds
 OUTPUT_CHANNELS = 6
+WARP_CHANNELS = 3  # flow (2) and the warp's weight (1), after the 6 outputs
+# Objects move tens of pixels in a clip: the flow is output in units of FLOW_SCALE pixels so
+# that its targets are near 1, as the colour's are.
+FLOW_SCALE = 16.0
 # Point changes are a few hundredths of the normalised range: scaled up so that the
 # network's inputs and targets are near 1, as its colour ones are.
 POINT_GAIN = 10.0
@@ -73,6 +94,7 @@ class CascadeConfig:
     residual: bool = False  # the output is added to the sample's own change
     context: int = 0  # neighbouring frames each side whose sampled change is also read
     samples: int = 1  # independent samples of the rollout read (their mean and spread)
+    warp: bool = False  # the colour blends frame 0 warped along a predicted flow (above)
 
     def __post_init__(self):
         if not 1 <= self.samples <= MAX_CASCADE_SAMPLES:
@@ -84,28 +106,56 @@ class CascadeConfig:
         spread = CHANGE_CHANNELS if self.samples > 1 else 0
         return SAMPLE_CHANNELS + 2 * self.context * CHANGE_CHANNELS + spread
 
+    @property
+    def outputs(self) -> int:
+        return OUTPUT_CHANNELS + (WARP_CHANNELS if self.warp else 0)
+
     @classmethod
     def from_dict(cls, config: dict) -> CascadeConfig:
         return cls(channels=tuple(int(c) for c in config.get("channels", cls.channels)),
                    groups=int(config.get("groups", cls.groups)),
                    residual=bool(config.get("residual", cls.residual)),
                    context=int(config.get("context", cls.context)),
-                   samples=int(config.get("samples", cls.samples)))
+                   samples=int(config.get("samples", cls.samples)),
+                   warp=bool(config.get("warp", cls.warp)))
 
 
 class SampleRefiner(UNet):
-    """(N, config.inputs, H, W) -> (N, OUTPUT_CHANNELS, H, W); any H, W."""
+    """(N, config.inputs, H, W) -> (N, config.outputs, H, W); any H, W. With `warp`, the
+    first 3 outputs are the blended colour change, and the last 3 the flow and the logit of
+    the warp's weight the blend used."""
 
     def __init__(self, config: CascadeConfig | None = None):
         config = config or CascadeConfig()
-        super().__init__(config.inputs, config.channels, OUTPUT_CHANNELS, config.groups)
+        super().__init__(config.inputs, config.channels, config.outputs, config.groups)
         self.config = config
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = super().forward(x)
-        return out + x[:, 3:9] if self.config.residual else out  # the sample's own change
+        if self.config.residual:
+            out = torch.cat([out[:, :6] + x[:, 3:9], out[:, 6:]], dim=1)  # the sample's change
+        if not self.config.warp:
+            return out
+        flow, weight = out[:, 6:8], torch.sigmoid(out[:, 8:9])
+        image = x[:, :3]
+        # the flow learns from its own targets alone (the colour's error trains the blend)
+        warped = backward_warp(image, flow.detach() * FLOW_SCALE) - image
+        colour = weight * warped + (1.0 - weight) * out[:, :3]
+        return torch.cat([colour, out[:, 3:]], dim=1)
+
+
+def backward_warp(image: torch.Tensor, flow: torch.Tensor) -> torch.Tensor:
+    """image (N, C, H, W) sampled bilinearly at each pixel plus flow (N, 2, H, W), (dx, dy) in
+    pixels; outside the image the border pixel."""
+    n, _, h, w = image.shape
+    ys, xs = torch.meshgrid(torch.arange(h, dtype=flow.dtype, device=flow.device),
+                            torch.arange(w, dtype=flow.dtype, device=flow.device), indexing="ij")
+    x = (xs + flow[:, 0]) * (2.0 / max(w - 1, 1)) - 1.0
+    y = (ys + flow[:, 1]) * (2.0 / max(h - 1, 1)) - 1.0
+    grid = torch.stack([x, y], dim=-1)
+    return F.grid_sample(image, grid, mode="bilinear", padding_mode="border", align_corners=True)
 
 
 def sample_inputs(image: np.ndarray, rgb: np.ndarray, reference: np.ndarray,

@@ -20,6 +20,11 @@ the transformer just trained, after the transformer stage (`cascade` section).
                 the transformer's rule), 1 elsewhere
        points   `point_weight` x the L1 error of its point change (POINT_GAIN x normalised
                 units), where the ground truth's depth is known in both frames
+       flow     with `warp`: `flow_weight` x the L1 error of its flow (FLOW_SCALE pixels)
+                against the ground truth's (k4d_trainer.object_flow: from the episodes'
+                object ids and poses), off the robot where it is valid and, with
+                `flow_pixels: objects`, an object is seen in frame t; logged beside
+                `flow_still`, the same error of no flow at all
 
    The stage saves its state every `checkpoint_every` steps and continues from it.
 
@@ -41,6 +46,7 @@ import numpy as np
 import torch
 from k4d.errors import InvalidArgument, NotFound
 from k4d_model.cascade import (
+    FLOW_SCALE,
     POINT_GAIN,
     CascadeConfig,
     SampleRefiner,
@@ -57,6 +63,7 @@ from k4d_trainer.config import CascadeSection, DataSection
 from k4d_trainer.data import open_source, select_episodes
 from k4d_trainer.latents import changed_pixels, scene_depth
 from k4d_trainer.model import sampling_components
+from k4d_trainer.object_flow import episode_flow
 from k4d_trainer.parallel import DistInfo, barrier
 from k4d_trainer.progress import TrainedDenoiser
 from k4d_trainer.runs import RunDir
@@ -82,7 +89,9 @@ class CascadeExample(NamedTuple):
     """Frames t >= 1 of one rollout (or a batch of frames, stacked), tensors (N, C, H, W):
     x the network's inputs (k4d_model.cascade.sample_inputs), colour and points its targets,
     off_robot where the colour loss counts, known where the point loss counts, changed where
-    the ground truth changed from frame 0 off the robot (what `changed_weight` weighs)."""
+    the ground truth changed from frame 0 off the robot (what `changed_weight` weighs); with
+    `warp`, flow the ground truth's backward flow (FLOW_SCALE pixels) and flow_known where it
+    counts (None without)."""
 
     x: torch.Tensor
     colour: torch.Tensor
@@ -90,6 +99,12 @@ class CascadeExample(NamedTuple):
     off_robot: torch.Tensor
     known: torch.Tensor
     changed: torch.Tensor
+    flow: torch.Tensor | None = None
+    flow_known: torch.Tensor | None = None
+
+    def take(self, index) -> CascadeExample:
+        """The frames `index` (an int, slice or index tensor) of every part."""
+        return CascadeExample(*(None if part is None else part[index] for part in self))
 
 
 def stored_samples(arrays: dict[str, np.ndarray]) -> int:
@@ -134,7 +149,9 @@ def rollout_arrays(pipe: Kinema4DPipeline, clip: dict[str, np.ndarray], seed: in
 def rollout_example(arrays: dict[str, np.ndarray], context: int = 0, samples: int = 1
                     ) -> CascadeExample:
     """The training frames t >= 1 of a stored rollout (`context`, `samples`: CascadeConfig's;
-    a rollout stored with more samples gives its first `samples`)."""
+    a rollout stored with more samples gives its first `samples`); with `flow` and
+    `flow_valid` among the arrays (object_flow.backward_flow's, added by the stage), the
+    flow targets too."""
     rgb, pointmap = arrays["rgb"], arrays["pointmap"]
     if rgb.ndim == 5:
         rgb, pointmap = rgb[:samples], pointmap[:samples]
@@ -155,11 +172,17 @@ def rollout_example(arrays: dict[str, np.ndarray], context: int = 0, samples: in
     def planes(a: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(a.transpose(0, 3, 1, 2), np.float32))
 
+    flow = flow_known = None
+    if "flow" in arrays:
+        flow = planes(arrays["flow"][1:] / FLOW_SCALE)
+        flow_known = torch.from_numpy((off_robot & arrays["flow_valid"][1:])[:, None]
+                                      .astype(np.float32))
     return CascadeExample(x, planes(colour), planes(points),
                           torch.from_numpy(off_robot[:, None].astype(np.float32)),
                           torch.from_numpy((off_robot & known[1:] & known[:1])[:, None]
                                            .astype(np.float32)),
-                          torch.from_numpy(changed[:, None].astype(np.float32)))
+                          torch.from_numpy(changed[:, None].astype(np.float32)),
+                          flow, flow_known)
 
 
 def cascade_loss(output: torch.Tensor, batch: CascadeExample, section: CascadeSection
@@ -173,7 +196,27 @@ def cascade_loss(output: torch.Tensor, batch: CascadeExample, section: CascadeSe
     points = ((known * (output[:, 3:6] - batch.points).abs()).sum()
               / (3.0 * known.sum().clamp_min(1.0)))
     parts = {"colour": float(colour.detach()), "points": float(points.detach())}
-    return colour + section.point_weight * points, parts
+    loss = colour + section.point_weight * points
+    if section.warp:
+        flow_known = batch.flow_known
+        flow = ((flow_known * (output[:, 6:8] - batch.flow).abs()).sum()
+                / (2.0 * flow_known.sum().clamp_min(1.0)))
+        parts["flow"] = float(flow.detach())
+        # the same error of no flow at all: the mark the flow has to beat
+        parts["flow_still"] = float((flow_known * batch.flow.abs()).sum()
+                                    / (2.0 * flow_known.sum().clamp_min(1.0)))
+        loss = loss + section.flow_weight * flow
+    return loss, parts
+
+
+def with_flow(arrays: dict[str, np.ndarray], dataset, episode_id: str, clip: ClipSpec,
+              section: CascadeSection) -> dict[str, np.ndarray]:
+    """A stored rollout's arrays, with the episode's flow targets added when `section.warp`
+    (not stored with the rollout: they are the episode's, whichever transformer sampled it)."""
+    if not section.warp:
+        return arrays
+    flow, valid = episode_flow(dataset.open(episode_id), clip, section.flow_pixels)
+    return {**arrays, "flow": flow, "flow_valid": valid}
 
 
 def sampling_share(episode_ids: list[str], info: DistInfo, every_rank: bool) -> list[str]:
@@ -223,7 +266,8 @@ def train_cascade(examples: list[CascadeExample], section: CascadeSection, info:
     model = SampleRefiner(CascadeConfig(channels=tuple(section.channels),
                                         residual=section.residual,
                                         context=section.context,
-                                        samples=section.samples)).to(info.device)
+                                        samples=section.samples,
+                                        warp=section.warp)).to(info.device)
     model.train()
     generator = torch.Generator().manual_seed(seed * 37 + info.rank)
     optimizer = torch.optim.AdamW(model.parameters(), lr=section.lr, weight_decay=1e-4)
@@ -244,8 +288,10 @@ def train_cascade(examples: list[CascadeExample], section: CascadeSection, info:
     for step in range(start, section.steps):
         picks = [frames[p] for p in
                  torch.randint(0, len(frames), (section.batch_size,), generator=generator).tolist()]
-        batch = CascadeExample(*(torch.stack([getattr(examples[i], name)[t] for i, t in picks])
-                                 .to(info.device) for name in CascadeExample._fields))
+        batch = CascadeExample(*(
+            None if getattr(examples[0], name) is None else
+            torch.stack([getattr(examples[i], name)[t] for i, t in picks]).to(info.device)
+            for name in CascadeExample._fields))
         loss, parts = cascade_loss(model(batch.x), batch, section)
         losses.append(side_step(loss, model, optimizer, scheduler, info))
         recent.append(parts)
@@ -357,7 +403,8 @@ def cascade_stage(components, transformer: torch.nn.Module | None, transformer_s
                 components.vae.cpu()
                 components.image_encoder.cpu()
     barrier(info)
-    examples = [rollout_example(read_rollout(run, episode_id), section.context, section.samples)
+    examples = [rollout_example(with_flow(read_rollout(run, episode_id), dataset, episode_id,
+                                          clip, section), section.context, section.samples)
                 for episode_id in episode_ids[info.rank::info.world_size]]
     log(f"cascade: training on {len(episode_ids)} rollouts of {section.data_uri}")
     with torch.random.fork_rng(devices=[]):

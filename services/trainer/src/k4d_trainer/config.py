@@ -41,6 +41,7 @@ SECTION_PRECISIONS = ("model", "fp32", "bf16")  # a refiner network's own, or th
 LR_SCHEDULES = ("constant", "cosine", "linear")
 MAX_CASCADE_CONTEXT = 6  # half a 13-frame clip each side
 CASCADE_COLOUR_LOSSES = ("squared", "l1")
+FLOW_PIXELS = ("objects", "all")  # cascade.flow_pixels: where the flow is a target
 
 
 def _check(ok: bool, name: str, message: str) -> None:
@@ -404,6 +405,17 @@ class CascadeSection:
     # more of an uncertain sampled change (an object arriving) at the cost of the static scene
     changed_weight: float = 1.0
     channels: list[int] = field(default_factory=lambda: [32, 64, 96])
+    # true: the colour blends frame 0 warped along a flow the network predicts (an object
+    # keeps its look where it is drawn again), trained with the ground truth's flow from
+    # the episodes' object ids and poses (k4d_trainer.object_flow)
+    warp: bool = False
+    # Loss weight of the flow's L1 error (in FLOW_SCALE = 16 pixels) when `warp`
+    flow_weight: float = 1.0
+    # Where the flow is a target: `objects` (the pixels of an object in frame t: where did
+    # that surface stand) or `all` (the table's too, whose flow is 0). With `all` the L1
+    # error's median is no flow wherever the network is not sure an object moved there:
+    # measured, it learned none (models/demo-small/README.md)
+    flow_pixels: str = "objects"
     # true: the network's output is added to the sample's own change (k4d_model.cascade)
     residual: bool = False
     # Neighbouring frames each side whose sampled change the network also reads (the
@@ -436,6 +448,10 @@ class CascadeSection:
                f"must be one of {CASCADE_COLOUR_LOSSES}, got {self.colour_loss!r}")
         _check(math.isfinite(self.changed_weight) and self.changed_weight > 0,
                f"{prefix}.changed_weight", f"must be a finite number > 0, got {self.changed_weight}")
+        _check(self.flow_pixels in FLOW_PIXELS, f"{prefix}.flow_pixels",
+               f"must be one of {FLOW_PIXELS}, got {self.flow_pixels!r}")
+        _check(math.isfinite(self.flow_weight) and self.flow_weight >= 0,
+               f"{prefix}.flow_weight", f"must be a finite number >= 0, got {self.flow_weight}")
         _check(bool(self.channels) and all(c > 0 and c % 8 == 0 for c in self.channels),
                f"{prefix}.channels", f"must be positive multiples of 8, got {self.channels}")
         _check(0 <= self.context <= MAX_CASCADE_CONTEXT, f"{prefix}.context",
