@@ -12,10 +12,12 @@ from k4d_model import cascade as cascade_module
 from k4d_model.cascade import (
     CHANGE_CHANNELS,
     FLOW_SCALE,
+    MATCH_CHANNELS,
     OUTPUT_CHANNELS,
     POINT_GAIN,
     SAMPLE_CHANNELS,
     CascadeConfig,
+    FlowMatcher,
     SampleRefiner,
     backward_warp,
     load_cascade,
@@ -196,6 +198,65 @@ def test_a_warping_network_blends_frame_zero_warped_with_its_own_colour(tmp_path
     again, _ = refine_sample(loaded, image, rgb, reference, pointmap, scale=0.5)
     first, _ = refine_sample(network, image, rgb, reference, pointmap, scale=0.5)
     assert np.array_equal(again, first)
+
+
+def _square_looks(shifts: list[tuple[int, int]], size=(24, 32)):
+    """Frame 0 and frame t looks (N, 6, H, W): a grey table, a red 6x6 square at (8, 6) in
+    frame 0 moved by each (dx, dy) in frame t (the points: flat), and the backward flow of
+    frame t's square pixels (N, 2, H, W) with where it is defined (N, 1, H, W)."""
+    h, w = size
+    first, current = torch.full((len(shifts), 6, h, w), -0.2), torch.full((len(shifts), 6, h, w), -0.2)
+    flow, known = torch.zeros(len(shifts), 2, h, w), torch.zeros(len(shifts), 1, h, w)
+    first[:, 0, 6:12, 8:14] = 0.9
+    for i, (dx, dy) in enumerate(shifts):
+        current[i, 0, 6 + dy:12 + dy, 8 + dx:14 + dx] = 0.9
+        flow[i, 0, 6 + dy:12 + dy, 8 + dx:14 + dx] = -dx
+        flow[i, 1, 6 + dy:12 + dy, 8 + dx:14 + dx] = -dy
+        known[i, :, 6 + dy:12 + dy, 8 + dx:14 + dx] = 1.0
+    return first, current, flow, known
+
+
+def test_a_flow_matcher_learns_where_a_moved_square_came_from():
+    # the match is global: a square moved 10-16 px is found where a U-Net's regression was not
+    torch.manual_seed(0)
+    matcher = FlowMatcher(16)
+    optimizer = torch.optim.AdamW(matcher.parameters(), lr=5e-3)
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        shifts = [(int(rng.integers(-8, 17)), int(rng.integers(-6, 13))) for _ in range(4)]
+        first, current, flow, known = _square_looks(shifts)
+        loss = (known * (matcher(first, current)[0] - flow).abs()).sum() / known.sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    first, current, flow, known = _square_looks([(16, 0), (10, 10), (-8, 6)])
+    with torch.no_grad():
+        found, confidence = matcher(first, current)
+    error = float((known * (found - flow).norm(dim=1, keepdim=True)).sum() / known.sum())
+    still = float((known * flow.norm(dim=1, keepdim=True)).sum() / known.sum())
+    assert error < 0.2 * still, (error, still)
+    assert confidence.shape == known.shape and 0 < float(confidence.min()) <= 1.0
+
+
+def test_a_matching_network_adds_its_correction_to_the_match(tmp_path):
+    with pytest.raises(ValueError, match="warp"):
+        CascadeConfig(channels=SMALL.channels, matching=8)
+    config = CascadeConfig(channels=SMALL.channels, warp=True, matching=8)
+    assert config.inputs == config.sample_inputs + MATCH_CHANNELS == SAMPLE_CHANNELS + 3
+    image, rgb, reference, pointmap = _sample(5)
+    network = SampleRefiner(config).eval()
+    x = sample_inputs(image, rgb, reference, pointmap)
+    with torch.no_grad():
+        matched = network.matcher(*cascade_module.matcher_looks(x))[0] / FLOW_SCALE
+        assert torch.allclose(network(x)[:, 6:8], matched, atol=1e-6)  # no correction yet
+        network.head.bias[6] = 0.5
+        assert torch.allclose(network(x)[:, 6:8], matched + torch.tensor([0.5, 0.0])[:, None, None],
+                              atol=1e-6)
+    save_cascade(network, tmp_path)
+    loaded = load_cascade(tmp_path)
+    assert loaded.config == config and loaded.matcher is not None
+    assert np.array_equal(refine_sample(loaded, image, rgb, reference, pointmap, 0.5)[0],
+                          refine_sample(network, image, rgb, reference, pointmap, 0.5)[0])
 
 
 def test_cascade_round_trips_through_its_folder(tmp_path):

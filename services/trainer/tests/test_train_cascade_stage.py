@@ -173,13 +173,16 @@ def test_warp_examples_carry_the_flow_and_the_loss_counts_it_where_valid():
     assert "flow" not in cascade_loss(output[:, :6], batch, SECTION)[1]  # without warp
 
 
-def test_a_warping_refiner_trains_on_flow_targets():
-    # the flow learns from its own targets (the warp does not pass the colour's gradient)
+@pytest.mark.parametrize("matching", [0, 8])
+def test_a_warping_refiner_trains_on_flow_targets(matching):
+    # the flow learns from its own targets (the warp does not pass the colour's gradient);
+    # with `matching`, the matcher and the U-Net's correction of it
     section = CascadeSection(steps=40, batch_size=3, lr=5e-3, warmup_steps=0, channels=[8, 16],
-                             warp=True, flow_weight=2.0)
+                             warp=True, flow_weight=2.0, matching=matching)
     examples = [rollout_example(_with_flow_targets(_rollout(i))) for i in range(2)]
     network, losses = train_cascade(examples, section, DistInfo(), seed=0, log=lambda _: None)
-    assert network.config == CascadeConfig(channels=(8, 16), warp=True)
+    assert network.config == CascadeConfig(channels=(8, 16), warp=True, matching=matching)
+    assert (network.matcher is not None) == bool(matching)
     assert len(losses) == section.steps and all(np.isfinite(losses))
     with torch.no_grad():
         flow = network(examples[0].x)[:, 6:8]  # it starts at 0; the targets are (-0.5, 0)
@@ -254,6 +257,8 @@ BASE = {"recipe": "from-scratch", "model": {"size": "tiny"}, "data": {"uri": "/d
     ({"cascade": {"flow_weight": float("inf")}}, "cascade.flow_weight"),
     ({"cascade": {"warp": "maybe"}}, "cascade.warp"),
     ({"cascade": {"flow_pixels": "table"}}, "cascade.flow_pixels"),
+    ({"cascade": {"matching": 16}}, "cascade.matching"),  # needs warp
+    ({"cascade": {"warp": True, "matching": -1}}, "cascade.matching"),
     ({"cascade": {"channels": [12]}}, "cascade.channels"),
     ({"cascade": {"lr_schedule": "step"}}, "cascade.lr_schedule"),
     ({"cascade": {"context": -1}}, "cascade.context"),

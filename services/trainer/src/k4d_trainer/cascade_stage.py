@@ -267,7 +267,8 @@ def train_cascade(examples: list[CascadeExample], section: CascadeSection, info:
                                         residual=section.residual,
                                         context=section.context,
                                         samples=section.samples,
-                                        warp=section.warp)).to(info.device)
+                                        warp=section.warp,
+                                        matching=section.matching)).to(info.device)
     model.train()
     generator = torch.Generator().manual_seed(seed * 37 + info.rank)
     optimizer = torch.optim.AdamW(model.parameters(), lr=section.lr, weight_decay=1e-4)

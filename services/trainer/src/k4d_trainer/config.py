@@ -416,6 +416,10 @@ class CascadeSection:
     # error's median is no flow wherever the network is not sure an object moved there:
     # measured, it learned none (models/demo-small/README.md)
     flow_pixels: str = "objects"
+    # > 0 (with `warp`): the flow starts from a global match of the sample's look to frame
+    # 0's on features this wide (k4d_model.cascade.FlowMatcher), which the U-Net corrects;
+    # 0: the U-Net regresses the flow alone
+    matching: int = 0
     # true: the network's output is added to the sample's own change (k4d_model.cascade)
     residual: bool = False
     # Neighbouring frames each side whose sampled change the network also reads (the
@@ -452,6 +456,10 @@ class CascadeSection:
                f"must be one of {FLOW_PIXELS}, got {self.flow_pixels!r}")
         _check(math.isfinite(self.flow_weight) and self.flow_weight >= 0,
                f"{prefix}.flow_weight", f"must be a finite number >= 0, got {self.flow_weight}")
+        _check(self.matching >= 0, f"{prefix}.matching",
+               f"must be >= 0 (0: no match), got {self.matching}")
+        _check(not self.matching or self.warp, f"{prefix}.matching",
+               "needs warp: true (the match is where the warp samples frame 0)")
         _check(bool(self.channels) and all(c > 0 and c % 8 == 0 for c in self.channels),
                f"{prefix}.channels", f"must be positive multiples of 8, got {self.channels}")
         _check(0 <= self.context <= MAX_CASCADE_CONTEXT, f"{prefix}.context",
