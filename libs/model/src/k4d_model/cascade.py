@@ -61,7 +61,11 @@ pixels in a clip (median 19, 90th percentile 70 on the demo's validation episode
 than a U-Net learned to regress: measured, its flow ended 31 px off against 36 px for no
 flow. A match needs only features that tell an object's look apart, wherever it went. A
 learned penalty on the squared distance breaks ties between look-alike cells in favour of
-the nearer one. The matcher learns from the flow targets alone, as the flow does.
+the nearer one. The matcher learns from the flow targets alone, as the flow does. An
+untrained matcher's flow is not zero (a near-uniform mean of positions), so an untrained
+matching network warps frame 0 along it at weight 1/2. Nor is a trained one's on
+featureless cells, even where frame t's look is frame 0's (on the table, about 24 px on
+the demo's rollouts): the U-Net's weight keeps the warp off where the match says nothing.
 
 It does not read the robot condition: where and how the scene moves has to come from the
 sample (the ablation that replaces the sample by frame 0 must still change the output).
@@ -92,7 +96,6 @@ CHANGE_CHANNELS = 6  # a frame's sampled rgb and point change: what each neighbo
 OUTPUT_CHANNELS = 6
 WARP_CHANNELS = 3  # flow (2) and the warp's weight (1), after the 6 outputs
 MATCH_CHANNELS = 3  # the matched flow (2) and its confidence (1), read by the U-Net
-MATCH_STRIDE = 4  # the matcher's grid against the image's (a latent cell's size)
 # Objects move tens of pixels in a clip: the flow is output in units of FLOW_SCALE pixels so
 # that its targets are near 1, as the colour's are.
 FLOW_SCALE = 16.0
@@ -150,8 +153,8 @@ class CascadeConfig:
 class FlowMatcher(nn.Module):
     """(first, current) look, each (N, 6, H, W) (colour and points on the [-1, 1] scale) ->
     backward flow (N, 2, H, W) in pixels and confidence (N, 1, H, W): for each cell of
-    `current` on a grid MATCH_STRIDE x coarser, where in `first` it lies (module docstring),
-    upsampled bilinearly to the image."""
+    `current` on a grid 4x coarser (the encoder's two stride-2 convolutions: a latent cell's
+    size), where in `first` it lies (module docstring), upsampled bilinearly to the image."""
 
     def __init__(self, features: int, groups: int = 8):
         super().__init__()
