@@ -116,9 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"step 0: moving pixels {error:.1f} px off (no flow {still:.1f})", flush=True)
     for step in range(1, args.steps + 1):
         picks = [frames[p] for p in torch.randint(0, len(frames), (args.batch,)).tolist()]
-        batch = CascadeExample(*(None if getattr(train[0], name) is None else
-                                 torch.stack([getattr(train[i], name)[t] for i, t in picks])
-                                 for name in CascadeExample._fields))
+        batch = CascadeExample.gather(train, picks)
         flow = matcher(*looks(batch, args.look))[0] / FLOW_SCALE
         known = batch.flow_known
         loss = (known * (flow - batch.flow).abs()).sum() / (2.0 * known.sum().clamp_min(1.0))

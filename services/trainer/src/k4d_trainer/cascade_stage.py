@@ -106,6 +106,15 @@ class CascadeExample(NamedTuple):
         """The frames `index` (an int, slice or index tensor) of every part."""
         return CascadeExample(*(None if part is None else part[index] for part in self))
 
+    @staticmethod
+    def gather(examples: list[CascadeExample], picks: list[tuple[int, int]]) -> CascadeExample:
+        """A batch: frame t of examples[i] for each (i, t) of `picks`, stacked (the parts
+        the examples lack stay None)."""
+        return CascadeExample(*(
+            None if getattr(examples[0], name) is None else
+            torch.stack([getattr(examples[i], name)[t] for i, t in picks])
+            for name in CascadeExample._fields))
+
 
 def stored_samples(arrays: dict[str, np.ndarray]) -> int:
     """How many samples a stored rollout holds (one is stored unstacked)."""
@@ -289,10 +298,8 @@ def train_cascade(examples: list[CascadeExample], section: CascadeSection, info:
     for step in range(start, section.steps):
         picks = [frames[p] for p in
                  torch.randint(0, len(frames), (section.batch_size,), generator=generator).tolist()]
-        batch = CascadeExample(*(
-            None if getattr(examples[0], name) is None else
-            torch.stack([getattr(examples[i], name)[t] for i, t in picks]).to(info.device)
-            for name in CascadeExample._fields))
+        batch = CascadeExample(*(None if part is None else part.to(info.device)
+                                 for part in CascadeExample.gather(examples, picks)))
         loss, parts = cascade_loss(model(batch.x), batch, section)
         losses.append(side_step(loss, model, optimizer, scheduler, info))
         recent.append(parts)
