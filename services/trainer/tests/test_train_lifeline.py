@@ -1,6 +1,7 @@
 """`k4d_trainer.lifeline`: a process armed with `die_with_parent` ends when its parent ends,
 including when the parent was already gone before the signal was armed (the race the
-kernel API leaves open). The torchrun path end to end: test_train_run.py."""
+kernel API leaves open), and the agent, not torchrun, handles SIGTERM under a real torchrun.
+The training path end to end: test_train_run.py."""
 
 from __future__ import annotations
 
@@ -118,3 +119,49 @@ def test_a_worker_that_outlasts_the_grace_is_left_to_torchrun():
     out, seconds = _stop_an_agent(grace_s=1.0, worker_seconds=60.0)
     assert out == f"signal {int(signal.SIGTERM)} worker running"
     assert 1.0 <= seconds < 30.0
+
+
+# A torchrun worker that, after a SIGTERM, needs 4 s to stop (a step and a checkpoint on a
+# loaded machine) and then marks that it stopped in order: argv the marker file.
+TORCHRUN_WORKER = """
+import os, pathlib, signal, sys, time
+marker = pathlib.Path(sys.argv[1])
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+marker.with_suffix(".ready").write_text(str(os.getpid()))
+while not stop:
+    time.sleep(0.05)
+time.sleep(4)
+marker.write_text("stopped in order")
+"""
+
+
+def test_real_torchrun_leaves_sigterm_to_the_agent(tmp_path):
+    """Under torchrun itself (which installs its own SIGTERM handler when it starts the
+    workers): with its shutdown wait cut to 1 s, a worker needing 4 s still stops in order,
+    because the agent's graceful stop, not torchrun's, handles the SIGTERM. torchrun 2.13
+    overwrote the environment variable that once asked it to leave SIGTERM alone."""
+    worker, marker = tmp_path / "worker.py", tmp_path / "stopped"
+    ready = marker.with_suffix(".ready")
+    worker.write_text(TORCHRUN_WORKER)
+    env = dict(os.environ, K4D_TRAIN_STOP_GRACE_S="30")
+    env.pop("K4D_TRAIN_LAUNCHER_PID", None)
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "k4d_trainer.lifeline", "--nproc-per-node=1", "--standalone",
+         "--shutdown-timeout=1", str(worker), str(marker)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists() and time.monotonic() < deadline:
+            assert agent.poll() is None, agent.stdout.read()[-3000:]
+            time.sleep(0.1)
+        agent.send_signal(signal.SIGTERM)
+        out, _ = agent.communicate(timeout=60)
+        assert marker.exists(), out[-3000:]
+        assert marker.read_text() == "stopped in order"
+    finally:  # torchrun starts its worker in a session of its own: kill both
+        worker_pid = ready.read_text() if ready.exists() else ""
+        for pid in [agent.pid, *([int(worker_pid)] if worker_pid else [])]:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -118,8 +118,14 @@ def graceful_stop(grace_s: float) -> bool:
                               sigval=signal.Signals(signum))
 
     signal.signal(signal.SIGTERM, on_sigterm)
-    # torchrun installs its handler for the signals named here when it starts the workers
-    os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = "SIGINT,SIGHUP,SIGQUIT"
+    # torchrun installs its own handler, which replaces this one, for the signals in its
+    # --signals-to-handle option (default SIGTERM,SIGINT,SIGHUP,SIGQUIT), whose default it
+    # reads from PET_SIGNALS_TO_HANDLE. It copies the option into TORCHELASTIC_SIGNALS_TO_HANDLE
+    # before starting the workers, so setting only that variable (as this once did) left
+    # torchrun's 30 s handling in place, and a loaded machine's workers were killed mid-step.
+    torchrun_signals = "SIGINT,SIGHUP,SIGQUIT"
+    os.environ["PET_SIGNALS_TO_HANDLE"] = torchrun_signals
+    os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = torchrun_signals  # torch without the option
     return True
 
 
