@@ -48,7 +48,7 @@ def _metrics(run: Path) -> list[dict]:
 
 
 def export(config_path: str, run: Path, out: Path, label: str, name: str,
-           default: bool = False) -> dict:
+           default: bool = False, weights: str = "auto") -> dict:
     import torch.distributed.checkpoint as dcp
     from k4d_model.registry import build_manifest
     from k4d_trainer import model as model_lib
@@ -64,6 +64,11 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
     if config.recipe != "from-scratch":
         sys.exit("demo_model: error: export handles from-scratch runs only")
     step, folder = _newest_checkpoint(run)
+    averaged = bool(config.training.ema_decay)
+    weights = ("ema" if averaged else "raw") if weights == "auto" else weights
+    if weights == "ema" and not averaged:
+        sys.exit(f"demo_model: error: --weights ema: {config_path} trains no weight average "
+                 "(training.ema_decay is 0)")
     components = model_lib.load_components(config.recipe, config.model, config.seed)
     vae = load_saved_vae(RunDir(str(run.resolve())))
     if vae is not None:
@@ -78,6 +83,12 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
         sys.exit(f"demo_model: error: {run} has no committed refiner")
     cascade = load_run_cascade(RunDir(str(run.resolve())))
     cascade_step = cascade_source_step(RunDir(str(run.resolve())))
+    if cascade is not None and averaged and weights == "raw":
+        # its rollouts were the average's samples, not these weights'
+        print(f"demo_model: warning: --weights raw: {run}'s sample refiner learned the "
+              "weight average's rollouts; exported without it (the sample only)",
+              file=sys.stderr)
+        cascade = None
     if cascade is not None:
         if cascade_step is None:
             print(f"demo_model: warning: {run} does not record which transformer step its "
@@ -87,7 +98,7 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
                      f"{cascade_step}'s rollouts, the newest checkpoint is step {step}: "
                      "resume the run (k4d train --resume) to sample and train it again")
         components.cascade = cascade
-    elif config.cascade.steps:
+    elif config.cascade.steps and not (averaged and weights == "raw"):
         sys.exit(f"demo_model: error: {run} has no committed sample refiner (cascade/)")
     started_from = components.info.version if config.model.init else None
     transformer = components.transformer
@@ -96,12 +107,22 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
     # (the unused text embedder) are rebuilt from the seed, exactly as the trainer does.
     trained = {n: p.detach().clone() for n, p in transformer.named_parameters()
                if p.requires_grad}
-    state = {"model_optim": {"model": trained}}
-    dcp.load(state, storage_reader=dcp.FileSystemReader(str(folder)))
+    # the last step's weights, or their moving average (k4d_trainer.ema) that the run
+    # publishes; a run that turned the average on when it resumed holds it from then on
+    state = {"ema": {"weights": trained}} if weights == "ema" else \
+        {"model_optim": {"model": trained}}
+    reader = dcp.FileSystemReader(str(folder))
+    if weights == "ema" and not any(key.startswith("ema.")
+                                    for key in reader.read_metadata().state_dict_metadata):
+        sys.exit(f"demo_model: error: {folder} holds no weight average (a checkpoint "
+                 "written before training.ema_decay was set); export --weights raw")
+    dcp.load(state, storage_reader=reader)
     full = {n: t.detach().float().clone() for n, t in transformer.state_dict().items()}
-    full.update({n: t.float() for n, t in state["model_optim"]["model"].items()})
+    full.update({n: t.float() for n, t in trained.items()})
     # A second stage names the steps of both: step-3794-then-2000.
     version = f"{started_from}-then-{step}" if started_from else f"step-{step}"
+    if averaged and weights == "raw":
+        version += "-raw"  # not the weights the run publishes
     if out.exists():
         shutil.rmtree(out / WEIGHTS, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
@@ -121,6 +142,7 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
                      "size": config.model.size, "seed": config.seed, "step": step,
                      "planned_steps": config.training.steps,
                      "global_batch_size": config.training.global_batch_size,
+                     "weights": weights, "ema_decay": config.training.ema_decay,
                      "vae_steps": 0 if config.model.init else config.vae.steps,
                      "refiner_steps": config.refiner.steps,
                      **{f"{section}_refiner_steps": getattr(config.refiner, section).steps
@@ -412,6 +434,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--label", default="early", help="early | trained (shown in every output)")
     p.add_argument("--name", default="k4d-demo-small")
+    p.add_argument("--weights", choices=("auto", "raw", "ema"), default="auto",
+                   help="the last step's weights (raw) or their moving average (ema); auto: "
+                        "the average when the recipe trains one (training.ema_decay)")
     p.add_argument("--default", action="store_true",
                    help="make it the model `k4d simulate` uses without --model")
     p = sub.add_parser("resume-pack")
@@ -453,7 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.command == "export":
-        manifest = export(args.config, args.run, args.out, args.label, args.name, args.default)
+        manifest = export(args.config, args.run, args.out, args.label, args.name, args.default,
+                          args.weights)
         print(json.dumps({"out": str(args.out), "version": manifest["version"],
                           "files": len(manifest["files"]),
                           "bytes": sum(f["size_bytes"] for f in manifest["files"])}))

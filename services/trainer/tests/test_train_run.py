@@ -91,6 +91,7 @@ def test_two_processes_match_single_process(tmp_path, overfit, strategy, paralle
     config = json.loads(Path(path).read_text())
     config["parallelism"] = parallelism
     config["checkpoint"] = {"every": STEPS // 2, "keep": 0}
+    config["training"]["ema_decay"] = 0.8  # the average leaves the training alone
     recipe_file = tmp_path / f"{strategy}.json"
     recipe_file.write_text(json.dumps(config))
     run = tmp_path / "run"
@@ -119,6 +120,21 @@ def test_two_processes_match_single_process(tmp_path, overfit, strategy, paralle
         assert [m["step"] for m in read_metrics(str(elastic))] == list(range(STEPS // 2 + 1,
                                                                              STEPS + 1))
         assert _losses(elastic) == pytest.approx(reference[STEPS // 2:], rel=1e-4, abs=1e-5)
+        # ... and so does the weight average, sharded on two ranks, one rank's from there
+        last = f"step-{STEPS:08d}"
+        two, one = (_saved_average(r / "checkpoints" / last, tmp_path / f"{r.name}.pt")
+                    for r in (run, elastic))
+        assert two["updates"] == one["updates"] == STEPS and two["weights"]
+        for name, value in two["weights"].items():
+            torch.testing.assert_close(one["weights"][name], value, rtol=1e-4, atol=1e-6)
+
+
+def _saved_average(checkpoint: Path, scratch: Path) -> dict:
+    """The weight average (k4d_trainer.ema) a DCP checkpoint holds, as full tensors."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    dcp_to_torch_save(str(checkpoint), str(scratch))
+    return torch.load(scratch, weights_only=False)["ema"]
 
 
 def test_sigkill_then_resume_repeats_the_losses(tmp_path, overfit):

@@ -123,6 +123,13 @@ class Checkpointer:
             raise FailedPrecondition(f"checkpoint {info.uri} is not committed")
         dcp.load(state, storage_reader=self._reader(info.uri))
 
+    def holds(self, info: CheckpointInfo, key: str) -> bool:
+        """Whether the checkpoint holds the state dict entry `key` (a part added to a run's
+        state after this checkpoint was written, such as the weight average, is absent)."""
+        metadata = self._reader(info.uri).read_metadata()
+        return any(name == key or name.startswith(f"{key}.")
+                   for name in metadata.state_dict_metadata)
+
     def _writer(self, uri: str):
         if uri.startswith("file://"):
             return dcp.FileSystemWriter(uri[len("file://"):])

@@ -168,6 +168,10 @@ class TrainingSection:
     sample_every: int = 0
     sample_uri: str | None = None
     sample_episodes: int = 4
+    # An exponential moving average of the trainable weights (k4d_trainer.ema; 0 = off,
+    # else the decay, e.g. 0.999 for an average over about the last 1000 steps): the run
+    # samples its progress figures and rollouts with it and publishes it
+    ema_decay: float = 0.0
 
     def validate(self) -> None:
         _check(self.steps >= 1, "training.steps", f"must be >= 1, got {self.steps}")
@@ -179,6 +183,8 @@ class TrainingSection:
                "must be a dataset URI (or left out for vae.heldout_uri)")
         _check(self.latent_target in LATENT_TARGETS, "training.latent_target",
                f"must be one of {LATENT_TARGETS}, got {self.latent_target!r}")
+        _check(self.ema_decay == 0 or 0 < self.ema_decay < 1, "training.ema_decay",
+               f"must be 0 (off) or in (0, 1), got {self.ema_decay}")
         _check(self.global_batch_size >= 1, "training.global_batch_size", "must be >= 1")
         _check(math.isfinite(self.lr) and self.lr > 0, "training.lr",
                f"must be a finite number > 0, got {self.lr}")

@@ -7,6 +7,7 @@ optimizer, checkpoints, reporting); `train` is a short linear loop whose details
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -24,6 +25,8 @@ from k4d_trainer.checkpoint import Checkpointer, ModelOptimizerState, RngState
 from k4d_trainer.clips import ClipSpec
 from k4d_trainer.config import TrainConfig, resolve_degrees
 from k4d_trainer.data import EpisodeSampler, collate, encode_missing, open_source, select_episodes
+from k4d_trainer.ema import STATE_KEY as EMA_KEY
+from k4d_trainer.ema import EmaState
 from k4d_trainer.latents import LatentCache, SampleEncoder
 from k4d_trainer.objective import (
     flow_matching_loss,
@@ -108,6 +111,10 @@ class Trainer:
         self.status = RunStatus(state="running", total_steps=config.training.steps)
         self._terminate = False
         self._previous_sigterm = None
+        # the moving average of the weights (training.ema_decay), what the run publishes
+        self.ema = EmaState({n: p for n, p in components.transformer.named_parameters()
+                             if p.requires_grad}, config.training.ema_decay) \
+            if config.training.ema_decay else None
 
     # ------------------------------------------------------------------ build
 
@@ -191,17 +198,26 @@ class Trainer:
 
     # ------------------------------------------------------------------ state
 
-    def state_dict(self) -> dict:
-        return {"model_optim": ModelOptimizerState(self.model, self.optimizer),
-                "lr_schedule": _Stateful(self.lr_scheduler), "data": _Stateful(self.sampler),
-                "train_state": self.state, "rng": RngState()}
+    def state_dict(self, with_ema: bool = True) -> dict:
+        state = {"model_optim": ModelOptimizerState(self.model, self.optimizer),
+                 "lr_schedule": _Stateful(self.lr_scheduler), "data": _Stateful(self.sampler),
+                 "train_state": self.state, "rng": RngState()}
+        if self.ema is not None and with_ema:
+            state[EMA_KEY] = self.ema
+        return state
 
     def restore(self) -> None:
         latest = self.checkpointer.latest()
         if latest is None:
             log.info("resume: no committed checkpoint in %s; starting at step 0", self.run.uri)
             return
-        self.checkpointer.load(latest, self.state_dict())
+        # A run that turns training.ema_decay on when it resumes starts the average there.
+        restart_ema = self.ema is not None and not self.checkpointer.holds(latest, EMA_KEY)
+        self.checkpointer.load(latest, self.state_dict(with_ema=not restart_ema))
+        if restart_ema:
+            self.ema.restart_from_weights()
+            log.info("resume: %s holds no weight average; training.ema_decay starts it at "
+                     "step %d", latest.uri, self.state.step)
         self.status.checkpoint_uri = latest.uri
         log.info("resumed from %s (step %d)", latest.uri, self.state.step)
 
@@ -230,6 +246,8 @@ class Trainer:
                 self.save_checkpoint()
         if self.status.checkpoint_uri != self.checkpointer.uri_for(self.state.step):
             self.save_checkpoint()
+        if self.ema is not None:  # the rollouts and the published model are the average's
+            self.ema.copy_to_weights()
         if self.config.cascade.steps:
             self.train_cascade()
         self.status.published_model = self.publish()
@@ -261,6 +279,8 @@ class Trainer:
         self.optimizer.step()
         self.lr_scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.ema is not None:
+            self.ema.update()
         self.state.step += 1
         loss_value = all_reduce_mean(float(loss.detach()), self.dist)
         if not math.isfinite(loss_value):
@@ -277,20 +297,26 @@ class Trainer:
     def measure_samples(self) -> None:
         """The sample-based progress figures of the current weights (k4d_trainer.progress):
         every rank takes part in gathering sharded weights, rank 0 samples and reports, the
-        others wait at a barrier so the data-parallel ranks stay in step."""
+        others wait at a barrier so the data-parallel ranks stay in step. With
+        training.ema_decay, the figures are the weight average's (what the run publishes)."""
+        with self.ema.swapped_in() if self.ema is not None else contextlib.nullcontext():
+            self._measure_samples()
+        barrier(self.dist)
+
+    def _measure_samples(self) -> None:
         transformer = sampling_transformer(self.components, self.dist,
                                            self.config.model.lora_alpha)
-        if self.dist.is_main:
-            figures = self.progress.measure(transformer, self.state.step)
-            self.reporter.sample(figures)
-            static = figures["sample_static_psnr_db"]
-            log.info("samples at step %d: PSNR %.2f dB against the VAE's reconstruction "
-                     "(static pixels %s), x0 error at sigma 1 %.4f (predicting zero %.4f); "
-                     "%d episodes in %.1f s", self.state.step, figures["sample_psnr_db"],
-                     "none" if static is None else f"{static:.2f} dB",
-                     figures["x0_error_sigma1"], figures["x0_error_sigma1_zero"],
-                     figures["episodes"], figures["seconds"])
-        barrier(self.dist)
+        if not self.dist.is_main:
+            return
+        figures = self.progress.measure(transformer, self.state.step)
+        self.reporter.sample(figures)
+        static = figures["sample_static_psnr_db"]
+        log.info("samples at step %d: PSNR %.2f dB against the VAE's reconstruction "
+                 "(static pixels %s), x0 error at sigma 1 %.4f (predicting zero %.4f); "
+                 "%d episodes in %.1f s", self.state.step, figures["sample_psnr_db"],
+                 "none" if static is None else f"{static:.2f} dB",
+                 figures["x0_error_sigma1"], figures["x0_error_sigma1_zero"],
+                 figures["episodes"], figures["seconds"])
 
     def train_cascade(self) -> None:
         """The cascade stage on the trained weights (k4d_trainer.cascade_stage): rollouts
