@@ -40,6 +40,17 @@ def test_the_average_follows_the_warmed_up_decay():
     assert ema.updates == 2
 
 
+def test_without_warmup_the_decay_holds_from_the_first_update():
+    params = _params()
+    ema = EmaState(params, decay=0.9, warmup=False)  # a stage from a trained model.init
+    ema.update()  # EMAModel's first update copies the weights, with or without warm-up
+    with torch.no_grad():
+        params["a"].add_(10.0)
+    ema.update()
+    expected = 0.9 * torch.tensor([1.0, 2.0]) + 0.1 * torch.tensor([11.0, 12.0])
+    torch.testing.assert_close(ema.state_dict()["weights"]["a"], expected)
+
+
 def test_swapped_in_samples_the_average_and_trains_on_the_weights():
     params = _params()
     ema = EmaState(params, decay=0.9)
@@ -71,6 +82,15 @@ def test_the_average_round_trips_through_a_checkpoint(tmp_path):
 def test_a_decay_outside_the_unit_interval_is_refused(decay):
     with pytest.raises(InvalidArgument, match="training.ema_decay"):
         TrainingSection(ema_decay=decay).validate()
+
+
+def test_a_warmup_that_is_not_a_boolean_is_refused(tmp_path):
+    path = tmp_path / "recipe.json"
+    path.write_text(json.dumps({"recipe": "from-scratch", "model": {"size": "tiny"},
+                                "data": {"uri": str(tmp_path)},
+                                "training": {"ema_decay": 0.9, "ema_warmup": "no"}}))
+    with pytest.raises(InvalidArgument, match="training.ema_warmup"):
+        load_config_file(str(path))
 
 
 def _tiny_recipe(tmp_path, recipe, episodes_dir, **training) -> Path:

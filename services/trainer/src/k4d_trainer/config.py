@@ -172,6 +172,9 @@ class TrainingSection:
     # else the decay, e.g. 0.999 for an average over about the last 1000 steps): the run
     # samples its progress figures and rollouts with it and publishes it
     ema_decay: float = 0.0
+    # The decay warms up as (1 + n) / (10 + n) (diffusers' default, for a random start);
+    # false holds it from the first update (a stage from a trained model.init)
+    ema_warmup: bool = True
 
     def validate(self) -> None:
         _check(self.steps >= 1, "training.steps", f"must be >= 1, got {self.steps}")

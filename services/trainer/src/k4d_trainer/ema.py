@@ -3,8 +3,11 @@
 The demo transformer trains on batches of 4 and underfits: each weight update is noisy,
 and the weights that sample best are an average over the last steps, not the last step's
 (as diffusion models are usually published). The averaging itself is diffusers'
-`EMAModel` (its decay warm-up `(1 + n) / (10 + n)` capped at `ema_decay`); this module
-adds what the trainer needs around it:
+`EMAModel`. Its decay warms up as `(1 + n) / (10 + n)` (capped at `ema_decay`) so that a
+random start soon leaves the average; that warm-up also shortens the average to ~300
+steps at n = 2400 whatever the decay, so a stage that starts from a trained `model.init`
+turns it off (`training.ema_warmup: false`, the decay held from the first update). This
+module adds what the trainer needs around it:
 
 - `EmaState`: the average as a DCP Stateful (named tensors, so a checkpoint reshards it
   like the weights, FSDP2 DTensors included);
@@ -30,12 +33,16 @@ class EmaState(Stateful):
     """The moving average of `named` parameters (name -> Parameter), updated by `update`
     after every optimizer step."""
 
-    def __init__(self, named: dict[str, torch.nn.Parameter], decay: float):
+    def __init__(self, named: dict[str, torch.nn.Parameter], decay: float,
+                 warmup: bool = True):
         if not 0.0 < decay < 1.0:
             raise ValueError(f"ema decay must be in (0, 1), got {decay}")
         self.names = list(named)
         self.parameters = list(named.values())
-        self.average = EMAModel(self.parameters, decay=decay)
+        # EMAModel takes the larger of its warmed-up decay and min_decay: min_decay = decay
+        # holds the decay from the first update
+        self.average = EMAModel(self.parameters, decay=decay,
+                                min_decay=0.0 if warmup else decay)
 
     @property
     def updates(self) -> int:

@@ -113,7 +113,8 @@ class Trainer:
         self._previous_sigterm = None
         # the moving average of the weights (training.ema_decay), what the run publishes
         self.ema = EmaState({n: p for n, p in components.transformer.named_parameters()
-                             if p.requires_grad}, config.training.ema_decay) \
+                             if p.requires_grad}, config.training.ema_decay,
+                            config.training.ema_warmup) \
             if config.training.ema_decay else None
 
     # ------------------------------------------------------------------ build
