@@ -50,6 +50,7 @@ def _metrics(run: Path) -> list[dict]:
 def export(config_path: str, run: Path, out: Path, label: str, name: str,
            default: bool = False, weights: str = "auto") -> dict:
     import torch.distributed.checkpoint as dcp
+    from k4d_model.options import CASCADE_KEY
     from k4d_model.registry import build_manifest
     from k4d_trainer import model as model_lib
     from k4d_trainer.cascade_stage import cascade_source_step, load_run_cascade
@@ -83,12 +84,15 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
         sys.exit(f"demo_model: error: {run} has no committed refiner")
     cascade = load_run_cascade(RunDir(str(run.resolve())))
     cascade_step = cascade_source_step(RunDir(str(run.resolve())))
+    fidelity = dict(config.model.fidelity)  # the output options the export writes
     if cascade is not None and averaged and weights == "raw":
         # its rollouts were the average's samples, not these weights'
         print(f"demo_model: warning: --weights raw: {run}'s sample refiner learned the "
               "weight average's rollouts; exported without it (the sample only)",
               file=sys.stderr)
         cascade = None
+        components.info.extra.pop(CASCADE_KEY, None)
+        fidelity.pop(CASCADE_KEY, None)
     if cascade is not None:
         if cascade_step is None:
             print(f"demo_model: warning: {run} does not record which transformer step its "
@@ -158,7 +162,7 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
                      "robot_loss_weight": config.training.robot_loss_weight,
                      "train_seconds": round(sum(m.get("step_time_s", 0.0) for m in metrics), 1),
                      "last_loss": metrics[-1]["loss"] if metrics else None},
-        "fidelity": config.model.fidelity,
+        "fidelity": fidelity,
     })
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     if metrics:
