@@ -157,3 +157,32 @@ def test_turning_the_average_on_at_a_resume_starts_it_there(tmp_path, recipe, ep
     trainer = _train(averaged, run, resume=True)
     assert trainer.state.step == 5 and trainer.ema.updates == 2  # steps 4 and 5
     assert _export(averaged, run, tmp_path / "ema", "ema").returncode == 0
+
+
+def test_the_raw_export_of_an_averaged_run_leaves_its_refiner_out(tmp_path, recipe,
+                                                                   make_dataset):
+    """The cascade stage samples its rollouts with the average, so its refiner goes with the
+    average's export only; the last step's export is the sample alone, its option too."""
+    data = make_dataset(tmp_path / "data", count=2, frames=5, height=32, width=48)
+    other = make_dataset(tmp_path / "other", count=2, frames=5, height=32, width=48)
+    saved, _ = build_components(get_model_config("tiny"), seed=11)
+    save_k4d(saved, tmp_path / "stage1")
+    path = recipe(tmp_path, data, None, recipe="from-scratch",
+                  model={"size": "tiny", "init": str(tmp_path / "stage1"),
+                         "activation_checkpointing": False,
+                         "fidelity": {"first_frame": "given", "decode": "relative",
+                                      "cascade": "sample"}},
+                  training={"steps": 2, "global_batch_size": 2, "lr": 1e-2, "warmup_steps": 0,
+                            "ema_decay": 0.5, "ema_warmup": False},
+                  cascade={"steps": 2, "data_uri": other, "batch_size": 2, "channels": [8, 16],
+                           "warmup_steps": 0})
+    _train(path, tmp_path / "run")
+    assert _export(path, tmp_path / "run", tmp_path / "ema", "ema").returncode == 0
+    raw = _export(path, tmp_path / "run", tmp_path / "raw", "raw")
+    assert raw.returncode == 0 and "exported without it" in raw.stderr
+    ema_model, raw_model = (load_model(tmp_path / d / "weights") for d in ("ema", "raw"))
+    assert ema_model.cascade is not None and ema_model.info.extra["cascade"] == "sample"
+    assert raw_model.cascade is None and "cascade" not in raw_model.info.extra
+    manifest = json.loads((tmp_path / "raw" / "manifest.json").read_text())
+    assert "cascade" not in manifest["fidelity"]
+    assert not any(f["path"].startswith("cascade/") for f in manifest["files"])
