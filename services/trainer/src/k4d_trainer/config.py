@@ -169,11 +169,12 @@ class TrainingSection:
     sample_uri: str | None = None
     sample_episodes: int = 4
     # An exponential moving average of the trainable weights (k4d_trainer.ema; 0 = off,
-    # else the decay, e.g. 0.999 for an average over about the last 1000 steps): the run
+    # else the decay: 0.999 averages about the last 1000 steps once warmed up): the run
     # samples its progress figures and rollouts with it and publishes it
     ema_decay: float = 0.0
-    # The decay warms up as (1 + n) / (10 + n) (diffusers' default, for a random start);
-    # false holds it from the first update (a stage from a trained model.init)
+    # The decay warms up as (1 + n) / (10 + n) (diffusers' default, for a random start; at
+    # n = 2400 that is still 0.9963); false holds it from the second update (the first
+    # copies the weights): a stage from a trained model.init
     ema_warmup: bool = True
 
     def validate(self) -> None:

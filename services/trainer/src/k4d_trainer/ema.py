@@ -6,7 +6,7 @@ and the weights that sample best are an average over the last steps, not the las
 `EMAModel`. Its decay warms up as `(1 + n) / (10 + n)` (capped at `ema_decay`) so that a
 random start soon leaves the average; that warm-up also shortens the average to ~300
 steps at n = 2400 whatever the decay, so a stage that starts from a trained `model.init`
-turns it off (`training.ema_warmup: false`, the decay held from the first update). This
+turns it off (`training.ema_warmup: false`, the decay held from the second update). This
 module adds what the trainer needs around it:
 
 - `EmaState`: the average as a DCP Stateful (named tensors, so a checkpoint reshards it
@@ -40,7 +40,7 @@ class EmaState(Stateful):
         self.names = list(named)
         self.parameters = list(named.values())
         # EMAModel takes the larger of its warmed-up decay and min_decay: min_decay = decay
-        # holds the decay from the first update
+        # holds the decay from the second update (its first copies the weights)
         self.average = EMAModel(self.parameters, decay=decay,
                                 min_decay=0.0 if warmup else decay)
 
