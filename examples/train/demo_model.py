@@ -85,7 +85,8 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
     cascade = load_run_cascade(RunDir(str(run.resolve())))
     cascade_step = cascade_source_step(RunDir(str(run.resolve())))
     fidelity = dict(config.model.fidelity)  # the output options the export writes
-    if cascade is not None and averaged and weights == "raw":
+    raw_of_average = averaged and weights == "raw"  # not the weights the run publishes
+    if cascade is not None and raw_of_average:
         # its rollouts were the average's samples, not these weights'
         print(f"demo_model: warning: --weights raw: {run}'s sample refiner learned the "
               "weight average's rollouts; exported without it (the sample only)",
@@ -102,7 +103,7 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
                      f"{cascade_step}'s rollouts, the newest checkpoint is step {step}: "
                      "resume the run (k4d train --resume) to sample and train it again")
         components.cascade = cascade
-    elif config.cascade.steps and not (averaged and weights == "raw"):
+    elif config.cascade.steps and not raw_of_average:
         sys.exit(f"demo_model: error: {run} has no committed sample refiner (cascade/)")
     started_from = components.info.version if config.model.init else None
     transformer = components.transformer
@@ -125,8 +126,8 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
     full.update({n: t.float() for n, t in trained.items()})
     # A second stage names the steps of both: step-3794-then-2000.
     version = f"{started_from}-then-{step}" if started_from else f"step-{step}"
-    if averaged and weights == "raw":
-        version += "-raw"  # not the weights the run publishes
+    if raw_of_average:
+        version += "-raw"
     if out.exists():
         shutil.rmtree(out / WEIGHTS, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
