@@ -49,17 +49,10 @@ def _metrics(run: Path) -> list[dict]:
 
 def export(config_path: str, run: Path, out: Path, label: str, name: str,
            default: bool = False, weights: str = "auto") -> dict:
-    import torch.distributed.checkpoint as dcp
-    from k4d_model.options import CASCADE_KEY
     from k4d_model.registry import build_manifest
-    from k4d_trainer import model as model_lib
-    from k4d_trainer.cascade_stage import cascade_source_step, load_run_cascade
     from k4d_trainer.config import load_config_file
     from k4d_trainer.observe import write_loss_curves
     from k4d_trainer.publish import write_model_dir
-    from k4d_trainer.refiner_stage import load_run_refiner
-    from k4d_trainer.runs import RunDir
-    from k4d_trainer.vae import load_saved_vae
 
     config = load_config_file(config_path)
     if config.recipe != "from-scratch":
@@ -70,11 +63,55 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
     if weights == "ema" and not averaged:
         sys.exit(f"demo_model: error: --weights ema: {config_path} trains no weight average "
                  "(training.ema_decay is 0)")
+    raw_of_average = averaged and weights == "raw"  # not the weights the run publishes
+    components = _run_components(config, run)
+    fidelity, cascade, cascade_step = _attach_cascade(components, config, run, step,
+                                                      raw_of_average)
+    full = _checkpoint_transformer(components, config, folder, weights)
+    # A second stage names the steps of both: step-3794-then-2000.
+    started_from = components.info.version if config.model.init else None
+    version = f"{started_from}-then-{step}" if started_from else f"step-{step}"
+    if raw_of_average:
+        version += "-raw"
+    if out.exists():
+        shutil.rmtree(out / WEIGHTS, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    write_model_dir(components, full, out / WEIGHTS, lora_rank=None, lora_alpha=None,
+                    official_layout=False, base_is_plain_wan=False, name=name, version=version)
+    metrics = [m for m in _metrics(run) if m["step"] <= step]
+    manifest = build_manifest(out / WEIGHTS, name, version)
+    info = components.info
+    manifest.update({
+        "weights_dir": WEIGHTS,
+        "label": label,
+        "default": default,
+        "description": "small Kinema4D model trained from scratch on synthetic k4d datagen "
+                       "episodes (not the 14B model)",
+        "clip": {"num_frames": info.num_frames, "height": info.height, "width": info.width},
+        "training": _training_record(config, config_path, step, weights, started_from,
+                                     cascade, cascade_step, metrics),
+        "fidelity": fidelity,
+    })
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    if metrics:
+        write_loss_curves(metrics, out)
+        (out / "lr.png").unlink(missing_ok=True)
+    return manifest
+
+
+def _run_components(config, run: Path):
+    """The recipe's model with the run's own VAE and change refiner in it (a second stage
+    keeps its init model's VAE)."""
+    from k4d_trainer import model as model_lib
+    from k4d_trainer.refiner_stage import load_run_refiner
+    from k4d_trainer.runs import RunDir
+    from k4d_trainer.vae import load_saved_vae
+
     components = model_lib.load_components(config.recipe, config.model, config.seed)
     vae = load_saved_vae(RunDir(str(run.resolve())))
     if vae is not None:
         components.vae = vae
-    elif not config.model.init:  # a second stage keeps its init model's VAE
+    elif not config.model.init:
         sys.exit(f"demo_model: error: {run} has no committed VAE")
     model_lib.set_latent_target(components, config.training.latent_target)
     refiner = load_run_refiner(RunDir(str(run.resolve())))
@@ -82,10 +119,20 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
         components.refiner = refiner
     elif config.refiner.steps:
         sys.exit(f"demo_model: error: {run} has no committed refiner")
+    return components
+
+
+def _attach_cascade(components, config, run: Path, step: int, raw_of_average: bool):
+    """Put the run's sample refiner into `components` where it learned these weights'
+    rollouts. Returns the output options to write, the refiner (or None) and the transformer
+    step its rollouts came from."""
+    from k4d_model.options import CASCADE_KEY
+    from k4d_trainer.cascade_stage import cascade_source_step, load_run_cascade
+    from k4d_trainer.runs import RunDir
+
     cascade = load_run_cascade(RunDir(str(run.resolve())))
     cascade_step = cascade_source_step(RunDir(str(run.resolve())))
-    fidelity = dict(config.model.fidelity)  # the output options the export writes
-    raw_of_average = averaged and weights == "raw"  # not the weights the run publishes
+    fidelity = dict(config.model.fidelity)
     if cascade is not None and raw_of_average:
         # its rollouts were the average's samples, not these weights'
         print(f"demo_model: warning: --weights raw: {run}'s sample refiner learned the "
@@ -105,15 +152,22 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
         components.cascade = cascade
     elif config.cascade.steps and not raw_of_average:
         sys.exit(f"demo_model: error: {run} has no committed sample refiner (cascade/)")
-    started_from = components.info.version if config.model.init else None
+    return fidelity, cascade, cascade_step
+
+
+def _checkpoint_transformer(components, config, folder: Path, weights: str) -> dict:
+    """The transformer's full state dict with the checkpoint's trained parameters: the last
+    step's (`raw`) or their moving average (`ema`, k4d_trainer.ema), which the run publishes.
+    A run that turned the average on when it resumed holds it from then on."""
+    import torch.distributed.checkpoint as dcp
+    from k4d_trainer import model as model_lib
+
     transformer = components.transformer
     model_lib.set_trainable(transformer, config.recipe)
     # The checkpoint holds the trainable parameters (ignore_frozen_params); the frozen ones
     # (the unused text embedder) are rebuilt from the seed, exactly as the trainer does.
     trained = {n: p.detach().clone() for n, p in transformer.named_parameters()
                if p.requires_grad}
-    # the last step's weights, or their moving average (k4d_trainer.ema) that the run
-    # publishes; a run that turned the average on when it resumed holds it from then on
     state = {"ema": {"weights": trained}} if weights == "ema" else \
         {"model_optim": {"model": trained}}
     reader = dcp.FileSystemReader(str(folder))
@@ -124,52 +178,33 @@ def export(config_path: str, run: Path, out: Path, label: str, name: str,
     dcp.load(state, storage_reader=reader)
     full = {n: t.detach().float().clone() for n, t in transformer.state_dict().items()}
     full.update({n: t.float() for n, t in trained.items()})
-    # A second stage names the steps of both: step-3794-then-2000.
-    version = f"{started_from}-then-{step}" if started_from else f"step-{step}"
-    if raw_of_average:
-        version += "-raw"
-    if out.exists():
-        shutil.rmtree(out / WEIGHTS, ignore_errors=True)
-    out.mkdir(parents=True, exist_ok=True)
-    write_model_dir(components, full, out / WEIGHTS, lora_rank=None, lora_alpha=None,
-                    official_layout=False, base_is_plain_wan=False, name=name, version=version)
-    metrics = [m for m in _metrics(run) if m["step"] <= step]
-    manifest = build_manifest(out / WEIGHTS, name, version)
-    info = components.info
-    manifest.update({
-        "weights_dir": WEIGHTS,
-        "label": label,
-        "default": default,
-        "description": "small Kinema4D model trained from scratch on synthetic k4d datagen "
-                       "episodes (not the 14B model)",
-        "clip": {"num_frames": info.num_frames, "height": info.height, "width": info.width},
-        "training": {"recipe_file": config_path, "recipe": config.recipe,
-                     "size": config.model.size, "seed": config.seed, "step": step,
-                     "planned_steps": config.training.steps,
-                     "global_batch_size": config.training.global_batch_size,
-                     "weights": weights, "ema_decay": config.training.ema_decay,
-                     "vae_steps": 0 if config.model.init else config.vae.steps,
-                     "refiner_steps": config.refiner.steps,
-                     **{f"{section}_refiner_steps": getattr(config.refiner, section).steps
-                        for section in ("geometry", "objects")
-                        if getattr(config.refiner, section) is not None},
-                     "cascade_steps": config.cascade.steps,
-                     "cascade_data": config.cascade.data_uri or None,
-                     "cascade_transformer_step": cascade_step if cascade is not None else None,
-                     "cascade_samples": cascade.config.samples if cascade is not None else None,
-                     "init": config.model.init, "init_version": started_from,
-                     "changed_loss_weight": config.training.changed_loss_weight,
-                     "latent_target": config.training.latent_target,
-                     "robot_loss_weight": config.training.robot_loss_weight,
-                     "train_seconds": round(sum(m.get("step_time_s", 0.0) for m in metrics), 1),
-                     "last_loss": metrics[-1]["loss"] if metrics else None},
-        "fidelity": fidelity,
-    })
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-    if metrics:
-        write_loss_curves(metrics, out)
-        (out / "lr.png").unlink(missing_ok=True)
-    return manifest
+    return full
+
+
+def _training_record(config, config_path: str, step: int, weights: str,
+                     started_from: str | None, cascade, cascade_step: int | None,
+                     metrics: list[dict]) -> dict:
+    """The manifest's `training` entry: where the weights came from and how."""
+    return {"recipe_file": config_path, "recipe": config.recipe,
+            "size": config.model.size, "seed": config.seed, "step": step,
+            "planned_steps": config.training.steps,
+            "global_batch_size": config.training.global_batch_size,
+            "weights": weights, "ema_decay": config.training.ema_decay,
+            "vae_steps": 0 if config.model.init else config.vae.steps,
+            "refiner_steps": config.refiner.steps,
+            **{f"{section}_refiner_steps": getattr(config.refiner, section).steps
+               for section in ("geometry", "objects")
+               if getattr(config.refiner, section) is not None},
+            "cascade_steps": config.cascade.steps,
+            "cascade_data": config.cascade.data_uri or None,
+            "cascade_transformer_step": cascade_step if cascade is not None else None,
+            "cascade_samples": cascade.config.samples if cascade is not None else None,
+            "init": config.model.init, "init_version": started_from,
+            "changed_loss_weight": config.training.changed_loss_weight,
+            "latent_target": config.training.latent_target,
+            "robot_loss_weight": config.training.robot_loss_weight,
+            "train_seconds": round(sum(m.get("step_time_s", 0.0) for m in metrics), 1),
+            "last_loss": metrics[-1]["loss"] if metrics else None}
 
 
 def set_options(config_path: str, model: Path) -> dict:
