@@ -108,13 +108,14 @@ def _run_components(config, run: Path):
     from k4d_trainer.vae import load_saved_vae
 
     components = model_lib.load_components(config.recipe, config.model, config.seed)
-    vae = load_saved_vae(RunDir(str(run.resolve())))
+    run_dir = RunDir(str(run.resolve()))
+    vae = load_saved_vae(run_dir)
     if vae is not None:
         components.vae = vae
     elif not config.model.init:
         sys.exit(f"demo_model: error: {run} has no committed VAE")
     model_lib.set_latent_target(components, config.training.latent_target)
-    refiner = load_run_refiner(RunDir(str(run.resolve())))
+    refiner = load_run_refiner(run_dir)
     if refiner is not None:
         components.refiner = refiner
     elif config.refiner.steps:
@@ -130,8 +131,9 @@ def _attach_cascade(components, config, run: Path, step: int, raw_of_average: bo
     from k4d_trainer.cascade_stage import cascade_source_step, load_run_cascade
     from k4d_trainer.runs import RunDir
 
-    cascade = load_run_cascade(RunDir(str(run.resolve())))
-    cascade_step = cascade_source_step(RunDir(str(run.resolve())))
+    run_dir = RunDir(str(run.resolve()))
+    cascade = load_run_cascade(run_dir)
+    cascade_step = cascade_source_step(run_dir)
     fidelity = dict(config.model.fidelity)
     if cascade is not None and raw_of_average:
         # its rollouts were the average's samples, not these weights'
