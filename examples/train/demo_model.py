@@ -115,6 +115,7 @@ def _run_components(config, run: Path):
     elif not config.model.init:
         sys.exit(f"demo_model: error: {run} has no committed VAE")
     model_lib.set_latent_target(components, config.training.latent_target)
+    model_lib.set_guidance(components, config.model, config.training.condition_dropout)
     refiner = load_run_refiner(run_dir)
     if refiner is not None:
         components.refiner = refiner
@@ -205,14 +206,15 @@ def _training_record(config, config_path: str, step: int, weights: str,
             "changed_loss_weight": config.training.changed_loss_weight,
             "latent_target": config.training.latent_target,
             "robot_loss_weight": config.training.robot_loss_weight,
+            "condition_dropout": config.training.condition_dropout,
             "train_seconds": round(sum(m.get("step_time_s", 0.0) for m in metrics), 1),
             "last_loss": metrics[-1]["loss"] if metrics else None}
 
 
 def set_options(config_path: str, model: Path) -> dict:
-    """Apply the recipe's `model.fidelity` output options to an exported model (its
-    k4d_model.json `extra`) and refresh the manifest's file hashes: the weights stay, the
-    way they are sampled changes. `export` applies them too; this re-applies them to a
+    """Apply the recipe's `model.fidelity` output options (k4d_model.json `extra`) and its
+    `model.guidance_scale`, when set, to an exported model and refresh the manifest's file
+    hashes: the weights stay, the way they are sampled changes. `export` applies them too; this re-applies them to a
     model exported before a recipe's options changed."""
     from k4d_model.options import FIDELITY_KEYS
     from k4d_model.registry import build_manifest
@@ -224,6 +226,8 @@ def set_options(config_path: str, model: Path) -> dict:
     extra = {k: v for k, v in info.get("extra", {}).items()
              if k not in FIDELITY_KEYS}
     info["extra"] = {**extra, **config.model.fidelity}
+    if config.model.guidance_scale is not None:
+        info["guidance_scale"] = float(config.model.guidance_scale)
     info_path.write_text(json.dumps(info, indent=2) + "\n")
     manifest = json.loads((model / MANIFEST).read_text())
     fresh = build_manifest(model / WEIGHTS, manifest["name"], manifest["version"])
@@ -487,8 +491,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("resume-unpack")
     p.add_argument("--src", required=True, type=Path)
     p.add_argument("--run", required=True, type=Path)
-    p = sub.add_parser("options", help="apply the recipe's model.fidelity to an exported "
-                                       "model and refresh its manifest")
+    p = sub.add_parser("options", help="apply the recipe's model.fidelity (and "
+                                       "model.guidance_scale) to an exported model and "
+                                       "refresh its manifest")
     p.add_argument("--config", required=True)
     p.add_argument("--model", required=True, type=Path)
     p = sub.add_parser("refiner", help="train the recipe's change refiner in RUN and add it "

@@ -1,9 +1,11 @@
 """The change-weighted objective (issue 21): the change map a training sample carries, the
-per-cell loss weights built from it and the robot mask, and the weighted mean."""
+per-cell loss weights built from it and the robot mask, and the weighted mean; condition
+dropout (issue 45)."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from k4d_trainer.latents import change_map
 from k4d_trainer.objective import flow_matching_loss, loss_weights
@@ -82,3 +84,39 @@ def test_a_heavier_weight_moves_the_gradient_to_the_changed_cells():
     flow_matching_loss(prediction, target, loss_weights(batch, weight, 1.0)).backward()
     grad = prediction.grad.abs()
     assert torch.isclose(grad[0, 0, 0, 0, 0] / grad[0, 0, 1, 1, 1], torch.tensor(weight))
+
+
+def _noise_inputs(samples: int = 64):
+    generator = torch.Generator().manual_seed(0)
+    batch = {"latents": torch.randn(samples, 4, 2, 2, 4, generator=generator),
+             "condition": torch.randn(samples, 8, 2, 2, 4, generator=generator),
+             "arm_cond": torch.randn(samples, 6, 2, 2, 4, generator=generator)}
+    batch["arm_cond"][:, :2] = 1.0  # the robot mask channels: all robot
+    return batch, torch.full((6, 2, 2, 4), -7.0)
+
+
+def test_condition_dropout_swaps_the_robot_condition_and_keeps_each_samples_noise():
+    from k4d_trainer.objective import noise_batch, training_schedule
+
+    batch, no_robot = _noise_inputs()
+    numbers, schedule = list(range(100, 164)), training_schedule(3.0)
+    plain = noise_batch(batch, numbers, 45, schedule, 0.1, 2)
+    dropped = noise_batch(batch, numbers, 45, schedule, 0.1, 2, condition_dropout=0.5,
+                          no_robot=no_robot)
+    again = noise_batch(batch, numbers, 45, schedule, 0.1, 2, condition_dropout=0.5,
+                        no_robot=no_robot)
+    for name in ("model_input", "timestep", "target"):  # the dropout draw comes last
+        torch.testing.assert_close(getattr(dropped, name), getattr(plain, name), rtol=0, atol=0)
+    swapped = (dropped.arm_cond == no_robot).flatten(1).all(dim=1)
+    kept = (dropped.arm_cond == plain.arm_cond).flatten(1).all(dim=1)
+    assert bool((swapped ^ kept).all())  # each sample: its own condition or no robot at all
+    assert 16 <= int(swapped.sum()) <= 48  # about half of 64
+    assert torch.equal(again.arm_cond, dropped.arm_cond)  # seeded by the sample number
+
+
+def test_condition_dropout_needs_the_no_robot_condition():
+    from k4d_trainer.objective import noise_batch, training_schedule
+
+    batch, _ = _noise_inputs(2)
+    with pytest.raises(ValueError, match="no-robot condition"):
+        noise_batch(batch, [0, 1], 45, training_schedule(), 0.1, 2, condition_dropout=0.1)

@@ -170,6 +170,17 @@ VAE_DECODE_SPLIT = "split"
 # official objective) or their change from frame 0's ("change", k4d_model.latent_target).
 LATENT_TARGET_KEY = "latent_target"
 LATENT_TARGETS = ("absolute", "change")
+# GUIDANCE_NEGATIVE_KEY: what guidance (guidance_scale > 1) samples against when a request
+# gives no negative robot condition. "same" (the official setting): the robot condition
+# itself, so both passes agree and one runs. "no-robot": a scene with no robot in view
+# (RobotCondition.empty), which a transformer trained with `training.condition_dropout` saw
+# in place of the robot; guidance then pushes the sample towards what this robot's motion
+# changes.
+GUIDANCE_NEGATIVE_KEY = "guidance_negative"
+GUIDANCE_NEGATIVE_SAME = "same"
+GUIDANCE_NEGATIVE_NO_ROBOT = "no-robot"
+GUIDANCE_NEGATIVES = (GUIDANCE_NEGATIVE_SAME, GUIDANCE_NEGATIVE_NO_ROBOT)
+_MODEL_KEYS = (VAE_DECODE_KEY, LATENT_TARGET_KEY, GUIDANCE_NEGATIVE_KEY)
 
 
 def _is_number(value: Any) -> bool:
@@ -178,17 +189,21 @@ def _is_number(value: Any) -> bool:
 
 def check_model_extra(extra: Any, prefix: str = "extra") -> dict[str, Any]:
     """A model's `extra` (k4d_model.json), checked as a typed schema: the output options
-    (`FidelityOptions.check`), `vae_decode` and `latent_target`; anything else is refused with one line
-    naming the key. Returns `extra`."""
+    (`FidelityOptions.check`), `vae_decode`, `latent_target` and `guidance_negative`; anything
+    else is refused with one line naming the key. Returns `extra`."""
     if not isinstance(extra, dict):
         raise InvalidArgument.for_field(prefix, f"must be an object, got {type(extra).__name__}")
-    options = {k: v for k, v in extra.items() if k not in (VAE_DECODE_KEY, LATENT_TARGET_KEY)}
+    options = {k: v for k, v in extra.items() if k not in _MODEL_KEYS}
     if extra.get(VAE_DECODE_KEY, VAE_DECODE_SPLIT) != VAE_DECODE_SPLIT:
         raise InvalidArgument.for_field(f"{prefix}.{VAE_DECODE_KEY}",
                                         f"must be {VAE_DECODE_SPLIT!r}, got {extra[VAE_DECODE_KEY]!r}")
     if extra.get(LATENT_TARGET_KEY, LATENT_TARGETS[0]) not in LATENT_TARGETS:
         raise InvalidArgument.for_field(f"{prefix}.{LATENT_TARGET_KEY}",
                                         f"must be one of {LATENT_TARGETS}, got {extra[LATENT_TARGET_KEY]!r}")
+    if extra.get(GUIDANCE_NEGATIVE_KEY, GUIDANCE_NEGATIVE_SAME) not in GUIDANCE_NEGATIVES:
+        raise InvalidArgument.for_field(f"{prefix}.{GUIDANCE_NEGATIVE_KEY}",
+                                        f"must be one of {GUIDANCE_NEGATIVES}, got "
+                                        f"{extra[GUIDANCE_NEGATIVE_KEY]!r}")
     FidelityOptions.check(options, prefix)
     return extra
 

@@ -13,7 +13,9 @@ Reads as the official pipeline does, step by step:
 
 Guidance: the official setting has identical conditional and unconditional inputs,
 so one pass per step gives the same result as the official two (`guidance_mode="auto"`).
-With a real negative condition both passes run batched in one forward.
+With a real negative condition both passes run batched in one forward: a request's, or for a
+model whose `extra` says `guidance_negative: no-robot` (trained with condition dropout) a
+scene with no robot in view.
 `guidance_mode="official"` reproduces the released code bit for bit in spirit: its
 second pass sees the arm latent projection added twice (see `inject_arm_latents`).
 """
@@ -63,6 +65,8 @@ from k4d_model.options import (
     CASCADE_SAMPLE,
     CASCADE_SAMPLE_GIVEN_DEPTH,
     FIRST_FRAME_GIVEN,
+    GUIDANCE_NEGATIVE_KEY,
+    GUIDANCE_NEGATIVE_NO_ROBOT,
     REFINER_CHANGE,
     REFINER_DRAWN,
     REFINER_FIRST_DEPTH_ESTIMATED,
@@ -588,6 +592,10 @@ class Kinema4DPipeline:
         image_embeds = self.encode_image(image)
         condition = self.prepare_condition(image)
         arm_cond = self.prepare_arm_cond(robot, norm)
+        if negative is None and guidance > 1.0 and \
+                self.info.extra.get(GUIDANCE_NEGATIVE_KEY) == GUIDANCE_NEGATIVE_NO_ROBOT:
+            # the model learned the scene without a robot (training.condition_dropout)
+            negative = RobotCondition.empty(*robot.mask.shape)
         negative_arm = self.prepare_arm_cond(negative, norm) if negative is not None else None
         plan = self._guidance_plan(guidance, guidance_mode, arm_cond, negative_arm)
         self._check_memory(plan["passes"])

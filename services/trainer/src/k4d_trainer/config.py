@@ -81,9 +81,15 @@ class ModelSection:
     # Output options of the published model (k4d_model.fidelity, k4d_model.json `extra`):
     # how its samples keep the given frame and the unchanged scene. Sampling only.
     fidelity: dict[str, Any] = field(default_factory=dict)
+    # The published model's guidance scale (k4d_model.json; default: the init's or the
+    # size's). Above 1 with training.condition_dropout: two passes a sampling step.
+    guidance_scale: float | None = None
 
     def validate(self, recipe: str) -> None:
         FidelityOptions.check(self.fidelity, "model.fidelity")  # unknown keys too
+        _check(self.guidance_scale is None
+               or (math.isfinite(self.guidance_scale) and self.guidance_scale >= 0),
+               "model.guidance_scale", f"must be a finite number >= 0, got {self.guidance_scale}")
         _check(self.variant in VARIANTS, "model.variant", f"must be one of {VARIANTS}")
         _check(self.precision in PRECISIONS, "model.precision", f"must be one of {PRECISIONS}")
         _check(self.lora_rank >= 1, "model.lora_rank", f"must be >= 1, got {self.lora_rank}")
@@ -157,6 +163,12 @@ class TrainingSection:
     # official objective.
     changed_loss_weight: float = 1.0
     robot_loss_weight: float = 1.0
+    # Condition dropout (issue 45; not the official objective): the share of samples whose
+    # robot condition is replaced by a scene with no robot in view, so that the model learns
+    # both and guidance can sample against the robot-free one. > 0 publishes
+    # `guidance_negative: no-robot` (k4d_model.options); the model's guidance_scale says
+    # how strongly it samples towards the robot's effect.
+    condition_dropout: float = 0.0
     # What the transformer learns to sample (k4d_model.latent_target, issue 45): the clip's
     # latents (absolute, the official objective) or, with a per-frame VAE, their change from
     # frame 0's RGB latent (change: zero wherever nothing moves)
@@ -208,6 +220,8 @@ class TrainingSection:
         _check(0 <= self.soft_mask_ratio <= 1, "training.soft_mask_ratio", "must be in [0, 1]")
         _check(math.isfinite(self.timestep_shift) and self.timestep_shift > 0,
                "training.timestep_shift", "must be a finite number > 0")
+        _check(math.isfinite(self.condition_dropout) and 0 <= self.condition_dropout < 1,
+               "training.condition_dropout", f"must be in [0, 1), got {self.condition_dropout}")
         for name in ("changed_loss_weight", "robot_loss_weight"):
             value = getattr(self, name)
             _check(math.isfinite(value) and value >= 0, f"training.{name}",

@@ -120,6 +120,17 @@ class SampleEncoder:
         self.fingerprint = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
     @torch.no_grad()
+    def no_robot_arm_cond(self, num_frames: int, height: int, width: int) -> torch.Tensor:
+        """(20, F, h, 2w): the robot condition of a scene with no robot in view, as the
+        generator prepares it for guidance's negative (`RobotCondition.empty`; its points
+        are all background, so no normalisation shows)."""
+        empty = RobotCondition.empty(num_frames, height, width)
+        norm = PointmapNormalization.from_points(empty.pointmap, empty.mask)
+        with autocast(self.compute_dtype, self.pipe.device):
+            arm = self.pipe.prepare_arm_cond(empty, norm)[0]
+        return arm.detach().float().cpu().contiguous()
+
+    @torch.no_grad()
     def encode(self, clip: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         with autocast(self.compute_dtype, self.pipe.device):
             return self._encode(clip)

@@ -22,7 +22,14 @@ from k4d_model.checkpoints import ModelComponents, ModelInfo
 from k4d_model.frame_vae import temporal_stride
 from k4d_model.model.configs import arm_grid_for, get_model_config
 from k4d_model.model.transformer import Kinema4DTransformer3DModel
-from k4d_model.options import CASCADE_KEY, LATENT_TARGET_KEY, VAE_DECODE_KEY, VAE_DECODE_SPLIT
+from k4d_model.options import (
+    CASCADE_KEY,
+    GUIDANCE_NEGATIVE_KEY,
+    GUIDANCE_NEGATIVE_NO_ROBOT,
+    LATENT_TARGET_KEY,
+    VAE_DECODE_KEY,
+    VAE_DECODE_SPLIT,
+)
 
 from k4d_trainer.clips import ClipSpec
 from k4d_trainer.config import ModelSection
@@ -60,6 +67,17 @@ def set_latent_target(components: ModelComponents, target: str) -> None:
                                         "VAE (a size such as small-f4): a causal video VAE's "
                                         "later latent frames are not frame 0's when nothing moves")
     components.info.extra[LATENT_TARGET_KEY] = target
+
+
+def set_guidance(components: ModelComponents, section: ModelSection,
+                 condition_dropout: float) -> None:
+    """Record how the published model samples with guidance: `model.guidance_scale` when the
+    recipe sets it, and after condition dropout the robot-free negative the transformer
+    learned (k4d_model.options `guidance_negative`)."""
+    if section.guidance_scale is not None:
+        components.info.guidance_scale = float(section.guidance_scale)
+    if condition_dropout > 0:
+        components.info.extra[GUIDANCE_NEGATIVE_KEY] = GUIDANCE_NEGATIVE_NO_ROBOT
 
 
 def _from_scratch(section: ModelSection, seed: int) -> ModelComponents:

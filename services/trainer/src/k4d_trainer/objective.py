@@ -7,7 +7,9 @@
 
 Optionally (issue 21, not the official objective) the squared error is a weighted mean over
 latent cells: `changed_loss_weight` where the scene changed from frame 0, `robot_loss_weight`
-on the robot, 1 elsewhere (`loss_weights`).
+on the robot, 1 elsewhere (`loss_weights`). And `condition_dropout` of the samples see a
+scene with no robot in view in place of their robot condition (what guidance samples
+against, k4d_model.options `guidance_negative`).
 
 Every random draw of a sample comes from a generator seeded by (run seed, global sample
 number), so a sample gets the same noise whichever rank, world size or restart computes
@@ -67,10 +69,15 @@ class NoisedBatch:
 
 def noise_batch(batch: dict[str, torch.Tensor], sample_numbers: list[int], seed: int,
                 schedule: tuple[torch.Tensor, torch.Tensor], soft_mask_ratio: float,
-                mask_channels: int, change_target: bool = False) -> NoisedBatch:
+                mask_channels: int, change_target: bool = False, condition_dropout: float = 0.0,
+                no_robot: torch.Tensor | None = None) -> NoisedBatch:
     """Draw each sample's timestep, noise and soft mask; build the model input (CPU).
     change_target: the clean sample is the latents' change from frame 0's RGB latent
-    (k4d_model.latent_target; a per-frame VAE), not the latents."""
+    (k4d_model.latent_target; a per-frame VAE), not the latents. condition_dropout: the
+    chance that a sample's robot condition is `no_robot` (drawn after the rest, so the
+    sample's timestep and noise are those of a run without it)."""
+    if condition_dropout > 0 and no_robot is None:
+        raise ValueError("condition_dropout needs the no-robot condition")
     timesteps, sigmas = schedule
     inputs, ts, targets, arms = [], [], [], []
     for i, number in enumerate(sample_numbers):
@@ -83,7 +90,10 @@ def noise_batch(batch: dict[str, torch.Tensor], sample_numbers: list[int], seed:
         inputs.append(torch.cat([x_t, batch["condition"][i]], dim=0))
         ts.append(timesteps[index])
         targets.append(eps - x)
-        arms.append(soften_mask(batch["arm_cond"][i], soft_mask_ratio, mask_channels, generator))
+        arm = soften_mask(batch["arm_cond"][i], soft_mask_ratio, mask_channels, generator)
+        if condition_dropout > 0 and float(torch.rand((), generator=generator)) < condition_dropout:
+            arm = no_robot.to(arm)
+        arms.append(arm)
     return NoisedBatch(torch.stack(inputs), torch.stack(ts), torch.stack(targets),
                        torch.stack(arms))
 

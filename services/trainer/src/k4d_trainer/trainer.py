@@ -96,8 +96,10 @@ class Trainer:
     def __init__(self, config: TrainConfig, run: RunDir, dist: DistInfo, components, model,
                  trainable: list[torch.nn.Parameter], optimizer, scheduler, sampler,
                  cache: LatentCache, clip: ClipSpec, checkpointer: Checkpointer, reporter,
-                 job_id: str, env_config=None, bus=None, progress: SampleProgress | None = None):
+                 job_id: str, env_config=None, bus=None, progress: SampleProgress | None = None,
+                 no_robot: torch.Tensor | None = None):
         self.config, self.run, self.dist = config, run, dist
+        self.no_robot = no_robot  # the robot condition condition dropout puts in
         self.progress = progress
         self.env_config, self.bus = env_config, bus
         self.components, self.model, self.trainable = components, model, trainable
@@ -136,6 +138,7 @@ class Trainer:
         torch.manual_seed(config.seed)  # identical initial replicas on every rank
         components = model_lib.load_components(config.recipe, config.model, config.seed)
         model_lib.set_latent_target(components, config.training.latent_target)
+        model_lib.set_guidance(components, config.model, config.training.condition_dropout)
         clip = model_lib.clip_of(components)
         episode_ids = select_episodes(dataset, config.data, clip)
         progress = SampleProgress(config, components, clip, dist, run, env_config)
@@ -164,6 +167,8 @@ class Trainer:
         barrier(dist)
         if dist.is_main:
             cache.write_index(episode_ids, clip)
+        no_robot = encoder.no_robot_arm_cond(clip.num_frames, clip.height, clip.width) \
+            if config.training.condition_dropout else None
         components.vae.cpu()
         components.image_encoder.cpu()
 
@@ -192,7 +197,7 @@ class Trainer:
                                    event_every=obs.event_every, progress_bar=obs.progress_bar)
         trainer = cls(config, run, dist, components, model, trainable, optimizer, scheduler,
                       sampler, cache, clip, checkpointer, reporter, job_id, env_config, bus,
-                      progress)
+                      progress, no_robot)
         if resume:
             trainer.restore()
         return trainer
@@ -261,7 +266,8 @@ class Trainer:
         batch = collate([self.cache.load(episode_id) for _, episode_id in items])
         noised = noise_batch(batch, [number for number, _ in items], self.config.seed,
                              self.schedule, self.config.training.soft_mask_ratio,
-                             self.mask_channels, self.config.training.latent_target == "change")
+                             self.mask_channels, self.config.training.latent_target == "change",
+                             self.config.training.condition_dropout, self.no_robot)
         device = self.dist.device
         with autocast(self.compute_dtype, device):
             prediction = self.model(noised.model_input.to(device), noised.timestep.to(device),
