@@ -114,8 +114,7 @@ def _run_components(config, run: Path):
         components.vae = vae
     elif not config.model.init:
         sys.exit(f"demo_model: error: {run} has no committed VAE")
-    model_lib.set_latent_target(components, config.training.latent_target)
-    model_lib.set_guidance(components, config.model, config.training.condition_dropout)
+    model_lib.record_recipe(components, config)
     refiner = load_run_refiner(run_dir)
     if refiner is not None:
         components.refiner = refiner

@@ -80,6 +80,13 @@ def set_guidance(components: ModelComponents, section: ModelSection,
         components.info.extra[GUIDANCE_NEGATIVE_KEY] = GUIDANCE_NEGATIVE_NO_ROBOT
 
 
+def record_recipe(components: ModelComponents, config) -> None:
+    """What a published model keeps of its recipe (`TrainConfig`): what its transformer
+    samples and how it is guided; the trainer and `demo_model.py export` both call it."""
+    set_latent_target(components, config.training.latent_target)
+    set_guidance(components, config.model, config.training.condition_dropout)
+
+
 def _from_scratch(section: ModelSection, seed: int) -> ModelComponents:
     config = get_model_config(section.size, section.variant)
     for name in ("num_frames", "height", "width"):

@@ -137,8 +137,7 @@ class Trainer:
         dataset = open_source(config.data, env_config)
         torch.manual_seed(config.seed)  # identical initial replicas on every rank
         components = model_lib.load_components(config.recipe, config.model, config.seed)
-        model_lib.set_latent_target(components, config.training.latent_target)
-        model_lib.set_guidance(components, config.model, config.training.condition_dropout)
+        model_lib.record_recipe(components, config)
         clip = model_lib.clip_of(components)
         episode_ids = select_episodes(dataset, config.data, clip)
         progress = SampleProgress(config, components, clip, dist, run, env_config)
