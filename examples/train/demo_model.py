@@ -212,7 +212,7 @@ def _training_record(config, config_path: str, step: int, weights: str,
 
 def set_options(config_path: str, model: Path) -> dict:
     """Apply the recipe's `model.fidelity` output options (k4d_model.json `extra`) and its
-    `model.guidance_scale`, when set, to an exported model and refresh the manifest's file
+    `model.guidance_scale` and `model.guidance_halves`, when set, to an exported model and refresh the manifest's file
     hashes: the weights stay, the way they are sampled changes. `export` applies them too; this re-applies them to a
     model exported before a recipe's options changed."""
     from k4d_model.options import FIDELITY_KEYS
@@ -227,6 +227,8 @@ def set_options(config_path: str, model: Path) -> dict:
     info["extra"] = {**extra, **config.model.fidelity}
     if config.model.guidance_scale is not None:
         info["guidance_scale"] = float(config.model.guidance_scale)
+    if config.model.guidance_halves is not None:
+        info["extra"]["guidance_halves"] = config.model.guidance_halves
     info_path.write_text(json.dumps(info, indent=2) + "\n")
     manifest = json.loads((model / MANIFEST).read_text())
     fresh = build_manifest(model / WEIGHTS, manifest["name"], manifest["version"])
@@ -491,7 +493,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--src", required=True, type=Path)
     p.add_argument("--run", required=True, type=Path)
     p = sub.add_parser("options", help="apply the recipe's model.fidelity (and "
-                                       "model.guidance_scale) to an exported model and "
+                                       "model.guidance_scale, model.guidance_halves) to an "
+                                       "exported model and "
                                        "refresh its manifest")
     p.add_argument("--config", required=True)
     p.add_argument("--model", required=True, type=Path)

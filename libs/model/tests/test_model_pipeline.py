@@ -67,3 +67,28 @@ def test_model_import_is_cheap_and_needs_no_service_package():
     cheap = subprocess.run([sys.executable, "-c", "import sys, k4d_model; print('torch' in sys.modules)"],
                            capture_output=True, text=True, check=True)
     assert cheap.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("halves, pointmap_velocity", [("both", 3.0), ("rgb", 1.0)])
+def test_guidance_halves_choose_which_half_of_the_latent_guidance_pushes(
+        make_tiny, halves, pointmap_velocity):
+    """RGB | pointmap sit side by side in width; `guidance_halves: rgb` guides the RGB half
+    and leaves the pointmap half the conditional pass's velocity."""
+    components = make_tiny("act")[0]
+    components.info.extra["guidance_halves"] = halves
+    latents, condition = torch.zeros(1, 4, 2, 4, 12), torch.zeros(1, 5, 2, 4, 12)
+
+    def backend(hidden, timestep, image_embeds, arm_cond, gain):
+        # the conditional pass (robot in view) answers 1, the negative one 0
+        assert hidden.shape[0] == 2 and arm_cond[0].eq(1).all() and arm_cond[1].eq(0).all()
+        return torch.cat([torch.ones_like(latents), torch.zeros_like(latents)])
+
+    pipe = Kinema4DPipeline(components, backend=backend)
+    arm = torch.ones(1, 3, 2, 4, 6)
+    plan = pipe._guidance_plan(3.0, "auto", arm, torch.zeros_like(arm))
+    assert plan["passes"] == 2 and plan["halves"] == halves
+    velocity = pipe._denoise_step(latents, condition, torch.tensor(500.0),
+                                  torch.zeros(1, 4, 8), arm, plan)
+    assert velocity.shape == latents.shape
+    assert velocity[..., :6].eq(3.0).all()  # RGB half: 0 + 3 x (1 - 0)
+    assert velocity[..., 6:].eq(pointmap_velocity).all()

@@ -1,7 +1,7 @@
 """Condition dropout (issue 45): `training.condition_dropout` shows the transformer a scene
 with no robot in view in place of some samples' robot condition, in the real training loop,
 and the published model samples with guidance against that scene (`guidance_negative:
-no-robot`, `model.guidance_scale`)."""
+no-robot`, `model.guidance_scale`, `model.guidance_halves`)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ def test_dropout_trains_on_the_no_robot_scene_and_publishes_a_guided_model(
     store = tmp_path / "store"
     path = recipe(tmp_path, episodes_dir, None, recipe="from-scratch",
                   model={"size": "tiny", "init": str(tmp_path / "stage1"),
-                         "activation_checkpointing": False, "guidance_scale": 3.0},
+                         "activation_checkpointing": False, "guidance_scale": 3.0,
+                         "guidance_halves": "rgb"},
                   training={"steps": 2, "global_batch_size": 2, "lr": 1e-3, "warmup_steps": 0,
                             "condition_dropout": 0.9},
                   publish={"name": "tiny-guided", "version": "1", "store_uri": store.as_uri()})
@@ -73,6 +74,7 @@ def test_dropout_trains_on_the_no_robot_scene_and_publishes_a_guided_model(
     meta = json.loads((local / "k4d_model.json").read_text())
     assert meta["guidance_scale"] == 3.0
     assert meta["extra"]["guidance_negative"] == "no-robot"
+    assert meta["extra"]["guidance_halves"] == "rgb"
     model = checkpoints.load_model(local)
     denoiser = CallableDenoiser(model.transformer)
     image, robot = sliding_box_robot()
@@ -80,16 +82,19 @@ def test_dropout_trains_on_the_no_robot_scene_and_publishes_a_guided_model(
         image, robot.rgb, robot.pointmap, robot.mask, num_steps=2, seed=0)
     guidance = result.metadata["guidance"]
     assert guidance["passes"] == 2 and guidance["reason"] == "negative condition"
-    assert guidance["guidance"] == 3.0
+    assert guidance["guidance"] == 3.0 and guidance["halves"] == "rgb"
 
 
 def test_bad_dropout_guidance_and_negative_values_are_refused(tmp_path, recipe, episodes_dir):
     for field, training, model in (("training.condition_dropout", {"condition_dropout": 1.0}, {}),
                                    ("training.condition_dropout", {"condition_dropout": -0.1}, {}),
-                                   ("model.guidance_scale", {}, {"guidance_scale": -1.0})):
+                                   ("model.guidance_scale", {}, {"guidance_scale": -1.0}),
+                                   ("model.guidance_halves", {}, {"guidance_halves": "RGB"})):
         path = recipe(tmp_path, episodes_dir, None, recipe="from-scratch",
                       model={"size": "tiny", **model}, training=training)
         with pytest.raises(InvalidArgument, match=field):
             load_config_file(path)
     with pytest.raises(InvalidArgument, match="extra.guidance_negative"):
         check_model_extra({"guidance_negative": "no_robot"})
+    with pytest.raises(InvalidArgument, match="extra.guidance_halves"):
+        check_model_extra({"guidance_halves": "pointmap"})

@@ -180,7 +180,15 @@ GUIDANCE_NEGATIVE_KEY = "guidance_negative"
 GUIDANCE_NEGATIVE_SAME = "same"
 GUIDANCE_NEGATIVE_NO_ROBOT = "no-robot"
 GUIDANCE_NEGATIVES = (GUIDANCE_NEGATIVE_SAME, GUIDANCE_NEGATIVE_NO_ROBOT)
-_MODEL_KEYS = (VAE_DECODE_KEY, LATENT_TARGET_KEY, GUIDANCE_NEGATIVE_KEY)
+# GUIDANCE_HALVES_KEY: which halves of the latent (RGB | pointmap, side by side) guidance
+# pushes. "both" (the official setting) or "rgb": the pointmap half takes the conditional
+# pass's velocity, so guidance that draws more of a moved object's colour leaves its
+# geometry as the robot-conditioned model predicts it.
+GUIDANCE_HALVES_KEY = "guidance_halves"
+GUIDANCE_HALVES_BOTH = "both"
+GUIDANCE_HALVES_RGB = "rgb"
+GUIDANCE_HALVES = (GUIDANCE_HALVES_BOTH, GUIDANCE_HALVES_RGB)
+_MODEL_KEYS = (VAE_DECODE_KEY, LATENT_TARGET_KEY, GUIDANCE_NEGATIVE_KEY, GUIDANCE_HALVES_KEY)
 
 
 def _is_number(value: Any) -> bool:
@@ -189,8 +197,9 @@ def _is_number(value: Any) -> bool:
 
 def check_model_extra(extra: Any, prefix: str = "extra") -> dict[str, Any]:
     """A model's `extra` (k4d_model.json), checked as a typed schema: the output options
-    (`FidelityOptions.check`), `vae_decode`, `latent_target` and `guidance_negative`; anything
-    else is refused with one line naming the key. Returns `extra`."""
+    (`FidelityOptions.check`), `vae_decode`, `latent_target`, `guidance_negative` and
+    `guidance_halves`; anything else is refused with one line naming the key. Returns
+    `extra`."""
     if not isinstance(extra, dict):
         raise InvalidArgument.for_field(prefix, f"must be an object, got {type(extra).__name__}")
     options = {k: v for k, v in extra.items() if k not in _MODEL_KEYS}
@@ -204,6 +213,10 @@ def check_model_extra(extra: Any, prefix: str = "extra") -> dict[str, Any]:
         raise InvalidArgument.for_field(f"{prefix}.{GUIDANCE_NEGATIVE_KEY}",
                                         f"must be one of {GUIDANCE_NEGATIVES}, got "
                                         f"{extra[GUIDANCE_NEGATIVE_KEY]!r}")
+    if extra.get(GUIDANCE_HALVES_KEY, GUIDANCE_HALVES_BOTH) not in GUIDANCE_HALVES:
+        raise InvalidArgument.for_field(f"{prefix}.{GUIDANCE_HALVES_KEY}",
+                                        f"must be one of {GUIDANCE_HALVES}, got "
+                                        f"{extra[GUIDANCE_HALVES_KEY]!r}")
     FidelityOptions.check(options, prefix)
     return extra
 

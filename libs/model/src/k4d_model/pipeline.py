@@ -15,7 +15,8 @@ Guidance: the official setting has identical conditional and unconditional input
 so one pass per step gives the same result as the official two (`guidance_mode="auto"`).
 With a real negative condition both passes run batched in one forward: a request's, or for a
 model whose `extra` says `guidance_negative: no-robot` (trained with condition dropout) a
-scene with no robot in view.
+scene with no robot in view. `extra` `guidance_halves: rgb` guides the RGB half of the
+latent alone; its pointmap half keeps the conditional pass's velocity.
 `guidance_mode="official"` reproduces the released code bit for bit in spirit: its
 second pass sees the arm latent projection added twice (see `inject_arm_latents`).
 """
@@ -65,6 +66,9 @@ from k4d_model.options import (
     CASCADE_SAMPLE,
     CASCADE_SAMPLE_GIVEN_DEPTH,
     FIRST_FRAME_GIVEN,
+    GUIDANCE_HALVES_BOTH,
+    GUIDANCE_HALVES_KEY,
+    GUIDANCE_HALVES_RGB,
     GUIDANCE_NEGATIVE_KEY,
     GUIDANCE_NEGATIVE_NO_ROBOT,
     REFINER_CHANGE,
@@ -244,7 +248,11 @@ class Kinema4DPipeline:
                                 image_embeds.repeat(2, 1, 1), plan["arm_cond_pair"],
                                 plan["gain_pair"])
         cond, uncond = velocity[:1], velocity[1:]
-        return uncond + plan["guidance"] * (cond - uncond)
+        guided = uncond + plan["guidance"] * (cond - uncond)
+        if plan["halves"] == GUIDANCE_HALVES_RGB:
+            half = guided.shape[-1] // 2  # RGB | pointmap side by side in width
+            guided[..., half:] = cond[..., half:]
+        return guided
 
     def _guidance_plan(self, guidance: float, mode: str, arm_cond: torch.Tensor,
                        negative_arm_cond: torch.Tensor | None) -> dict:
@@ -253,7 +261,8 @@ class Kinema4DPipeline:
             return {"passes": 1, "mode": mode, "reason": reason, "guidance": guidance}
         uncond = negative_arm_cond if negative_arm_cond is not None else arm_cond
         gain = torch.tensor([1.0, 2.0 if mode == "official" else 1.0])
-        return {"passes": 2, "mode": mode, "guidance": guidance,
+        halves = self.info.extra.get(GUIDANCE_HALVES_KEY, GUIDANCE_HALVES_BOTH)
+        return {"passes": 2, "mode": mode, "guidance": guidance, "halves": halves,
                 "arm_cond_pair": torch.cat([arm_cond, uncond.to(arm_cond)], dim=0),
                 "gain_pair": gain,
                 "reason": "negative condition" if negative_arm_cond is not None else mode}

@@ -32,7 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from k4d.errors import InvalidArgument
-from k4d_model.options import LATENT_TARGETS, MAX_CASCADE_SAMPLES, FidelityOptions
+from k4d_model.options import (
+    GUIDANCE_HALVES,
+    LATENT_TARGETS,
+    MAX_CASCADE_SAMPLES,
+    FidelityOptions,
+)
 
 RECIPES = ("finetune-lora", "from-scratch")
 VARIANTS = ("act", "pmcond")
@@ -84,12 +89,19 @@ class ModelSection:
     # The published model's guidance scale (k4d_model.json; default: the init's or the
     # size's). Above 1 with training.condition_dropout: two passes a sampling step.
     guidance_scale: float | None = None
+    # Which halves of the latent guidance pushes (k4d_model.json `extra` guidance_halves):
+    # "both" (official) or "rgb" (the pointmap half keeps the conditional velocity); default:
+    # the init's, or both.
+    guidance_halves: str | None = None
 
     def validate(self, recipe: str) -> None:
         FidelityOptions.check(self.fidelity, "model.fidelity")  # unknown keys too
         _check(self.guidance_scale is None
                or (math.isfinite(self.guidance_scale) and self.guidance_scale >= 0),
                "model.guidance_scale", f"must be a finite number >= 0, got {self.guidance_scale}")
+        _check(self.guidance_halves is None or self.guidance_halves in GUIDANCE_HALVES,
+               "model.guidance_halves", f"must be one of {GUIDANCE_HALVES}, got "
+               f"{self.guidance_halves!r}")
         _check(self.variant in VARIANTS, "model.variant", f"must be one of {VARIANTS}")
         _check(self.precision in PRECISIONS, "model.precision", f"must be one of {PRECISIONS}")
         _check(self.lora_rank >= 1, "model.lora_rank", f"must be >= 1, got {self.lora_rank}")

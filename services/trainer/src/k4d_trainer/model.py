@@ -24,6 +24,7 @@ from k4d_model.model.configs import arm_grid_for, get_model_config
 from k4d_model.model.transformer import Kinema4DTransformer3DModel
 from k4d_model.options import (
     CASCADE_KEY,
+    GUIDANCE_HALVES_KEY,
     GUIDANCE_NEGATIVE_KEY,
     GUIDANCE_NEGATIVE_NO_ROBOT,
     LATENT_TARGET_KEY,
@@ -71,11 +72,13 @@ def set_latent_target(components: ModelComponents, target: str) -> None:
 
 def set_guidance(components: ModelComponents, section: ModelSection,
                  condition_dropout: float) -> None:
-    """Record how the published model samples with guidance: `model.guidance_scale` when the
-    recipe sets it, and after condition dropout the robot-free negative the transformer
-    learned (k4d_model.options `guidance_negative`)."""
+    """Record how the published model samples with guidance: `model.guidance_scale` and
+    `model.guidance_halves` when the recipe sets them, and after condition dropout the
+    robot-free negative the transformer learned (k4d_model.options `guidance_negative`)."""
     if section.guidance_scale is not None:
         components.info.guidance_scale = float(section.guidance_scale)
+    if section.guidance_halves is not None:
+        components.info.extra[GUIDANCE_HALVES_KEY] = section.guidance_halves
     if condition_dropout > 0:
         components.info.extra[GUIDANCE_NEGATIVE_KEY] = GUIDANCE_NEGATIVE_NO_ROBOT
 
