@@ -212,9 +212,10 @@ def _training_record(config, config_path: str, step: int, weights: str,
 
 def set_options(config_path: str, model: Path) -> dict:
     """Apply the recipe's `model.fidelity` output options (k4d_model.json `extra`) and its
-    `model.guidance_scale` and `model.guidance_halves`, when set, to an exported model and refresh the manifest's file
-    hashes: the weights stay, the way they are sampled changes. `export` applies them too; this re-applies them to a
-    model exported before a recipe's options changed."""
+    `model.guidance_scale` and `model.guidance_halves`, when set, to an exported model and
+    refresh the manifest's file hashes: the weights stay, the way they are sampled changes.
+    `export` applies them too; this re-applies them to a model exported before a recipe's
+    options changed."""
     from k4d_model.options import FIDELITY_KEYS
     from k4d_model.registry import build_manifest
     from k4d_trainer.config import load_config_file

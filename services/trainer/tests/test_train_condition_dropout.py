@@ -6,11 +6,15 @@ no-robot`, `model.guidance_scale`, `model.guidance_halves`)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 from k4d.errors import InvalidArgument
 from k4d.store import LocalStore
+from k4d.tensor_io import sha256_file
 from k4d_model import checkpoints, registry
 from k4d_model.checkpoints import build_components, save_k4d
 from k4d_model.conditions import PointmapNormalization
@@ -23,6 +27,8 @@ from k4d_trainer.config import load_config_file
 from k4d_trainer.objective import flow_matching_loss, noise_batch
 from k4d_trainer.runs import read_metrics
 from k4d_trainer.trainer import Trainer
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_dropout_trains_on_the_no_robot_scene_and_publishes_a_guided_model(
@@ -98,3 +104,25 @@ def test_bad_dropout_guidance_and_negative_values_are_refused(tmp_path, recipe, 
         check_model_extra({"guidance_negative": "no_robot"})
     with pytest.raises(InvalidArgument, match="extra.guidance_halves"):
         check_model_extra({"guidance_halves": "pointmap"})
+
+
+def test_demo_model_options_rewrites_an_exports_guidance(tmp_path, recipe, episodes_dir):
+    """`demo_model.py options` writes a recipe's guidance scale and halves into an exported
+    model and refreshes its manifest, so the model still loads and passes its hash check."""
+    components, _ = build_components(get_model_config("tiny"), seed=11)
+    model = tmp_path / "model"
+    save_k4d(components, model / "weights")
+    (model / "manifest.json").write_text(json.dumps(
+        registry.build_manifest(model / "weights", "tiny", "1")))
+    path = recipe(tmp_path, episodes_dir, None, recipe="from-scratch",
+                  model={"size": "tiny", "guidance_scale": 2.0, "guidance_halves": "rgb"})
+    done = subprocess.run([sys.executable, str(REPO / "examples/train/demo_model.py"), "options",
+                           "--config", str(path), "--model", str(model)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    meta = json.loads((model / "weights" / "k4d_model.json").read_text())
+    assert meta["guidance_scale"] == 2.0 and meta["extra"]["guidance_halves"] == "rgb"
+    listed = {f["path"]: f["sha256"] for f in
+              json.loads((model / "manifest.json").read_text())["files"]}
+    assert listed["k4d_model.json"] == sha256_file(model / "weights" / "k4d_model.json")
+    assert checkpoints.load_model(model / "weights").info.extra["guidance_halves"] == "rgb"
