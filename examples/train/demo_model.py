@@ -216,7 +216,7 @@ def set_options(config_path: str, model: Path) -> dict:
     refresh the manifest's file hashes: the weights stay, the way they are sampled changes.
     `export` applies them too; this re-applies them to a model exported before a recipe's
     options changed."""
-    from k4d_model.options import FIDELITY_KEYS
+    from k4d_model.options import FIDELITY_KEYS, GUIDANCE_HALVES_KEY
     from k4d_model.registry import build_manifest
     from k4d_trainer.config import load_config_file
 
@@ -229,7 +229,7 @@ def set_options(config_path: str, model: Path) -> dict:
     if config.model.guidance_scale is not None:
         info["guidance_scale"] = float(config.model.guidance_scale)
     if config.model.guidance_halves is not None:
-        info["extra"]["guidance_halves"] = config.model.guidance_halves
+        info["extra"][GUIDANCE_HALVES_KEY] = config.model.guidance_halves
     info_path.write_text(json.dumps(info, indent=2) + "\n")
     manifest = json.loads((model / MANIFEST).read_text())
     fresh = build_manifest(model / WEIGHTS, manifest["name"], manifest["version"])

@@ -33,10 +33,11 @@ from typing import Any
 
 from k4d.errors import InvalidArgument
 from k4d_model.options import (
-    GUIDANCE_HALVES,
+    GUIDANCE_HALVES_KEY,
     LATENT_TARGETS,
     MAX_CASCADE_SAMPLES,
     FidelityOptions,
+    check_model_extra,
 )
 
 RECIPES = ("finetune-lora", "from-scratch")
@@ -99,9 +100,8 @@ class ModelSection:
         _check(self.guidance_scale is None
                or (math.isfinite(self.guidance_scale) and self.guidance_scale >= 0),
                "model.guidance_scale", f"must be a finite number >= 0, got {self.guidance_scale}")
-        _check(self.guidance_halves is None or self.guidance_halves in GUIDANCE_HALVES,
-               "model.guidance_halves", f"must be one of {GUIDANCE_HALVES}, got "
-               f"{self.guidance_halves!r}")
+        if self.guidance_halves is not None:  # the model schema's own check, named model.*
+            check_model_extra({GUIDANCE_HALVES_KEY: self.guidance_halves}, "model")
         _check(self.variant in VARIANTS, "model.variant", f"must be one of {VARIANTS}")
         _check(self.precision in PRECISIONS, "model.precision", f"must be one of {PRECISIONS}")
         _check(self.lora_rank >= 1, "model.lora_rank", f"must be >= 1, got {self.lora_rank}")
