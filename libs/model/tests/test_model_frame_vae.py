@@ -74,7 +74,7 @@ def test_change_target_round_trip_and_first_frame_repeat():
     torch.testing.assert_close(repeated[..., 4:], latents[:, :, :1, :, 4:].expand(-1, -1, 5, -1, -1))
 
 
-def _tiny_per_frame(change: bool):
+def _tiny_per_frame(change: bool | str):
     """The tiny transformer on a per-frame VAE (strides 1 x 4): 33 input channels."""
     base = get_model_config("tiny")
     strides = (1, 4)
@@ -87,7 +87,7 @@ def _tiny_per_frame(change: bool):
                                       "channels": [8, 16, 16], "num_res_blocks": 1})
     components, _ = build_components(config, seed=0)
     if change:
-        components.info.extra["latent_target"] = "change"
+        components.info.extra["latent_target"] = change if isinstance(change, str) else "change"
     return components
 
 
@@ -118,3 +118,29 @@ def test_first_frame_ablation_decodes_frame_0_in_every_frame():
         np.testing.assert_array_equal(result.rgb[t], result.rgb[0])
     with pytest.raises(Exception, match="ablation"):
         pipe(image, robot.rgb, robot.pointmap, robot.mask, num_steps=1, ablation="zeros")
+
+
+def _ray_cast_robot(num_frames=5, height=32, width=48):
+    """The sliding box of `sliding_box_robot`, its points on the rays of a pinhole (as the
+    projection stage ray-casts them): a `tracks` model fits its camera to them."""
+    image, robot = sliding_box_robot(num_frames=num_frames, height=height, width=width)
+    rows, cols = np.mgrid[0:height, 0:width].astype(np.float32)
+    rays = np.stack([(cols - width / 2) / 40.0, (rows - height / 2) / 40.0,
+                     np.ones_like(rows)], -1)
+    points = np.where(robot.mask[..., None], rays[None] * 0.8, 0.0).astype(np.float32)
+    return image, robot.rgb, points, robot.mask
+
+
+def test_a_tracks_model_draws_its_frames_from_frame_0s_pixels():
+    """latent_target tracks: frames t >= 1 are frame 0 carried along the sampled motion. The
+    first-frame ablation samples no motion, so every pixel off frame 0's robot is frame 0's
+    exactly. The sample itself (a random tiny model's motion) gives whole, finite frames."""
+    components = _tiny_per_frame(change="tracks")
+    image, rgb, points, mask = _ray_cast_robot()
+    pipe = Kinema4DPipeline(components, CallableDenoiser(components.transformer))
+    still = pipe(image, rgb, points, mask, num_steps=2, ablation="first-frame")
+    assert still.metadata["latent_target"] == "tracks"
+    for t in range(1, 5):
+        np.testing.assert_array_equal(still.rgb[t][~mask[0]], image[~mask[0]])
+    result = pipe(image, rgb, points, mask, num_steps=2)
+    assert result.rgb.shape == (5, 32, 48, 3) and np.isfinite(result.pointmap).all()

@@ -32,6 +32,17 @@ def test_unknown_keys_and_bad_values_are_refused_by_name(extra, field):
     assert [v.field for v in err.value.violations] == [field]
 
 
+@pytest.mark.parametrize("option", [{"cascade": "colour", "decode": "relative"},
+                                    {"refiner": "change"}, {"decode": "input"}])
+def test_a_tracks_model_refuses_options_that_redraw_its_frames(option):
+    """latent_target tracks draws frames t >= 1 from the sampled motion; an option that draws
+    them from something else would hide it."""
+    assert check_model_extra({"latent_target": "tracks", "decode": "relative"})
+    with pytest.raises(InvalidArgument, match="tracks") as err:
+        check_model_extra({"latent_target": "tracks", **option})
+    assert [v.field for v in err.value.violations] == [f"extra.{next(iter(option))}"]
+
+
 def test_extra_must_be_an_object():
     with pytest.raises(InvalidArgument, match="extra"):
         check_model_extra(["grasp"])

@@ -87,18 +87,21 @@ def test_fidelity_options_reach_the_published_model():
     assert components.info.extra["vae_decode"] == "split"
 
 
-def test_change_target_needs_a_per_frame_vae():
+@pytest.mark.parametrize("target", ["change", "tracks"])
+def test_change_and_tracks_targets_need_a_per_frame_vae(target):
+    from k4d_model.options import check_model_extra
     from k4d_trainer.model import load_components, set_latent_target
 
     config = config_from_dict({"recipe": "from-scratch", "model": {"size": "tiny"}})
     components = load_components("from-scratch", config.model, seed=0)
-    with pytest.raises(InvalidArgument, match="training.latent_target"):
-        set_latent_target(components, "change")
+    with pytest.raises(InvalidArgument, match=f"training.latent_target.*{target}"):
+        set_latent_target(components, target)
     config = config_from_dict({"recipe": "from-scratch", "model": {"size": "small-f4"},
-                               "training": {"latent_target": "change"}})
+                               "training": {"latent_target": target}})
     components = load_components("from-scratch", config.model, seed=0)
     set_latent_target(components, config.training.latent_target)
-    assert components.info.extra["latent_target"] == "change"
+    assert components.info.extra["latent_target"] == target
+    check_model_extra(components.info.extra)  # what it publishes loads
 
 
 def test_init_model_starts_from_its_weights(tmp_path):

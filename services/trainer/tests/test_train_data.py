@@ -8,7 +8,7 @@ import torch
 from k4d.errors import InvalidArgument
 from k4d_trainer.clips import ClipSpec, adapt_clip, check_adaptable, frame_indices, resize_crop
 from k4d_trainer.data import EpisodeSampler
-from k4d_trainer.objective import noise_batch, soften_mask, training_schedule
+from k4d_trainer.objective import learns_change, noise_batch, soften_mask, training_schedule
 
 
 def test_frame_indices_keep_ends_and_spread_evenly():
@@ -107,6 +107,12 @@ def test_change_target_of_a_static_clip_is_the_noise():
     assert change.model_input.shape == (1, 33, 3, 4, 12)
 
 
+def test_the_tracks_target_learns_the_rgb_change_as_change_does():
+    """latent_target tracks differs from change on the pointmap half's meaning alone (what the
+    cache encodes there): the loop makes the same clean sample of both."""
+    assert learns_change("change") and learns_change("tracks") and not learns_change("absolute")
+
+
 def test_soft_mask_sets_about_ten_percent_of_the_ones_to_half():
     arm = torch.zeros(20, 4, 30, 30)
     arm[:4, :, :, :15] = 1.0
@@ -170,6 +176,36 @@ def test_bf16_encoding_has_its_own_fingerprint_and_fp32_latents(tmp_path, make_d
     assert all(v.dtype == torch.float32 for v in low.values())
     assert not torch.equal(low["latents"], full["latents"])
     assert torch.allclose(low["latents"], full["latents"], atol=0.1)
+
+
+def test_a_tracks_encoder_encodes_the_tracks_on_the_pointmap_half(tmp_path, make_dataset):
+    """latent_target tracks: its own cache fingerprint; the RGB half and the rest of the sample
+    are the plain encoder's, the pointmap half encodes the clip's tracks; a clip without
+    tracks is refused, and so is reading them from an episode without object ids."""
+    from k4d.episodes import open_dataset
+    from k4d_model.checkpoints import build_components
+    from k4d_model.model.configs import get_model_config
+    from k4d_trainer.latents import SampleEncoder, sample_clip
+
+    components, _ = build_components(get_model_config("tiny"), seed=0)
+    dataset = open_dataset(make_dataset(tmp_path / "ds", count=1, frames=5, height=32, width=48))
+    episode = dataset.open(sorted(dataset.episode_ids)[0])
+    clip = sample_clip(episode, ClipSpec(num_frames=5, height=32, width=48))
+    plain, tracks = SampleEncoder(components), SampleEncoder(components, tracks=True)
+    assert tracks.fingerprint != plain.fingerprint
+    still = tracks.encode({**clip, "tracks": clip["pointmap"]})
+    base = plain.encode(clip)
+    assert all(torch.equal(still[k], base[k]) for k in base)
+    moved = clip["pointmap"].copy()
+    moved[1:] += np.float32(0.05)  # every surface moved 5 cm by frame 1
+    sample = tracks.encode({**clip, "tracks": moved})
+    half = sample["latents"].shape[-1] // 2
+    assert torch.equal(sample["latents"][..., :half], base["latents"][..., :half])
+    assert not torch.equal(sample["latents"][:, 1:, :, half:], base["latents"][:, 1:, :, half:])
+    with pytest.raises(ValueError, match="tracks"):
+        tracks.encode(clip)
+    with pytest.raises(InvalidArgument, match=r"training\.latent_target"):
+        sample_clip(episode, ClipSpec(num_frames=5, height=32, width=48), tracks=True)
 
 
 def test_only_bf16_by_name_puts_the_stages_before_the_transformer_in_bf16():

@@ -1,6 +1,7 @@
-"""The ground truth's backward flow (k4d_trainer.object_flow): a block that slides, seen by a
-tilted camera, flows back to where it stood; the table does not move; the robot and pixels
-whose source is outside the image have no flow; an episode without object ids is refused."""
+"""The ground truth's backward flow and forward tracks (k4d_trainer.object_flow): a block
+that slides, seen by a tilted camera, flows back to where it stood and its frame-0 points go
+where it went; the table does not move; the robot and pixels whose source is outside the
+image have no flow; an episode without object ids is refused."""
 
 from __future__ import annotations
 
@@ -14,7 +15,13 @@ from k4d.errors import InvalidArgument
 from k4d_trainer.clips import ClipSpec
 from k4d_trainer.config import DataSection
 from k4d_trainer.data import open_source
-from k4d_trainer.object_flow import backward_flow, episode_flow, fit_pinhole
+from k4d_trainer.object_flow import (
+    backward_flow,
+    episode_flow,
+    episode_tracks,
+    fit_pinhole,
+    forward_tracks,
+)
 from k4d_trainer.synthetic import synthetic_episode, write_dataset
 
 H, W, F = 16, 24, 20.0
@@ -104,3 +111,45 @@ def test_episode_flow_reads_an_episode_and_refuses_one_without_objects(tmp_path)
     plain = open_source(DataSection(uri=write_dataset(tmp_path / "plain", count=1)), None)
     with pytest.raises(InvalidArgument, match=r"cascade\.warp.*object_ids"):
         episode_flow(plain.open("ep000"), clip)
+
+
+def test_forward_tracks_carry_frame_0s_surfaces_to_where_they_are():
+    """The same scene forwards: the block's frame-0 points move 0.1, 0.05 m in the camera's
+    frame; the table's stay; the robot's frame-0 points stay (kinematics' motion, not the
+    scene's); an unknown point stays zero."""
+    pointmap, ids, poses, cams = _scene()
+    pointmap[0, 0, 0] = 0.0
+    tracks = forward_tracks(pointmap, ids, poses, cams)
+    assert tracks.shape == (2, H, W, 3) and tracks.dtype == np.float32
+    assert np.allclose(tracks[0][pointmap[0, ..., 2] > 0], pointmap[0][pointmap[0, ..., 2] > 0])
+    block = ids[0] == 1
+    assert np.allclose(tracks[1][block], pointmap[0][block] + [0.1, 0.05, 0.0], atol=1e-5)
+    table = (ids[0] == -1) & (pointmap[0, ..., 2] > 0)
+    assert np.allclose(tracks[1][table], pointmap[0][table], atol=1e-5)
+    assert np.allclose(tracks[1][ids[0] == 0], pointmap[0][ids[0] == 0])
+    assert (tracks[:, 0, 0] == 0).all()
+    # forwards then backwards: a block pixel's flow at frame 1 leads back to its frame-0 pixel
+    flow, valid = backward_flow(pointmap, ids, poses, cams)
+    u = F * tracks[1, 4, 5, 0] / tracks[1, 4, 5, 2] + CX
+    v = F * tracks[1, 4, 5, 1] / tracks[1, 4, 5, 2] + CY
+    row, col = int(round(v)), int(round(u))
+    assert valid[1, row, col] and np.allclose(flow[1, row, col], [5 - col, 4 - row], atol=1e-4)
+
+
+def test_episode_tracks_reads_an_episode_and_refuses_one_without_objects(tmp_path):
+    pointmap, ids, poses, cams = _scene()
+    meta, arrays = synthetic_episode(0, frames=2, height=H, width=W)
+    camera = Camera(width=W, height=H, fx=F, fy=F, cx=CX, cy=CY, T_cam_from_world=CAM)
+    writer = DatasetWriter(str(tmp_path / "objects"))
+    writer.write_episode(dataclasses.replace(meta, camera=camera,
+                                             object_names=["block", "edge block"]),
+                         {**arrays, "pointmap": pointmap, "object_ids": ids,
+                          "object_poses": poses})
+    writer.close()
+    clip = ClipSpec(2, H, W)
+    episode = open_source(DataSection(uri=str(tmp_path / "objects")), None).open("ep000")
+    assert np.allclose(episode_tracks(episode, clip), forward_tracks(pointmap, ids, poses, cams),
+                       atol=1e-5)
+    plain = open_source(DataSection(uri=write_dataset(tmp_path / "plain", count=1)), None)
+    with pytest.raises(InvalidArgument, match=r"training\.latent_target.*object_ids"):
+        episode_tracks(plain.open("ep000"), clip)

@@ -167,9 +167,13 @@ _CHOICES = {"first_frame": ("", FIRST_FRAME_GIVEN),
 VAE_DECODE_KEY = "vae_decode"
 VAE_DECODE_SPLIT = "split"
 # LATENT_TARGET_KEY: what the transformer samples, the clip's latents ("absolute", the
-# official objective) or their change from frame 0's ("change", k4d_model.latent_target).
+# official objective), their change from frame 0's ("change", k4d_model.latent_target), or
+# that change on the RGB half and on the pointmap half where each pixel's surface of frame 0
+# is at frame t ("tracks"): frames t >= 1 are then frame 0 carried along that motion
+# (k4d_model.tracks).
 LATENT_TARGET_KEY = "latent_target"
-LATENT_TARGETS = ("absolute", "change")
+LATENT_TARGET_TRACKS = "tracks"
+LATENT_TARGETS = ("absolute", "change", LATENT_TARGET_TRACKS)
 # GUIDANCE_NEGATIVE_KEY: what guidance (guidance_scale > 1) samples against when a request
 # gives no negative robot condition. "same" (the official setting): the robot condition
 # itself, so both passes agree and one runs. "no-robot": a scene with no robot in view
@@ -189,6 +193,9 @@ GUIDANCE_HALVES_BOTH = "both"
 GUIDANCE_HALVES_RGB = "rgb"
 GUIDANCE_HALVES = (GUIDANCE_HALVES_BOTH, GUIDANCE_HALVES_RGB)
 _MODEL_KEYS = (VAE_DECODE_KEY, LATENT_TARGET_KEY, GUIDANCE_NEGATIVE_KEY, GUIDANCE_HALVES_KEY)
+# Output options a `tracks` model refuses (and `decode: input`): each redraws frames t >= 1
+# from something else.
+_NOT_WITH_TRACKS = ("cascade", "refiner", "refiner_pointmap")
 
 
 def _is_number(value: Any) -> bool:
@@ -218,7 +225,22 @@ def check_model_extra(extra: Any, prefix: str = "extra") -> dict[str, Any]:
                                         f"must be one of {GUIDANCE_HALVES}, got "
                                         f"{extra[GUIDANCE_HALVES_KEY]!r}")
     FidelityOptions.check(options, prefix)
+    if extra.get(LATENT_TARGET_KEY) == LATENT_TARGET_TRACKS:
+        _check_tracks_options(options, prefix)
     return extra
+
+
+def _check_tracks_options(options: dict[str, Any], prefix: str) -> None:
+    """A `tracks` model's frames are frame 0 carried along the sampled motion
+    (k4d_model.tracks): an option that redraws them from something else is refused."""
+    redraws = [key for key in _NOT_WITH_TRACKS if options.get(key)]
+    if options.get("decode") == DECODE_INPUT:
+        redraws.append("decode")
+    if redraws:
+        raise InvalidArgument.for_field(
+            f"{prefix}.{redraws[0]}", f"must be unset with {LATENT_TARGET_KEY} "
+                                      f"{LATENT_TARGET_TRACKS!r}: its frames are frame 0 "
+                                      "carried along the sampled motion (k4d_model.tracks)")
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,12 @@ from k4d_model.fidelity import (
     uncovered_by_robot,
 )
 from k4d_model.frame_vae import temporal_stride
-from k4d_model.latent_target import add_first, repeat_first_frame, samples_change
+from k4d_model.latent_target import (
+    add_first,
+    repeat_first_frame,
+    samples_change,
+    samples_tracks,
+)
 from k4d_model.memory import ensure_fits, estimate
 from k4d_model.options import (
     CASCADE_SAMPLE,
@@ -71,6 +76,8 @@ from k4d_model.options import (
     GUIDANCE_HALVES_RGB,
     GUIDANCE_NEGATIVE_KEY,
     GUIDANCE_NEGATIVE_NO_ROBOT,
+    LATENT_TARGET_KEY,
+    LATENT_TARGETS,
     REFINER_CHANGE,
     REFINER_DRAWN,
     REFINER_FIRST_DEPTH_ESTIMATED,
@@ -84,6 +91,7 @@ from k4d_model.options import (
 )
 from k4d_model.refiner import predict_change
 from k4d_model.results import GenerationResult, RobotCondition, check_robot
+from k4d_model.tracks import frames_from_tracks
 
 ProgressCallback = Callable[[int, int], None]  # (steps done, total steps)
 CancelCheck = Callable[[], bool]
@@ -338,7 +346,11 @@ class Kinema4DPipeline:
         if initial_pointmap is None and opts.refiner_first_depth == REFINER_FIRST_DEPTH_ESTIMATED:
             # as if the caller had given the refiner's estimate as the initial pointmap
             initial_pointmap = estimated_first_points(change.first_depth_m, robot)
-        if opts.input_only:
+        if points is not None and samples_tracks(self.info.extra):
+            rgb_out, points = frames_from_tracks(image, points,
+                                                 _first_points(points[0], initial_pointmap),
+                                                 robot.pointmap, robot.mask)
+        elif opts.input_only:
             first = (initial_pointmap if points is None
                      else _first_points(points[0], initial_pointmap))
             rgb_out, points = input_frames(image, first, robot)
@@ -678,7 +690,7 @@ class Kinema4DPipeline:
             "num_steps": num_steps, "scheduler": type(sampler).__name__,
             "shift": float(sampler.config.get("flow_shift", sampler.config.get("shift", 0.0))),
             "guidance": {k: v for k, v in plan.items() if not isinstance(v, torch.Tensor)},
-            "latent_target": "change" if samples_change(self.info.extra) else "absolute",
+            "latent_target": self.info.extra.get(LATENT_TARGET_KEY, LATENT_TARGETS[0]),
             "ablation": ablation, "samples": count,
             "cached_steps": int(lever_report.get("cached_steps", 0)),
             "options": (sampling_options or SamplingOptions()).to_dict(),

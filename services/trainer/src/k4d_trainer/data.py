@@ -19,9 +19,9 @@ import torch
 from k4d.errors import InvalidArgument, NotFound
 
 from k4d_trainer import uris
-from k4d_trainer.clips import ClipSpec, check_adaptable, read_clip
+from k4d_trainer.clips import ClipSpec, check_adaptable
 from k4d_trainer.config import DataSection
-from k4d_trainer.latents import LatentCache, SampleEncoder
+from k4d_trainer.latents import LatentCache, SampleEncoder, sample_clip
 
 
 def open_source(section: DataSection, config=None):
@@ -136,7 +136,8 @@ def encode_missing(dataset, episode_ids: list[str], encoder: SampleEncoder, cach
     encoded = 0
     for i, episode_id in enumerate(mine):
         if not cache.has(episode_id):
-            cache.save(episode_id, encoder.encode(read_clip(dataset.open(episode_id), clip)))
+            cache.save(episode_id, encoder.encode(sample_clip(dataset.open(episode_id), clip,
+                                                              encoder.tracks)))
             encoded += 1
         if progress is not None:
             progress(i + 1, len(mine))

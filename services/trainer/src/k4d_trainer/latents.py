@@ -4,7 +4,9 @@ A sample is built by the generator's own inference code (`Kinema4DPipeline.encod
 `prepare_condition`, `prepare_arm_cond`, `encode_video`), so training sees exactly the
 conditioning the generator computes at inference:
 
-    latents       (16, F, h, 2w)  target x0 = [RGB latents | pointmap latents (z+0.17)/1.36]
+    latents       (16, F, h, 2w)  target x0 = [RGB latents | pointmap latents (z+0.17)/1.36];
+                                  with `tracks`, the pointmap half encodes where frame 0's
+                                  surfaces are at each frame (k4d_trainer.object_flow)
     condition     (20, F, h, 2w)  first-frame mask + latents of [first frame | uniform pointmap]
     image_embeds  (N, D)          CLIP penultimate hidden states of the first frame
     arm_cond      (20, F, h, 2w)  robot mask + robot latents (w for `pmcond`), no soft mask
@@ -43,8 +45,9 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
 from k4d_trainer import uris
-from k4d_trainer.clips import ClipSpec
+from k4d_trainer.clips import ClipSpec, read_clip
 from k4d_trainer.model import sampling_components
+from k4d_trainer.object_flow import episode_tracks
 from k4d_trainer.parallel import autocast
 
 SAMPLE_KEYS = ("latents", "condition", "image_embeds", "arm_cond", "change")
@@ -102,11 +105,20 @@ def change_map(clip: dict[str, np.ndarray], latent_height: int, latent_width: in
     return torch.cat([cells[:1], later])[None]
 
 
+def sample_clip(episode, clip: ClipSpec, tracks: bool = False) -> dict[str, np.ndarray]:
+    """An opened episode's clip arrays as `SampleEncoder.encode` reads them; with `tracks`,
+    the ground truth's tracks of frame 0's surfaces too (k4d_trainer.object_flow)."""
+    arrays = read_clip(episode, clip)
+    if tracks:
+        arrays["tracks"] = episode_tracks(episode, clip)
+    return arrays
+
+
 class SampleEncoder:
     """Episode clip arrays -> one training sample, with the generator pipeline's code."""
 
     def __init__(self, components: ModelComponents, device: str | torch.device = "cpu",
-                 compute_dtype: torch.dtype | None = None):
+                 compute_dtype: torch.dtype | None = None, tracks: bool = False):
         self.pipe = Kinema4DPipeline(sampling_components(components), backend=None,
                                      device=str(device), model_id="trainer-encoder")
         self.variant = components.transformer.config.variant
@@ -116,7 +128,9 @@ class SampleEncoder:
                    "format": 2}  # 2: with the change map
         if compute_dtype is not None:  # encoded under autocast: not the fp32 cache's latents
             payload["precision"] = str(compute_dtype).removeprefix("torch.")
-        self.compute_dtype = compute_dtype
+        if tracks:  # another pointmap half (absent otherwise: older caches stay valid)
+            payload["pointmap_half"] = "tracks"
+        self.compute_dtype, self.tracks = compute_dtype, tracks
         self.fingerprint = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
     @torch.no_grad()
@@ -142,7 +156,9 @@ class SampleEncoder:
                                clip["robot_mask"])
         norm = clip_normalisation(clip)
         rgb = clip["rgb"].astype(np.float32) / 255.0 * 2.0 - 1.0
-        pm = normalised_scene(clip, norm)
+        if self.tracks and "tracks" not in clip:
+            raise ValueError("a tracks encoder needs the clip's tracks (sample_clip)")
+        pm = normalised_scene({**clip, "pointmap": clip["tracks"]} if self.tracks else clip, norm)
         rgb_latent = pipe.encode_video(_to_video(rgb))
         pm_latent = (pipe.encode_video(_to_video(pm)) - POINTMAP_LATENT_MEAN) / POINTMAP_LATENT_STD
         sample = {

@@ -80,6 +80,7 @@ def run_encode_latents(config: TrainConfig, out_uri: str | None, env_config=None
     """Encode every episode of `data.uri` into the latent cache (sharded over torchrun ranks,
     skipping what exists). Returns {"uri", "episodes", "encoded", "fingerprint"}."""
     import torch
+    from k4d_model.options import LATENT_TARGET_TRACKS
 
     from k4d_trainer import model as model_lib
     from k4d_trainer.data import encode_missing, open_source, select_episodes
@@ -107,7 +108,8 @@ def run_encode_latents(config: TrainConfig, out_uri: str | None, env_config=None
         dataset = open_source(config.data, env_config)
         episode_ids = select_episodes(dataset, config.data, clip)
         encoder = SampleEncoder(components, dist.device,
-                                stage_dtype(config.model.precision, dist.device))
+                                stage_dtype(config.model.precision, dist.device),
+                                tracks=config.training.latent_target == LATENT_TARGET_TRACKS)
         cache = LatentCache(uri, encoder.fingerprint, env_config)
         encoded = encode_missing(dataset, episode_ids, encoder, cache, clip, dist.rank,
                                  dist.world_size)

@@ -64,9 +64,10 @@ def set_latent_target(components: ModelComponents, target: str) -> None:
     if target == "absolute":
         return
     if temporal_stride(components.vae) != 1:
-        raise InvalidArgument.for_field("training.latent_target", "'change' needs a per-frame "
-                                        "VAE (a size such as small-f4): a causal video VAE's "
-                                        "later latent frames are not frame 0's when nothing moves")
+        raise InvalidArgument.for_field("training.latent_target", f"{target!r} needs a "
+                                        "per-frame VAE (a size such as small-f4): a causal "
+                                        "video VAE's later latent frames are not frame 0's "
+                                        "when nothing moves")
     components.info.extra[LATENT_TARGET_KEY] = target
 
 

@@ -1,11 +1,16 @@
-"""The ground truth's backward flow: where in frame 0 each pixel of frame t came from.
+"""The ground truth's motion of the scene's surfaces, made from what a synthetic episode
+records: per-pixel object ids, each object's world pose per frame and the camera's pose per
+frame. Training targets, never model inputs.
 
-A training target of the warping sample refiner (k4d_model.cascade, `cascade.warp`), never a
-model input. It is made from what a synthetic episode records: per-pixel object ids, each
-object's world pose per frame and the camera's pose per frame. A pixel of object k at frame t
-is carried back by that object's rigid motion; a table pixel (id -1) by the camera's alone:
+- `backward_flow`: where in frame 0 each pixel of frame t came from (the warping sample
+  refiner's target, k4d_model.cascade `cascade.warp`). A pixel of object k at frame t is
+  carried back by that object's rigid motion; a table pixel (id -1) by the camera's alone:
 
     p_0 = C_0 · T_k,0 · T_k,t^-1 · C_t^-1 · p_t        (C: camera from world, T: world from object)
+
+- `forward_tracks`: where each pixel's surface of frame 0 is at frame t (the transformer's
+  pointmap half with `training.latent_target: tracks`, k4d_model.tracks): the same motion
+  forwards, p_t = C_t · T_k,t · T_k,0^-1 · C_0^-1 · p_0.
 
 then projected with the clip's pinhole, fitted from its own pointmap (so it holds after the
 clip's resize and crop). The flow is valid where depth is known, off the robot, and its
@@ -87,15 +92,59 @@ def backward_flow(pointmap: np.ndarray, object_ids: np.ndarray, object_poses: np
     return flow, valid
 
 
-def episode_flow(episode, clip: ClipSpec, pixels: str = "all") -> tuple[np.ndarray, np.ndarray]:
-    """backward_flow of an opened episode at the clip's frames and size; InvalidArgument
-    naming `cascade.warp` when the episode does not record what it needs."""
+def forward_tracks(pointmap: np.ndarray, object_ids: np.ndarray, object_poses: np.ndarray,
+                   cam_from_world: np.ndarray) -> np.ndarray:
+    """(T, H, W, 3) float32: frame 0's point at each pixel carried to frame t by its surface's
+    motion, in frame t's camera, metres; frame 0 is frame 0's pointmap. A table pixel (id -1)
+    moves with the camera alone; frame 0's robot pixels (id 0) keep frame 0's point (the
+    robot's motion is kinematics', not the scene's); unknown points (non-finite or z <= 0)
+    stay zero in every frame.
+
+    pointmap, object_ids, object_poses, cam_from_world: as `backward_flow`'s."""
+    frames = object_ids.shape[0]
+    first = np.nan_to_num(np.asarray(pointmap[0], np.float64))
+    known = np.isfinite(pointmap[0]).all(-1) & (first[..., 2] > 0)
+    ids = object_ids[0]
+    world_from_object = pose_matrices(object_poses)  # (T, K, 4, 4)
+    cam = np.asarray(cam_from_world, np.float64)
+    tracks = np.zeros((frames,) + first.shape, np.float32)
+    for t in range(frames):
+        points = np.where(known[..., None], first, 0.0)
+        for k in np.unique(ids[known & (ids != 0)]):
+            motion = cam[t] @ np.linalg.inv(cam[0]) if k < 0 else (
+                cam[t] @ world_from_object[t, k - 1] @ np.linalg.inv(world_from_object[0, k - 1])
+                @ np.linalg.inv(cam[0]))
+            mask = known & (ids == k)
+            points[mask] = first[mask] @ motion[:3, :3].T + motion[:3, 3]
+        tracks[t] = points
+    return tracks
+
+
+def episode_tracks(episode, clip: ClipSpec) -> np.ndarray:
+    """forward_tracks of an opened episode at the clip's frames and size; InvalidArgument
+    naming `training.latent_target` when the episode does not record what it needs."""
+    _check_motion_arrays(episode, "training.latent_target", "tracks")
+    adapted = read_clip(episode, clip, extra=(OBJECT_IDS,))
+    indices = frame_indices(episode.meta.frames, clip.num_frames)
+    poses = np.asarray(episode[POSES])[indices]
+    cams = np.stack([episode.meta.camera_at(int(t)).T_cam_from_world for t in indices])
+    return forward_tracks(adapted["pointmap"], adapted[OBJECT_IDS], poses, cams)
+
+
+def _check_motion_arrays(episode, field: str, what: str) -> None:
+    """InvalidArgument naming `field` when the episode lacks an array a motion target reads."""
     arrays = set(episode.meta.arrays)
     missing = [name for name in ("pointmap", OBJECT_IDS, POSES) if name not in arrays]
     if missing:
         raise InvalidArgument.for_field(
-            "cascade.warp", f"episode {episode.meta.episode_id!r} lacks {missing}: the warp's "
-                            "flow targets come from object ids, object poses and the pointmap")
+            field, f"episode {episode.meta.episode_id!r} lacks {missing}: the {what} targets "
+                   "come from object ids, object poses and the pointmap")
+
+
+def episode_flow(episode, clip: ClipSpec, pixels: str = "all") -> tuple[np.ndarray, np.ndarray]:
+    """backward_flow of an opened episode at the clip's frames and size; InvalidArgument
+    naming `cascade.warp` when the episode does not record what it needs."""
+    _check_motion_arrays(episode, "cascade.warp", "warp's flow")
     indices = frame_indices(episode.meta.frames, clip.num_frames)
     adapted = read_clip(episode, clip, extra=(OBJECT_IDS,))
     poses = np.asarray(episode[POSES])[indices]

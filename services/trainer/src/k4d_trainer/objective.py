@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from k4d_model.latent_target import change_from_first
+from k4d_model.latent_target import change_from_first, samples_change
+from k4d_model.options import LATENT_TARGET_KEY
 
 
 def training_schedule(shift: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -48,6 +49,11 @@ def soften_mask(arm_cond: torch.Tensor, ratio: float, mask_channels: int,
     pick = (torch.rand(mask.shape[1:], generator=generator) < ratio) & (mask[0] == 1)
     softened = torch.where(pick.expand_as(mask), torch.full_like(mask, 0.5), mask)
     return torch.cat([softened, arm_cond[mask_channels:]], dim=0)
+
+
+def learns_change(latent_target: str) -> bool:
+    """Whether `training.latent_target` makes the RGB half a change from frame 0."""
+    return samples_change({LATENT_TARGET_KEY: latent_target})
 
 
 def clean_sample(latents: torch.Tensor, change_target: bool) -> torch.Tensor:

@@ -38,15 +38,16 @@ from k4d.errors import InvalidArgument, NotFound
 from k4d_model.checkpoints import ModelComponents
 from k4d_model.conditions import PointmapNormalization
 from k4d_model.lora import LoraLayer, LoraWeights, fuse_lora
+from k4d_model.options import LATENT_TARGET_TRACKS
 from k4d_model.pipeline import Kinema4DPipeline
 from k4d_model.results import GenerationResult, RobotCondition
 
 from k4d_trainer import model as model_lib
-from k4d_trainer.clips import ClipSpec, read_clip
+from k4d_trainer.clips import ClipSpec
 from k4d_trainer.config import DataSection, TrainConfig
 from k4d_trainer.data import open_source, select_episodes
-from k4d_trainer.latents import SampleEncoder, changed_pixels, clip_normalisation
-from k4d_trainer.objective import clean_sample
+from k4d_trainer.latents import SampleEncoder, changed_pixels, clip_normalisation, sample_clip
+from k4d_trainer.objective import clean_sample, learns_change
 from k4d_trainer.parallel import DistInfo, autocast, autocast_dtype, stage_dtype
 from k4d_trainer.runs import SAMPLE_KIND, RunDir
 from k4d_trainer.vae import psnr_of_mse
@@ -94,7 +95,8 @@ class SampleProgress:
                  dist: DistInfo, run: RunDir, env_config=None):
         training = config.training
         self.every, self.total_steps = training.sample_every, training.steps
-        self.change_target = training.latent_target == "change"
+        self.change_target = learns_change(training.latent_target)
+        self.tracks = training.latent_target == LATENT_TARGET_TRACKS
         self.seed, self.uri = config.seed, config.sample_uri
         self.components, self.clip, self.dist, self.run = components, clip, dist, run
         self.compute_dtype = autocast_dtype(config.model.precision, dist.device)
@@ -149,8 +151,8 @@ class SampleProgress:
                                 model_id="trainer-progress")
 
     def _prepare(self, pipe: Kinema4DPipeline, episode_id: str) -> ProgressEpisode:
-        clip = read_clip(self.dataset.open(episode_id), self.clip)
-        encoder = SampleEncoder(pipe.components, pipe.device, self.stage_dtype)
+        clip = sample_clip(self.dataset.open(episode_id), self.clip, self.tracks)
+        encoder = SampleEncoder(pipe.components, pipe.device, self.stage_dtype, self.tracks)
         sample = encoder.encode(clip)
         reconstruction, _ = pipe.decode_float(sample["latents"][None].to(pipe.device))
         robot_mask = np.asarray(clip["robot_mask"], dtype=bool)

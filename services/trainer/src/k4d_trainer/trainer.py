@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 from k4d.errors import K4DError
 from k4d.settings import current as current_settings
+from k4d_model.options import LATENT_TARGET_TRACKS
 
 from k4d_trainer import model as model_lib
 from k4d_trainer.checkpoint import Checkpointer, ModelOptimizerState, RngState
@@ -30,6 +31,7 @@ from k4d_trainer.ema import EmaState
 from k4d_trainer.latents import LatentCache, SampleEncoder
 from k4d_trainer.objective import (
     flow_matching_loss,
+    learns_change,
     loss_weights,
     noise_batch,
     training_schedule,
@@ -159,7 +161,8 @@ class Trainer:
             refiner_stage(components, dataset, episode_ids, clip, config.refiner, dist, run,
                           config.seed, log=log.info, compute_dtype=stages)
 
-        encoder = SampleEncoder(components, dist.device, stages)
+        encoder = SampleEncoder(components, dist.device, stages,
+                                tracks=config.training.latent_target == LATENT_TARGET_TRACKS)
         cache = LatentCache(config.data.latents_uri or run.child("latents"), encoder.fingerprint,
                             env_config)
         encode_missing(dataset, episode_ids, encoder, cache, clip, dist.rank, dist.world_size)
@@ -265,7 +268,7 @@ class Trainer:
         batch = collate([self.cache.load(episode_id) for _, episode_id in items])
         noised = noise_batch(batch, [number for number, _ in items], self.config.seed,
                              self.schedule, self.config.training.soft_mask_ratio,
-                             self.mask_channels, self.config.training.latent_target == "change",
+                             self.mask_channels, learns_change(self.config.training.latent_target),
                              self.config.training.condition_dropout, self.no_robot)
         device = self.dist.device
         with autocast(self.compute_dtype, device):
