@@ -92,8 +92,9 @@ def test_unknown_depth_has_no_flow():
     assert not valid[1, 5, 7] and valid[1, 5, 8]
 
 
-def test_episode_flow_reads_an_episode_and_refuses_one_without_objects(tmp_path):
-    pointmap, ids, poses, cams = _scene()
+def _objects_episode(tmp_path):
+    """The scene written as a k4d episode (opened) and its clip spec."""
+    pointmap, ids, poses, _ = _scene()
     meta, arrays = synthetic_episode(0, frames=2, height=H, width=W)
     camera = Camera(width=W, height=H, fx=F, fy=F, cx=CX, cy=CY, T_cam_from_world=CAM)
     writer = DatasetWriter(str(tmp_path / "objects"))
@@ -102,8 +103,13 @@ def test_episode_flow_reads_an_episode_and_refuses_one_without_objects(tmp_path)
                          {**arrays, "pointmap": pointmap, "object_ids": ids,
                           "object_poses": poses})
     writer.close()
-    clip = ClipSpec(2, H, W)
-    episode = open_source(DataSection(uri=str(tmp_path / "objects")), None).open("ep000")
+    return open_source(DataSection(uri=str(tmp_path / "objects")), None).open("ep000"), \
+        ClipSpec(2, H, W)
+
+
+def test_episode_flow_reads_an_episode_and_refuses_one_without_objects(tmp_path):
+    pointmap, ids, poses, cams = _scene()
+    episode, clip = _objects_episode(tmp_path)
     flow, valid = episode_flow(episode, clip)
     expected_flow, expected_valid = backward_flow(pointmap, ids, poses, cams)
     assert np.array_equal(valid, expected_valid) and valid[1][ids[1] == 1].all()
@@ -138,16 +144,7 @@ def test_forward_tracks_carry_frame_0s_surfaces_to_where_they_are():
 
 def test_episode_tracks_reads_an_episode_and_refuses_one_without_objects(tmp_path):
     pointmap, ids, poses, cams = _scene()
-    meta, arrays = synthetic_episode(0, frames=2, height=H, width=W)
-    camera = Camera(width=W, height=H, fx=F, fy=F, cx=CX, cy=CY, T_cam_from_world=CAM)
-    writer = DatasetWriter(str(tmp_path / "objects"))
-    writer.write_episode(dataclasses.replace(meta, camera=camera,
-                                             object_names=["block", "edge block"]),
-                         {**arrays, "pointmap": pointmap, "object_ids": ids,
-                          "object_poses": poses})
-    writer.close()
-    clip = ClipSpec(2, H, W)
-    episode = open_source(DataSection(uri=str(tmp_path / "objects")), None).open("ep000")
+    episode, clip = _objects_episode(tmp_path)
     assert np.allclose(episode_tracks(episode, clip), forward_tracks(pointmap, ids, poses, cams),
                        atol=1e-5)
     plain = open_source(DataSection(uri=write_dataset(tmp_path / "plain", count=1)), None)
