@@ -38,27 +38,22 @@ REGIONS = ("changed", "objects", "objects_arrived", "objects_left", "objects_sta
 
 
 def through_vae(model_dir: str, clip: dict, tracks: np.ndarray) -> np.ndarray:
-    """The tracks (T, H, W, 3) metres after the model's VAE, as its sample decodes."""
+    """The tracks (T, H, W, 3) metres after the model's VAE, encoded as the trainer's latent
+    cache encodes them and decoded as the generator decodes its sample."""
     import torch
     from k4d_model.checkpoints import load_model
-    from k4d_model.conditions import POINTMAP_LATENT_MEAN, POINTMAP_LATENT_STD
-    from k4d_model.pipeline import Kinema4DPipeline, _to_video
-    from k4d_trainer.latents import clip_normalisation, normalised_scene
+    from k4d_trainer.latents import SampleEncoder, clip_normalisation
 
-    global _PIPE
-    if _PIPE is None:
-        _PIPE = Kinema4DPipeline(load_model(model_dir), backend=None, model_id="ceiling")
-    norm = clip_normalisation(clip)
+    global _ENCODER
+    if _ENCODER is None:
+        _ENCODER = SampleEncoder(load_model(model_dir), tracks=True)
+    latents = _ENCODER.encode({**clip, "tracks": tracks})["latents"]
     with torch.no_grad():
-        rgb = clip["rgb"].astype(np.float32) / 127.5 - 1.0
-        rgb_latent = _PIPE.encode_video(_to_video(rgb))
-        pm = normalised_scene({**clip, "pointmap": tracks}, norm)
-        pm_latent = (_PIPE.encode_video(_to_video(pm)) - POINTMAP_LATENT_MEAN) / POINTMAP_LATENT_STD
-        _, decoded = _PIPE.decode_float(torch.cat([rgb_latent, pm_latent], dim=-1))
-    return norm.denormalise(decoded).astype(np.float32)
+        _, decoded = _ENCODER.pipe.decode_float(latents[None])
+    return clip_normalisation(clip).denormalise(decoded).astype(np.float32)
 
 
-_PIPE = None
+_ENCODER = None
 
 
 def rendered_clip(gt: Clip, image_points: np.ndarray, tracks: np.ndarray, robot_mask, camera

@@ -123,30 +123,26 @@ def forward_tracks(pointmap: np.ndarray, object_ids: np.ndarray, object_poses: n
 def episode_tracks(episode, clip: ClipSpec) -> np.ndarray:
     """forward_tracks of an opened episode at the clip's frames and size; InvalidArgument
     naming `training.latent_target` when the episode does not record what it needs."""
-    _check_motion_arrays(episode, "training.latent_target", "tracks")
-    adapted = read_clip(episode, clip, extra=(OBJECT_IDS,))
-    indices = frame_indices(episode.meta.frames, clip.num_frames)
-    poses = np.asarray(episode[POSES])[indices]
-    cams = np.stack([episode.meta.camera_at(int(t)).T_cam_from_world for t in indices])
-    return forward_tracks(adapted["pointmap"], adapted[OBJECT_IDS], poses, cams)
+    return forward_tracks(*_motion_inputs(episode, clip, "training.latent_target", "tracks"))
 
 
-def _check_motion_arrays(episode, field: str, what: str) -> None:
-    """InvalidArgument naming `field` when the episode lacks an array a motion target reads."""
+def episode_flow(episode, clip: ClipSpec, pixels: str = "all") -> tuple[np.ndarray, np.ndarray]:
+    """backward_flow of an opened episode at the clip's frames and size; InvalidArgument
+    naming `cascade.warp` when the episode does not record what it needs."""
+    return backward_flow(*_motion_inputs(episode, clip, "cascade.warp", "warp's flow"), pixels)
+
+
+def _motion_inputs(episode, clip: ClipSpec, field: str, what: str) -> tuple[np.ndarray, ...]:
+    """(pointmap, object ids, object poses, cam_from_world) of an opened episode at the clip's
+    frames and size; InvalidArgument naming `field` when the episode lacks one of them."""
     arrays = set(episode.meta.arrays)
     missing = [name for name in ("pointmap", OBJECT_IDS, POSES) if name not in arrays]
     if missing:
         raise InvalidArgument.for_field(
             field, f"episode {episode.meta.episode_id!r} lacks {missing}: the {what} targets "
                    "come from object ids, object poses and the pointmap")
-
-
-def episode_flow(episode, clip: ClipSpec, pixels: str = "all") -> tuple[np.ndarray, np.ndarray]:
-    """backward_flow of an opened episode at the clip's frames and size; InvalidArgument
-    naming `cascade.warp` when the episode does not record what it needs."""
-    _check_motion_arrays(episode, "cascade.warp", "warp's flow")
     indices = frame_indices(episode.meta.frames, clip.num_frames)
     adapted = read_clip(episode, clip, extra=(OBJECT_IDS,))
     poses = np.asarray(episode[POSES])[indices]
     cams = np.stack([episode.meta.camera_at(int(t)).T_cam_from_world for t in indices])
-    return backward_flow(adapted["pointmap"], adapted[OBJECT_IDS], poses, cams, pixels)
+    return adapted["pointmap"], adapted[OBJECT_IDS], poses, cams
