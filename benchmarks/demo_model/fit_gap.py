@@ -25,11 +25,11 @@ import time
 
 import torch
 from k4d_model import checkpoints
-from k4d_model.latent_target import samples_change
-from k4d_trainer.clips import read_clip
+from k4d_model.latent_target import samples_tracks
+from k4d_model.options import LATENT_TARGET_KEY, LATENT_TARGETS
 from k4d_trainer.config import DataSection
 from k4d_trainer.data import collate, open_source, select_episodes
-from k4d_trainer.latents import SampleEncoder
+from k4d_trainer.latents import SampleEncoder, sample_clip
 from k4d_trainer.model import clip_of
 from k4d_trainer.objective import flow_matching_loss, loss_weights, noise_batch, training_schedule
 
@@ -37,18 +37,18 @@ SIGMA_EDGES = (0.0, 1.0 / 3.0, 2.0 / 3.0, 1.0 + 1e-6)  # the thirds the loss is 
 
 
 def split_losses(transformer, encoder: SampleEncoder, dataset, episode_ids: list[str], clip,
-                 args, schedule, change_target: bool) -> list[tuple[float, float]]:
+                 args, schedule, latent_target: str) -> list[tuple[float, float]]:
     """(sigma, weighted loss) of every draw of every episode, draw k of episode i numbered
     i * draws + k whichever split it is."""
     _, sigmas_of = schedule
     timestep_sigma = dict(zip(schedule[0].tolist(), sigmas_of.tolist(), strict=True))
     out = []
     for i, episode_id in enumerate(episode_ids):
-        sample = encoder.encode(read_clip(dataset.open(episode_id), clip))
+        sample = encoder.encode(sample_clip(dataset.open(episode_id), clip, encoder.tracks))
         batch = collate([sample] * args.draws)
         numbers = [i * args.draws + k for k in range(args.draws)]
         noised = noise_batch(batch, numbers, args.seed, schedule, 0.0,
-                             transformer.mask_channels, change_target)
+                             transformer.mask_channels, latent_target)
         with torch.no_grad():
             prediction = transformer(noised.model_input, noised.timestep, batch["image_embeds"],
                                      noised.arm_cond, return_dict=False)[0]
@@ -91,9 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     components = checkpoints.load_model(args.model)
     transformer = components.transformer.eval()
     clip = clip_of(components)
-    encoder = SampleEncoder(components)
+    extra = components.info.extra
+    encoder = SampleEncoder(components, tracks=samples_tracks(extra))
     schedule = training_schedule(args.shift)
-    change_target = samples_change(components.info.extra)
+    latent_target = extra.get(LATENT_TARGET_KEY, LATENT_TARGETS[0])
     result = {"model": args.model, "episodes": args.episodes, "draws_per_episode": args.draws,
               "sigma_thirds": [round(e, 3) for e in SIGMA_EDGES[1:-1]]}
     for name, uri in (("train", args.train), ("unseen", args.unseen)):
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
         result[name] = summary(split_losses(transformer, encoder, dataset, ids, clip, args,
-                                            schedule, change_target))
+                                            schedule, latent_target))
         print(f"{name}: loss {result[name]['loss']:.4f}, by sigma third "
               f"{result[name]['loss_by_sigma_third']} ({time.perf_counter() - started:.0f} s)",
               flush=True)

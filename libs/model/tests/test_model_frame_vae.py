@@ -68,6 +68,10 @@ def test_change_target_round_trip_and_first_frame_repeat():
     assert change[:, :, 0, :, :4].abs().max() == 0  # frame 0 changes nothing
     torch.testing.assert_close(change[..., 4:], latents[..., 4:])  # pointmap half absolute
     torch.testing.assert_close(add_first(change, first), latents)
+    tracks = change_from_first(latents, first, tracks=True)  # the points' motion from frame 0
+    torch.testing.assert_close(tracks[..., :4], change[..., :4])
+    torch.testing.assert_close(tracks[:, :, 1:, :, 4:], latents[:, :, 1:, :, 4:] - latents[:, :, :1, :, 4:])
+    torch.testing.assert_close(add_first(tracks, first, tracks=True), latents)
     clean = torch.randn(2, 4, 1, 3, 4)
     repeated = repeat_first_frame(latents, clean)
     torch.testing.assert_close(repeated[..., :4], clean.expand(-1, -1, 5, -1, -1))

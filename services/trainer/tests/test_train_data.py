@@ -99,7 +99,7 @@ def test_change_target_of_a_static_clip_is_the_noise():
     batch = {"latents": latents, "condition": torch.randn(1, 17, 3, 4, 12),
              "arm_cond": torch.ones(1, 17, 3, 4, 12)}
     absolute = noise_batch(batch, [5], 3, schedule, 0.0, 1)
-    change = noise_batch(batch, [5], 3, schedule, 0.0, 1, change_target=True)
+    change = noise_batch(batch, [5], 3, schedule, 0.0, 1, latent_target="change")
     eps = change.target + torch.cat([torch.zeros_like(first.expand(-1, -1, 3, -1, -1)),
                                      latents[..., 6:]], dim=-1)
     torch.testing.assert_close(change.target[..., 6:], absolute.target[..., 6:])
@@ -107,10 +107,25 @@ def test_change_target_of_a_static_clip_is_the_noise():
     assert change.model_input.shape == (1, 33, 3, 4, 12)
 
 
-def test_the_tracks_target_learns_the_rgb_change_as_change_does():
-    """latent_target tracks differs from change on the pointmap half's meaning alone (what the
-    cache encodes there): the loop makes the same clean sample of both."""
+def test_the_tracks_target_learns_the_motion_of_still_surfaces_as_zero():
+    """latent_target tracks: the RGB half learns its change as `change` does; the pointmap
+    half keeps frame 0 and learns the later frames' change from it, so a surface that never
+    moves (equal latents in every frame) has a zero clean sample there and its target is the
+    noise itself, while frame 0's target is the official one."""
     assert learns_change("change") and learns_change("tracks") and not learns_change("absolute")
+    schedule = training_schedule(3.0)
+    first_rgb, first_points = torch.randn(1, 16, 1, 4, 6), torch.randn(1, 16, 1, 4, 6)
+    latents = torch.cat([first_rgb.expand(-1, -1, 3, -1, -1),
+                         first_points.expand(-1, -1, 3, -1, -1)], dim=-1).clone()
+    batch = {"latents": latents, "condition": torch.randn(1, 17, 3, 4, 12),
+             "arm_cond": torch.ones(1, 17, 3, 4, 12)}
+    absolute = noise_batch(batch, [5], 3, schedule, 0.0, 1)
+    tracks = noise_batch(batch, [5], 3, schedule, 0.0, 1, latent_target="tracks")
+    change = noise_batch(batch, [5], 3, schedule, 0.0, 1, latent_target="change")
+    eps = absolute.target + latents  # the noise drawn for every target alike
+    torch.testing.assert_close(tracks.target[..., :6], change.target[..., :6])
+    torch.testing.assert_close(tracks.target[:, :, 1:, :, 6:], eps[:, :, 1:, :, 6:])
+    torch.testing.assert_close(tracks.target[:, :, :1, :, 6:], absolute.target[:, :, :1, :, 6:])
 
 
 def test_soft_mask_sets_about_ten_percent_of_the_ones_to_half():

@@ -142,32 +142,37 @@ class _Oracle(torch.nn.Module):
         return (eps - self.x0,)  # x0 = x_t - sigma v with x_t = eps, sigma = 1
 
 
-@pytest.mark.parametrize("change_target", [False, True])
-def test_x0_error_is_the_x0_mse_at_sigma_one(change_target):
+@pytest.mark.parametrize("latent_target", ["absolute", "change", "tracks"])
+def test_x0_error_is_the_x0_mse_at_sigma_one(latent_target):
     generator = torch.Generator().manual_seed(0)
     sample = {"latents": torch.randn(16, 2, 4, 12, generator=generator),
               "condition": torch.randn(20, 2, 4, 12, generator=generator),
               "image_embeds": torch.randn(3, 8, generator=generator),
               "arm_cond": torch.randn(20, 2, 4, 12, generator=generator)}
-    target = clean_sample(sample["latents"][None], change_target)
+    target = clean_sample(sample["latents"][None], latent_target)
     cpu = torch.device("cpu")
     exact = _Oracle(target)
-    error, zero = x0_errors(exact, sample, 7, change_target, None, cpu)
+    error, zero = x0_errors(exact, sample, 7, latent_target, None, cpu)
     assert error == pytest.approx(0.0, abs=1e-10)
     assert zero == pytest.approx(float(target.square().mean()))
     assert exact.timesteps == [SIGMA_ONE_TIMESTEP]
-    off = x0_errors(_Oracle(target + 0.5), sample, 7, change_target, None, cpu)
+    off = x0_errors(_Oracle(target + 0.5), sample, 7, latent_target, None, cpu)
     assert off[0] == pytest.approx(0.25) and off[1] == zero
-    nothing = x0_errors(_Oracle(torch.zeros_like(target)), sample, 7, change_target, None, cpu)
+    nothing = x0_errors(_Oracle(torch.zeros_like(target)), sample, 7, latent_target, None, cpu)
     assert nothing[0] == pytest.approx(zero)
 
 
 def test_change_target_measures_the_change_from_frame_0():
     latents = torch.randn(1, 16, 3, 4, 12)
-    change = clean_sample(latents, True)
+    change = clean_sample(latents, "change")
     torch.testing.assert_close(change[..., :6], latents[..., :6] - latents[:, :, :1, :, :6])
     torch.testing.assert_close(change[..., 6:], latents[..., 6:])
-    assert clean_sample(latents, False) is latents
+    assert clean_sample(latents, "absolute") is latents
+    tracks = clean_sample(latents, "tracks")
+    torch.testing.assert_close(tracks[..., :6], change[..., :6])
+    torch.testing.assert_close(tracks[:, :, :1, :, 6:], latents[:, :, :1, :, 6:])
+    torch.testing.assert_close(tracks[:, :, 1:, :, 6:],
+                               latents[:, :, 1:, :, 6:] - latents[:, :, :1, :, 6:])
 
 
 def _tiny(**training) -> dict:

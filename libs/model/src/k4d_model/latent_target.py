@@ -1,11 +1,16 @@
-"""What the transformer's sample is: the clip's latents (the official objective), or their
-change from frame 0 (`k4d_model.json` extra `latent_target: change`, issue 45).
+"""What the transformer's sample is: the clip's latents (the official objective), their
+change from frame 0 (`k4d_model.json` extra `latent_target: change`, issue 45), or with
+`latent_target: tracks` (k4d_model.tracks) that change on the RGB half and, on the pointmap
+half, frame 0's tracks then their motion from frame 0.
 
 With a per-frame VAE (k4d_model.frame_vae) a scene that does not change has frame 0's RGB
 latent in every frame, so the change is zero wherever nothing moves: the transformer learns
 only what the robot and the objects change, and the static region comes back exactly as
-frame 0's. Only the RGB half is a change: frame 0's pointmap is not an input (the model
-draws it from the image, as Kinema4D does).
+frame 0's. With `change` only the RGB half is a change: frame 0's pointmap is not an input
+(the model draws it from the image, as Kinema4D does). With `tracks` the pointmap half keeps
+its frame 0 (the model's estimate of frame 0's points) and each later frame is the tracks'
+change from it: a surface that does not move samples zero, so the noise of its absolute
+position is drawn once, at frame 0, and cannot move it between frames (ADR 027).
 
 Latents are normalised, (B, C, F, h, 2w): RGB on the left half, pointmap on the right.
 """
@@ -35,18 +40,33 @@ def _rgb_half(latents: torch.Tensor) -> torch.Tensor:
     return latents[..., : latents.shape[-1] // 2]
 
 
-def change_from_first(latents: torch.Tensor, first_rgb: torch.Tensor) -> torch.Tensor:
+def _later_points(latents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the pointmap half's frames t >= 1, a copy of its frame 0) of (B, C, F, h, 2w)."""
+    points = latents[..., latents.shape[-1] // 2:]
+    return points[:, :, 1:], points[:, :, :1].clone()
+
+
+def change_from_first(latents: torch.Tensor, first_rgb: torch.Tensor,
+                      tracks: bool = False) -> torch.Tensor:
     """latents -> the training target: the RGB half minus frame 0's RGB latent
-    `first_rgb` (B, C, 1, h, w), repeated over the frames; the pointmap half as it is."""
+    `first_rgb` (B, C, 1, h, w), repeated over the frames; the pointmap half as it is, or
+    with `tracks` its frames t >= 1 minus its frame 0."""
     out = latents.clone()
     _rgb_half(out).sub_(first_rgb)
+    if tracks:
+        later, first = _later_points(out)
+        later.sub_(first)
     return out
 
 
-def add_first(change: torch.Tensor, first_rgb: torch.Tensor) -> torch.Tensor:
+def add_first(change: torch.Tensor, first_rgb: torch.Tensor, tracks: bool = False
+              ) -> torch.Tensor:
     """The inverse of `change_from_first`: a sampled change -> the clip's latents."""
     out = change.clone()
     _rgb_half(out).add_(first_rgb)
+    if tracks:
+        later, first = _later_points(out)
+        later.add_(first)
     return out
 
 

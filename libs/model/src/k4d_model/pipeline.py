@@ -649,7 +649,8 @@ class Kinema4DPipeline:
         if ablation == ABLATION_FIRST_FRAME:
             latents = repeat_first_frame(latents, self.clean_first_latent(image))
         elif samples_change(self.info.extra):
-            latents = add_first(latents, self.clean_first_latent(image))
+            latents = add_first(latents, self.clean_first_latent(image),
+                                tracks=samples_tracks(self.info.extra))
         report = getattr(self.backend, "lever_report", None)
         return latents, sampler, plan, report() if report is not None else {}, conditioned
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from k4d_model.latent_target import change_from_first, samples_change
-from k4d_model.options import LATENT_TARGET_KEY
+from k4d_model.latent_target import change_from_first, samples_change, samples_tracks
+from k4d_model.options import LATENT_TARGET_KEY, LATENT_TARGETS
 
 
 def training_schedule(shift: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -56,13 +56,15 @@ def learns_change(latent_target: str) -> bool:
     return samples_change({LATENT_TARGET_KEY: latent_target})
 
 
-def clean_sample(latents: torch.Tensor, change_target: bool) -> torch.Tensor:
-    """(B, 16, F, h, 2w) latents -> the clean sample x the transformer learns to draw: the
-    latents, or with `change_target` their change from frame 0's RGB latent
+def clean_sample(latents: torch.Tensor, latent_target: str) -> torch.Tensor:
+    """(B, 16, F, h, 2w) latents -> the clean sample x the transformer learns to draw for
+    `training.latent_target`: the latents, or their change from frame 0
     (k4d_model.latent_target)."""
-    if not change_target:
+    if not learns_change(latent_target):
         return latents
-    return change_from_first(latents, latents[:, :, :1, :, : latents.shape[-1] // 2])
+    extra = {LATENT_TARGET_KEY: latent_target}
+    return change_from_first(latents, latents[:, :, :1, :, : latents.shape[-1] // 2],
+                             tracks=samples_tracks(extra))
 
 
 @dataclass
@@ -75,11 +77,12 @@ class NoisedBatch:
 
 def noise_batch(batch: dict[str, torch.Tensor], sample_numbers: list[int], seed: int,
                 schedule: tuple[torch.Tensor, torch.Tensor], soft_mask_ratio: float,
-                mask_channels: int, change_target: bool = False, condition_dropout: float = 0.0,
+                mask_channels: int, latent_target: str = LATENT_TARGETS[0],
+                condition_dropout: float = 0.0,
                 no_robot: torch.Tensor | None = None) -> NoisedBatch:
     """Draw each sample's timestep, noise and soft mask; build the model input (CPU).
-    change_target: the clean sample is the latents' change from frame 0's RGB latent
-    (k4d_model.latent_target; a per-frame VAE), not the latents. condition_dropout: the
+    latent_target: what the clean sample is (`clean_sample`: the latents, or their change
+    from frame 0 with a per-frame VAE). condition_dropout: the
     chance that a sample's robot condition is `no_robot` (drawn after the rest, so the
     sample's timestep and noise are those of a run without it)."""
     if condition_dropout > 0 and no_robot is None:
@@ -88,7 +91,7 @@ def noise_batch(batch: dict[str, torch.Tensor], sample_numbers: list[int], seed:
     inputs, ts, targets, arms = [], [], [], []
     for i, number in enumerate(sample_numbers):
         generator = sample_generator(seed, number)
-        x = clean_sample(batch["latents"][i][None], change_target)[0]
+        x = clean_sample(batch["latents"][i][None], latent_target)[0]
         index = int(torch.randint(0, len(timesteps), (1,), generator=generator))
         eps = torch.randn(x.shape, generator=generator, dtype=x.dtype)
         s = sigmas[index]

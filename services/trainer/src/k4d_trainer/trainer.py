@@ -31,7 +31,6 @@ from k4d_trainer.ema import EmaState
 from k4d_trainer.latents import LatentCache, SampleEncoder
 from k4d_trainer.objective import (
     flow_matching_loss,
-    learns_change,
     loss_weights,
     noise_batch,
     training_schedule,
@@ -268,7 +267,7 @@ class Trainer:
         batch = collate([self.cache.load(episode_id) for _, episode_id in items])
         noised = noise_batch(batch, [number for number, _ in items], self.config.seed,
                              self.schedule, self.config.training.soft_mask_ratio,
-                             self.mask_channels, learns_change(self.config.training.latent_target),
+                             self.mask_channels, self.config.training.latent_target,
                              self.config.training.condition_dropout, self.no_robot)
         device = self.dist.device
         with autocast(self.compute_dtype, device):
