@@ -61,7 +61,7 @@ def test_dropout_trains_on_the_no_robot_scene_and_publishes_a_guided_model(
                  for k in ("latents", "condition", "image_embeds", "arm_cond")}
         t = trainer.config.training
         noised = noise_batch(batch, [n for n, _ in items], trainer.config.seed, trainer.schedule,
-                             t.soft_mask_ratio, trainer.mask_channels, False, 0.9,
+                             t.soft_mask_ratio, trainer.mask_channels, t.latent_target, 0.9,
                              trainer.no_robot)
         assert (noised.arm_cond == trainer.no_robot).flatten(1).all(dim=1).any()
         with torch.no_grad():

@@ -62,9 +62,8 @@ def clean_sample(latents: torch.Tensor, latent_target: str) -> torch.Tensor:
     (k4d_model.latent_target)."""
     if not learns_change(latent_target):
         return latents
-    extra = {LATENT_TARGET_KEY: latent_target}
     return change_from_first(latents, latents[:, :, :1, :, : latents.shape[-1] // 2],
-                             tracks=samples_tracks(extra))
+                             tracks=samples_tracks({LATENT_TARGET_KEY: latent_target}))
 
 
 @dataclass
@@ -82,9 +81,9 @@ def noise_batch(batch: dict[str, torch.Tensor], sample_numbers: list[int], seed:
                 no_robot: torch.Tensor | None = None) -> NoisedBatch:
     """Draw each sample's timestep, noise and soft mask; build the model input (CPU).
     latent_target: what the clean sample is (`clean_sample`: the latents, or their change
-    from frame 0 with a per-frame VAE). condition_dropout: the
-    chance that a sample's robot condition is `no_robot` (drawn after the rest, so the
-    sample's timestep and noise are those of a run without it)."""
+    from frame 0 with a per-frame VAE). condition_dropout: the chance that a sample's robot
+    condition is `no_robot` (drawn after the rest, so the sample's timestep and noise are
+    those of a run without it)."""
     if condition_dropout > 0 and no_robot is None:
         raise ValueError("condition_dropout needs the no-robot condition")
     timesteps, sigmas = schedule
