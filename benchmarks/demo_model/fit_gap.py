@@ -25,8 +25,7 @@ import time
 
 import torch
 from k4d_model import checkpoints
-from k4d_model.latent_target import samples_tracks
-from k4d_model.options import LATENT_TARGET_KEY, LATENT_TARGETS
+from k4d_model.latent_target import latent_target_of, samples_tracks
 from k4d_trainer.config import DataSection
 from k4d_trainer.data import collate, open_source, select_episodes
 from k4d_trainer.latents import SampleEncoder, sample_clip
@@ -94,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     extra = components.info.extra
     encoder = SampleEncoder(components, tracks=samples_tracks(extra))
     schedule = training_schedule(args.shift)
-    latent_target = extra.get(LATENT_TARGET_KEY, LATENT_TARGETS[0])
+    latent_target = latent_target_of(extra)
     result = {"model": args.model, "episodes": args.episodes, "draws_per_episode": args.draws,
               "sigma_thirds": [round(e, 3) for e in SIGMA_EDGES[1:-1]]}
     for name, uri in (("train", args.train), ("unseen", args.unseen)):

@@ -19,21 +19,26 @@ from __future__ import annotations
 
 import torch
 
-from k4d_model.options import LATENT_TARGET_KEY, LATENT_TARGET_TRACKS
+from k4d_model.options import LATENT_TARGET_KEY, LATENT_TARGET_TRACKS, LATENT_TARGETS
 
 LATENT_TARGET_CHANGE = "change"
+
+
+def latent_target_of(extra: dict) -> str:
+    """A model's (its k4d_model.json `extra`) latent target; the official one when unset."""
+    return extra.get(LATENT_TARGET_KEY, LATENT_TARGETS[0])
 
 
 def samples_change(extra: dict) -> bool:
     """Whether a model (its k4d_model.json `extra`) samples the RGB half's change from frame
     0 (`change`, and `tracks` whose pointmap half is the scene's motion)."""
-    return extra.get(LATENT_TARGET_KEY) in (LATENT_TARGET_CHANGE, LATENT_TARGET_TRACKS)
+    return latent_target_of(extra) in (LATENT_TARGET_CHANGE, LATENT_TARGET_TRACKS)
 
 
 def samples_tracks(extra: dict) -> bool:
     """Whether a model's pointmap half is where frame 0's surfaces are at each frame
     (k4d_model.tracks), not the pointmap seen at that frame."""
-    return extra.get(LATENT_TARGET_KEY) == LATENT_TARGET_TRACKS
+    return latent_target_of(extra) == LATENT_TARGET_TRACKS
 
 
 def _rgb_half(latents: torch.Tensor) -> torch.Tensor:

@@ -169,8 +169,8 @@ VAE_DECODE_SPLIT = "split"
 # LATENT_TARGET_KEY: what the transformer samples, the clip's latents ("absolute", the
 # official objective), their change from frame 0's ("change", k4d_model.latent_target), or
 # that change on the RGB half and on the pointmap half where each pixel's surface of frame 0
-# is at frame t ("tracks"): frames t >= 1 are then frame 0 carried along that motion
-# (k4d_model.tracks).
+# is at frame 0, then its motion from there ("tracks"): frames t >= 1 are then frame 0
+# carried along that motion (k4d_model.tracks).
 LATENT_TARGET_KEY = "latent_target"
 LATENT_TARGET_TRACKS = "tracks"
 LATENT_TARGETS = ("absolute", "change", LATENT_TARGET_TRACKS)

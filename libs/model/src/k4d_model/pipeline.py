@@ -62,6 +62,7 @@ from k4d_model.fidelity import (
 from k4d_model.frame_vae import temporal_stride
 from k4d_model.latent_target import (
     add_first,
+    latent_target_of,
     repeat_first_frame,
     samples_change,
     samples_tracks,
@@ -76,8 +77,6 @@ from k4d_model.options import (
     GUIDANCE_HALVES_RGB,
     GUIDANCE_NEGATIVE_KEY,
     GUIDANCE_NEGATIVE_NO_ROBOT,
-    LATENT_TARGET_KEY,
-    LATENT_TARGETS,
     REFINER_CHANGE,
     REFINER_DRAWN,
     REFINER_FIRST_DEPTH_ESTIMATED,
@@ -691,7 +690,7 @@ class Kinema4DPipeline:
             "num_steps": num_steps, "scheduler": type(sampler).__name__,
             "shift": float(sampler.config.get("flow_shift", sampler.config.get("shift", 0.0))),
             "guidance": {k: v for k, v in plan.items() if not isinstance(v, torch.Tensor)},
-            "latent_target": self.info.extra.get(LATENT_TARGET_KEY, LATENT_TARGETS[0]),
+            "latent_target": latent_target_of(self.info.extra),
             "ablation": ablation, "samples": count,
             "cached_steps": int(lever_report.get("cached_steps", 0)),
             "options": (sampling_options or SamplingOptions()).to_dict(),
