@@ -25,7 +25,7 @@ import time
 
 import torch
 from k4d_model import checkpoints
-from k4d_model.latent_target import latent_target_of, samples_tracks
+from k4d_model.latent_target import latent_target_of, motion_scale_of, samples_tracks
 from k4d_trainer.config import DataSection
 from k4d_trainer.data import collate, open_source, select_episodes
 from k4d_trainer.latents import SampleEncoder, sample_clip
@@ -36,7 +36,8 @@ SIGMA_EDGES = (0.0, 1.0 / 3.0, 2.0 / 3.0, 1.0 + 1e-6)  # the thirds the loss is 
 
 
 def split_losses(transformer, encoder: SampleEncoder, dataset, episode_ids: list[str], clip,
-                 args, schedule, latent_target: str) -> list[tuple[float, float]]:
+                 args, schedule, latent_target: str, motion_scale: float = 1.0
+                 ) -> list[tuple[float, float]]:
     """(sigma, weighted loss) of every draw of every episode, draw k of episode i numbered
     i * draws + k whichever split it is."""
     _, sigmas_of = schedule
@@ -47,7 +48,8 @@ def split_losses(transformer, encoder: SampleEncoder, dataset, episode_ids: list
         batch = collate([sample] * args.draws)
         numbers = [i * args.draws + k for k in range(args.draws)]
         noised = noise_batch(batch, numbers, args.seed, schedule, 0.0,
-                             transformer.mask_channels, latent_target)
+                             transformer.mask_channels, latent_target,
+                             motion_scale=motion_scale)
         with torch.no_grad():
             prediction = transformer(noised.model_input, noised.timestep, batch["image_embeds"],
                                      noised.arm_cond, return_dict=False)[0]
@@ -104,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
         result[name] = summary(split_losses(transformer, encoder, dataset, ids, clip, args,
-                                            schedule, latent_target))
+                                            schedule, latent_target,
+                                            motion_scale_of(extra)))
         print(f"{name}: loss {result[name]['loss']:.4f}, by sigma third "
               f"{result[name]['loss_by_sigma_third']} ({time.perf_counter() - started:.0f} s)",
               flush=True)

@@ -72,6 +72,11 @@ def test_change_target_round_trip_and_first_frame_repeat():
     torch.testing.assert_close(tracks[..., :4], change[..., :4])
     torch.testing.assert_close(tracks[:, :, 1:, :, 4:], latents[:, :, 1:, :, 4:] - latents[:, :, :1, :, 4:])
     torch.testing.assert_close(add_first(tracks, first, tracks=True), latents)
+    scaled = change_from_first(latents, first, tracks=True, motion_scale=8.0)  # motion only
+    torch.testing.assert_close(scaled[..., :4], change[..., :4])
+    torch.testing.assert_close(scaled[:, :, :1, :, 4:], latents[:, :, :1, :, 4:])
+    torch.testing.assert_close(scaled[:, :, 1:, :, 4:], 8.0 * tracks[:, :, 1:, :, 4:])
+    torch.testing.assert_close(add_first(scaled, first, tracks=True, motion_scale=8.0), latents)
     clean = torch.randn(2, 4, 1, 3, 4)
     repeated = repeat_first_frame(latents, clean)
     torch.testing.assert_close(repeated[..., :4], clean.expand(-1, -1, 5, -1, -1))
@@ -148,3 +153,23 @@ def test_a_tracks_model_draws_its_frames_from_frame_0s_pixels():
         np.testing.assert_array_equal(still.rgb[t][~mask[0]], image[~mask[0]])
     result = pipe(image, rgb, points, mask, num_steps=2)
     assert result.rgb.shape == (5, 32, 48, 3) and np.isfinite(result.pointmap).all()
+
+
+def test_a_tracks_models_motion_scale_divides_the_sampled_motion():
+    """`motion_scale`: the transformer samples the motion that many times larger, and the
+    pipeline scales it back. The same random tiny model at a huge scale moves next to nothing:
+    its frames t >= 1 keep frame 0's pixels off the robot where at scale 1 they do not. (The
+    halves decode apart, as the demo model's do, so the RGB half's sample moves no point.)"""
+    image, rgb, points, mask = _ray_cast_robot()
+    moved = {}
+    for scale in (1.0, 1e6):
+        components = _tiny_per_frame(change="tracks")
+        components.info.extra["vae_decode"] = "split"
+        if scale != 1.0:
+            components.info.extra["motion_scale"] = scale
+        pipe = Kinema4DPipeline(components, CallableDenoiser(components.transformer))
+        result = pipe(image, rgb, points, mask, num_steps=2, seed=3)
+        off_robot = ~mask[0]
+        moved[scale] = np.mean([(result.rgb[t][off_robot] != image[off_robot]).any(-1).mean()
+                                for t in range(1, 5)])
+    assert moved[1.0] > 0.05 and moved[1e6] < 0.01, moved

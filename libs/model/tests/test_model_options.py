@@ -25,6 +25,9 @@ def test_known_options_pass():
     ({"change_dilate": 1.5}, "extra.change_dilate"),
     ({"refiner_threshold": True}, "extra.refiner_threshold"),
     ({"latent_anchor": "yes"}, "extra.latent_anchor"),
+    ({"latent_target": "tracks", "motion_scale": 0}, "extra.motion_scale"),
+    ({"latent_target": "tracks", "motion_scale": "10"}, "extra.motion_scale"),
+    ({"latent_target": "change", "motion_scale": 10.0}, "extra.motion_scale"),  # no motion
 ])
 def test_unknown_keys_and_bad_values_are_refused_by_name(extra, field):
     with pytest.raises(InvalidArgument) as err:
@@ -37,7 +40,8 @@ def test_unknown_keys_and_bad_values_are_refused_by_name(extra, field):
 def test_a_tracks_model_refuses_options_that_redraw_its_frames(option):
     """latent_target tracks draws frames t >= 1 from the sampled motion; an option that draws
     them from something else would hide it."""
-    assert check_model_extra({"latent_target": "tracks", "decode": "relative"})
+    assert check_model_extra({"latent_target": "tracks", "decode": "relative",
+                              "motion_scale": 10.0})
     with pytest.raises(InvalidArgument, match="tracks") as err:
         check_model_extra({"latent_target": "tracks", **option})
     assert [v.field for v in err.value.violations] == [f"extra.{next(iter(option))}"]

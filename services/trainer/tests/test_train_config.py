@@ -41,6 +41,8 @@ def _error_lines(capsys) -> list[str]:
     ({"training": {"robot_loss_weight": "heavy"}}, "training.robot_loss_weight"),
     ({"model": {"init": "elsewhere"}}, "model.init"),
     ({"training": {"latent_target": "delta"}}, "training.latent_target"),
+    ({"training": {"motion_scale": 0}}, "training.motion_scale"),
+    ({"training": {"motion_scale": 10.0, "latent_target": "change"}}, "training.motion_scale"),
     ({"training": {"sample_every": 50}}, "training.sample_uri"),  # no episodes to sample
     ({"training": {"decay_steps": -1}}, "training.decay_steps"),
     ({"training": {"decay_steps": 10, "lr_schedule": "cosine"}}, "training.decay_steps"),
@@ -101,7 +103,12 @@ def test_change_and_tracks_targets_need_a_per_frame_vae(target):
     components = load_components("from-scratch", config.model, seed=0)
     set_latent_target(components, config.training.latent_target)
     assert components.info.extra["latent_target"] == target
+    assert "motion_scale" not in components.info.extra  # 1 is the default, left out
     check_model_extra(components.info.extra)  # what it publishes loads
+    if target == "tracks":
+        set_latent_target(components, target, motion_scale=10.0)
+        assert components.info.extra["motion_scale"] == 10.0
+        check_model_extra(components.info.extra)
 
 
 def test_init_model_starts_from_its_weights(tmp_path):

@@ -120,3 +120,20 @@ def test_condition_dropout_needs_the_no_robot_condition():
     batch, _ = _noise_inputs(2)
     with pytest.raises(ValueError, match="no-robot condition"):
         noise_batch(batch, [0, 1], 45, training_schedule(), 0.1, 2, condition_dropout=0.1)
+
+
+def test_motion_scale_scales_only_the_tracks_motion_and_keeps_the_noise():
+    from k4d_trainer.objective import noise_batch, training_schedule
+
+    batch, _ = _noise_inputs(8)
+    numbers, schedule = list(range(8)), training_schedule(3.0)
+    plain = noise_batch(batch, numbers, 45, schedule, 0.1, 2, "tracks")
+    scaled = noise_batch(batch, numbers, 45, schedule, 0.1, 2, "tracks", motion_scale=10.0)
+    torch.testing.assert_close(scaled.timestep, plain.timestep, rtol=0, atol=0)
+    latents = batch["latents"]
+    motion = latents[:, :, 1:, :, 2:] - latents[:, :, :1, :, 2:]
+    # target = eps - x with the same eps: only x's motion moves, by (10 - 1) x the motion
+    torch.testing.assert_close(plain.target[:, :, 1:, :, 2:] - scaled.target[:, :, 1:, :, 2:],
+                               9.0 * motion)
+    torch.testing.assert_close(scaled.target[:, :, :1], plain.target[:, :, :1])
+    torch.testing.assert_close(scaled.target[..., :2], plain.target[..., :2])

@@ -142,24 +142,30 @@ class _Oracle(torch.nn.Module):
         return (eps - self.x0,)  # x0 = x_t - sigma v with x_t = eps, sigma = 1
 
 
-@pytest.mark.parametrize("latent_target", ["absolute", "change", "tracks"])
-def test_x0_error_is_the_x0_mse_at_sigma_one(latent_target):
+@pytest.mark.parametrize("latent_target, motion_scale",
+                         [("absolute", 1.0), ("change", 1.0), ("tracks", 1.0), ("tracks", 10.0)])
+def test_x0_error_is_the_x0_mse_at_sigma_one(latent_target, motion_scale):
     generator = torch.Generator().manual_seed(0)
     sample = {"latents": torch.randn(16, 2, 4, 12, generator=generator),
               "condition": torch.randn(20, 2, 4, 12, generator=generator),
               "image_embeds": torch.randn(3, 8, generator=generator),
               "arm_cond": torch.randn(20, 2, 4, 12, generator=generator)}
-    target = clean_sample(sample["latents"][None], latent_target)
+    target = clean_sample(sample["latents"][None], latent_target, motion_scale)
     cpu = torch.device("cpu")
     exact = _Oracle(target)
-    error, zero = x0_errors(exact, sample, 7, latent_target, None, cpu)
+    error, zero = x0_errors(exact, sample, 7, latent_target, None, cpu, motion_scale)
     assert error == pytest.approx(0.0, abs=1e-10)
     assert zero == pytest.approx(float(target.square().mean()))
     assert exact.timesteps == [SIGMA_ONE_TIMESTEP]
-    off = x0_errors(_Oracle(target + 0.5), sample, 7, latent_target, None, cpu)
+    off = x0_errors(_Oracle(target + 0.5), sample, 7, latent_target, None, cpu, motion_scale)
     assert off[0] == pytest.approx(0.25) and off[1] == zero
-    nothing = x0_errors(_Oracle(torch.zeros_like(target)), sample, 7, latent_target, None, cpu)
+    nothing = x0_errors(_Oracle(torch.zeros_like(target)), sample, 7, latent_target, None, cpu,
+                        motion_scale)
     assert nothing[0] == pytest.approx(zero)
+    if motion_scale != 1.0:  # the motion the transformer draws is scaled, frame 0 is not
+        plain = clean_sample(sample["latents"][None], latent_target)
+        torch.testing.assert_close(target[..., 1:, :, 6:], motion_scale * plain[..., 1:, :, 6:])
+        torch.testing.assert_close(target[..., :1, :, :], plain[..., :1, :, :])
 
 
 def test_change_target_measures_the_change_from_frame_0():

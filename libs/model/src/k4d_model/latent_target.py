@@ -10,7 +10,10 @@ frame 0's. With `change` only the RGB half is a change: frame 0's pointmap is no
 (the model draws it from the image, as Kinema4D does). With `tracks` the pointmap half keeps
 its frame 0 (the model's estimate of frame 0's points) and each later frame is the tracks'
 change from it: a surface that does not move samples zero, so the noise of its absolute
-position is drawn once, at frame 0, and cannot move it between frames (ADR 027).
+position is drawn once, at frame 0, and cannot move it between frames (ADR 027). That
+motion is small beside the unit noise the transformer denoises, so a tracks model may scale
+it (`motion_scale`, about 1 / its RMS): the transformer's leftover error on a still surface
+shrinks by that factor when the sample is scaled back.
 
 Latents are normalised, (B, C, F, h, 2w): RGB on the left half, pointmap on the right.
 """
@@ -19,7 +22,12 @@ from __future__ import annotations
 
 import torch
 
-from k4d_model.options import LATENT_TARGET_KEY, LATENT_TARGET_TRACKS, LATENT_TARGETS
+from k4d_model.options import (
+    LATENT_TARGET_KEY,
+    LATENT_TARGET_TRACKS,
+    LATENT_TARGETS,
+    MOTION_SCALE_KEY,
+)
 
 LATENT_TARGET_CHANGE = "change"
 
@@ -27,6 +35,11 @@ LATENT_TARGET_CHANGE = "change"
 def latent_target_of(extra: dict) -> str:
     """A model's (its k4d_model.json `extra`) latent target; the official one when unset."""
     return extra.get(LATENT_TARGET_KEY, LATENT_TARGETS[0])
+
+
+def motion_scale_of(extra: dict) -> float:
+    """A tracks model's motion scale (its k4d_model.json `extra`); 1 when unset."""
+    return float(extra.get(MOTION_SCALE_KEY, 1.0))
 
 
 def samples_change(extra: dict) -> bool:
@@ -52,26 +65,26 @@ def _later_points(latents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def change_from_first(latents: torch.Tensor, first_rgb: torch.Tensor,
-                      tracks: bool = False) -> torch.Tensor:
+                      tracks: bool = False, motion_scale: float = 1.0) -> torch.Tensor:
     """latents -> the training target: the RGB half minus frame 0's RGB latent
     `first_rgb` (B, C, 1, h, w), repeated over the frames; the pointmap half as it is, or
-    with `tracks` its frames t >= 1 minus its frame 0."""
+    with `tracks` its frames t >= 1 minus its frame 0, times `motion_scale`."""
     out = latents.clone()
     _rgb_half(out).sub_(first_rgb)
     if tracks:
         later, first = _later_points(out)
-        later.sub_(first)
+        later.sub_(first).mul_(motion_scale)
     return out
 
 
-def add_first(change: torch.Tensor, first_rgb: torch.Tensor, tracks: bool = False
-              ) -> torch.Tensor:
+def add_first(change: torch.Tensor, first_rgb: torch.Tensor, tracks: bool = False,
+              motion_scale: float = 1.0) -> torch.Tensor:
     """The inverse of `change_from_first`: a sampled change -> the clip's latents."""
     out = change.clone()
     _rgb_half(out).add_(first_rgb)
     if tracks:
         later, first = _later_points(out)
-        later.add_(first)
+        later.div_(motion_scale).add_(first)
     return out
 
 

@@ -174,6 +174,10 @@ VAE_DECODE_SPLIT = "split"
 LATENT_TARGET_KEY = "latent_target"
 LATENT_TARGET_TRACKS = "tracks"
 LATENT_TARGETS = ("absolute", "change", LATENT_TARGET_TRACKS)
+# MOTION_SCALE_KEY (tracks only, default 1): the factor the pointmap half's motion is
+# sampled at (k4d_model.latent_target): a number > 0 the trainer's `training.motion_scale`
+# records; the pipeline divides the sampled motion by it.
+MOTION_SCALE_KEY = "motion_scale"
 # GUIDANCE_NEGATIVE_KEY: what guidance (guidance_scale > 1) samples against when a request
 # gives no negative robot condition. "same" (the official setting): the robot condition
 # itself, so both passes agree and one runs. "no-robot": a scene with no robot in view
@@ -192,7 +196,8 @@ GUIDANCE_HALVES_KEY = "guidance_halves"
 GUIDANCE_HALVES_BOTH = "both"
 GUIDANCE_HALVES_RGB = "rgb"
 GUIDANCE_HALVES = (GUIDANCE_HALVES_BOTH, GUIDANCE_HALVES_RGB)
-_MODEL_KEYS = (VAE_DECODE_KEY, LATENT_TARGET_KEY, GUIDANCE_NEGATIVE_KEY, GUIDANCE_HALVES_KEY)
+_MODEL_KEYS = (VAE_DECODE_KEY, LATENT_TARGET_KEY, MOTION_SCALE_KEY, GUIDANCE_NEGATIVE_KEY,
+               GUIDANCE_HALVES_KEY)
 # Output options a `tracks` model refuses (and `decode: input`): each redraws frames t >= 1
 # from something else.
 _NOT_WITH_TRACKS = ("cascade", "refiner", "refiner_pointmap")
@@ -204,8 +209,8 @@ def _is_number(value: Any) -> bool:
 
 def check_model_extra(extra: Any, prefix: str = "extra") -> dict[str, Any]:
     """A model's `extra` (k4d_model.json), checked as a typed schema: the output options
-    (`FidelityOptions.check`), `vae_decode`, `latent_target`, `guidance_negative` and
-    `guidance_halves`; anything else is refused with one line naming the key. Returns
+    (`FidelityOptions.check`), `vae_decode`, `latent_target`, `motion_scale`,
+    `guidance_negative` and `guidance_halves`; anything else is refused with one line naming the key. Returns
     `extra`."""
     if not isinstance(extra, dict):
         raise InvalidArgument.for_field(prefix, f"must be an object, got {type(extra).__name__}")
@@ -216,6 +221,7 @@ def check_model_extra(extra: Any, prefix: str = "extra") -> dict[str, Any]:
     if extra.get(LATENT_TARGET_KEY, LATENT_TARGETS[0]) not in LATENT_TARGETS:
         raise InvalidArgument.for_field(f"{prefix}.{LATENT_TARGET_KEY}",
                                         f"must be one of {LATENT_TARGETS}, got {extra[LATENT_TARGET_KEY]!r}")
+    _check_motion_scale(extra, prefix)
     if extra.get(GUIDANCE_NEGATIVE_KEY, GUIDANCE_NEGATIVE_SAME) not in GUIDANCE_NEGATIVES:
         raise InvalidArgument.for_field(f"{prefix}.{GUIDANCE_NEGATIVE_KEY}",
                                         f"must be one of {GUIDANCE_NEGATIVES}, got "
@@ -228,6 +234,19 @@ def check_model_extra(extra: Any, prefix: str = "extra") -> dict[str, Any]:
     if extra.get(LATENT_TARGET_KEY) == LATENT_TARGET_TRACKS:
         _check_tracks_options(options, prefix)
     return extra
+
+
+def _check_motion_scale(extra: dict[str, Any], prefix: str) -> None:
+    if MOTION_SCALE_KEY not in extra:
+        return
+    scale = extra[MOTION_SCALE_KEY]
+    if not _is_number(scale) or scale <= 0:
+        raise InvalidArgument.for_field(f"{prefix}.{MOTION_SCALE_KEY}",
+                                        f"must be a finite number > 0, got {scale!r}")
+    if extra.get(LATENT_TARGET_KEY) != LATENT_TARGET_TRACKS:
+        raise InvalidArgument.for_field(f"{prefix}.{MOTION_SCALE_KEY}",
+                                        f"needs {LATENT_TARGET_KEY} {LATENT_TARGET_TRACKS!r} "
+                                        "(only the tracks' motion is scaled)")
 
 
 def _check_tracks_options(options: dict[str, Any], prefix: str) -> None:

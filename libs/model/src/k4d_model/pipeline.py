@@ -63,6 +63,7 @@ from k4d_model.frame_vae import temporal_stride
 from k4d_model.latent_target import (
     add_first,
     latent_target_of,
+    motion_scale_of,
     repeat_first_frame,
     samples_change,
     samples_tracks,
@@ -649,7 +650,8 @@ class Kinema4DPipeline:
             latents = repeat_first_frame(latents, self.clean_first_latent(image))
         elif samples_change(self.info.extra):
             latents = add_first(latents, self.clean_first_latent(image),
-                                tracks=samples_tracks(self.info.extra))
+                                tracks=samples_tracks(self.info.extra),
+                                motion_scale=motion_scale_of(self.info.extra))
         report = getattr(self.backend, "lever_report", None)
         return latents, sampler, plan, report() if report is not None else {}, conditioned
 

@@ -34,6 +34,7 @@ from typing import Any
 from k4d.errors import InvalidArgument
 from k4d_model.options import (
     GUIDANCE_HALVES_KEY,
+    LATENT_TARGET_TRACKS,
     LATENT_TARGETS,
     MAX_CASCADE_SAMPLES,
     FidelityOptions,
@@ -185,6 +186,11 @@ class TrainingSection:
     # latents (absolute, the official objective) or, with a per-frame VAE, their change from
     # frame 0's RGB latent (change: zero wherever nothing moves)
     latent_target: str = "absolute"
+    # With latent_target tracks: the factor the pointmap half's motion from frame 0 is
+    # sampled at (k4d_model.latent_target, published as `motion_scale`). About 1 / the
+    # motion latents' RMS puts it at the noise's scale, so the transformer's leftover error
+    # on a still surface shrinks by that factor in the rendered motion
+    motion_scale: float = 1.0
     # Progress judged by samples (issue 45; k4d_trainer.progress): every `sample_every` steps
     # (and at the last; 0 = off) rank 0 samples the first `sample_episodes` episodes of
     # `sample_uri` (default: vae.heldout_uri) with the model's own sampler, one sampling run
@@ -211,6 +217,11 @@ class TrainingSection:
                "must be a dataset URI (or left out for vae.heldout_uri)")
         _check(self.latent_target in LATENT_TARGETS, "training.latent_target",
                f"must be one of {LATENT_TARGETS}, got {self.latent_target!r}")
+        _check(math.isfinite(self.motion_scale) and self.motion_scale > 0,
+               "training.motion_scale", f"must be a finite number > 0, got {self.motion_scale}")
+        _check(self.motion_scale == 1.0 or self.latent_target == LATENT_TARGET_TRACKS,
+               "training.motion_scale", "needs training.latent_target tracks (only the "
+                                        "tracks' motion is scaled)")
         _check(self.ema_decay == 0 or 0 < self.ema_decay < 1, "training.ema_decay",
                f"must be 0 (off) or in (0, 1), got {self.ema_decay}")
         _check(self.global_batch_size >= 1, "training.global_batch_size", "must be >= 1")

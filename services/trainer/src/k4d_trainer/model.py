@@ -28,6 +28,7 @@ from k4d_model.options import (
     GUIDANCE_NEGATIVE_KEY,
     GUIDANCE_NEGATIVE_NO_ROBOT,
     LATENT_TARGET_KEY,
+    MOTION_SCALE_KEY,
     VAE_DECODE_KEY,
     VAE_DECODE_SPLIT,
 )
@@ -58,9 +59,11 @@ def load_components(recipe: str, section: ModelSection, seed: int) -> ModelCompo
     return components
 
 
-def set_latent_target(components: ModelComponents, target: str) -> None:
+def set_latent_target(components: ModelComponents, target: str, motion_scale: float = 1.0
+                      ) -> None:
     """Record what the transformer learns to sample (k4d_model.latent_target) in the model's
-    `extra`; the change from frame 0 needs a VAE that encodes each frame on its own."""
+    `extra`, and a tracks target's motion scale when not 1; the change from frame 0 needs a
+    VAE that encodes each frame on its own."""
     if target == "absolute":
         return
     if temporal_stride(components.vae) != 1:
@@ -69,6 +72,8 @@ def set_latent_target(components: ModelComponents, target: str) -> None:
                                         "video VAE's later latent frames are not frame 0's "
                                         "when nothing moves")
     components.info.extra[LATENT_TARGET_KEY] = target
+    if motion_scale != 1.0:
+        components.info.extra[MOTION_SCALE_KEY] = float(motion_scale)
 
 
 def set_guidance(components: ModelComponents, section: ModelSection,
@@ -87,7 +92,7 @@ def set_guidance(components: ModelComponents, section: ModelSection,
 def record_recipe(components: ModelComponents, config) -> None:
     """What a published model keeps of its recipe (`TrainConfig`): what its transformer
     samples and how it is guided; the trainer and `demo_model.py export` both call it."""
-    set_latent_target(components, config.training.latent_target)
+    set_latent_target(components, config.training.latent_target, config.training.motion_scale)
     set_guidance(components, config.model, config.training.condition_dropout)
 
 
@@ -256,7 +261,8 @@ def sampling_components(components: ModelComponents,
     and the VAE's decoding stay, as they are how a sample reads. `transformer`: the weights
     to sample with (default the components' own)."""
     info = components.info
-    extra = {k: info.extra[k] for k in (LATENT_TARGET_KEY, VAE_DECODE_KEY) if k in info.extra}
+    extra = {k: info.extra[k] for k in (LATENT_TARGET_KEY, MOTION_SCALE_KEY, VAE_DECODE_KEY)
+             if k in info.extra}
     return dataclasses.replace(components, transformer=transformer or components.transformer,
                                refiner=None, cascade=None,
                                info=dataclasses.replace(info, extra=extra))

@@ -56,14 +56,16 @@ def learns_change(latent_target: str) -> bool:
     return samples_change({LATENT_TARGET_KEY: latent_target})
 
 
-def clean_sample(latents: torch.Tensor, latent_target: str) -> torch.Tensor:
+def clean_sample(latents: torch.Tensor, latent_target: str, motion_scale: float = 1.0
+                 ) -> torch.Tensor:
     """(B, 16, F, h, 2w) latents -> the clean sample x the transformer learns to draw for
     `training.latent_target`: the latents, or their change from frame 0
-    (k4d_model.latent_target)."""
+    (k4d_model.latent_target; a tracks target's motion times `training.motion_scale`)."""
     if not learns_change(latent_target):
         return latents
     return change_from_first(latents, latents[:, :, :1, :, : latents.shape[-1] // 2],
-                             tracks=samples_tracks({LATENT_TARGET_KEY: latent_target}))
+                             tracks=samples_tracks({LATENT_TARGET_KEY: latent_target}),
+                             motion_scale=motion_scale)
 
 
 @dataclass
@@ -78,19 +80,19 @@ def noise_batch(batch: dict[str, torch.Tensor], sample_numbers: list[int], seed:
                 schedule: tuple[torch.Tensor, torch.Tensor], soft_mask_ratio: float,
                 mask_channels: int, latent_target: str = LATENT_TARGETS[0],
                 condition_dropout: float = 0.0,
-                no_robot: torch.Tensor | None = None) -> NoisedBatch:
+                no_robot: torch.Tensor | None = None, motion_scale: float = 1.0) -> NoisedBatch:
     """Draw each sample's timestep, noise and soft mask; build the model input (CPU).
     latent_target: what the clean sample is (`clean_sample`: the latents, or their change
-    from frame 0 with a per-frame VAE). condition_dropout: the chance that a sample's robot
-    condition is `no_robot` (drawn after the rest, so the sample's timestep and noise are
-    those of a run without it)."""
+    from frame 0 with a per-frame VAE; a tracks target's motion times `motion_scale`).
+    condition_dropout: the chance that a sample's robot condition is `no_robot` (drawn after
+    the rest, so the sample's timestep and noise are those of a run without it)."""
     if condition_dropout > 0 and no_robot is None:
         raise ValueError("condition_dropout needs the no-robot condition")
     timesteps, sigmas = schedule
     inputs, ts, targets, arms = [], [], [], []
     for i, number in enumerate(sample_numbers):
         generator = sample_generator(seed, number)
-        x = clean_sample(batch["latents"][i][None], latent_target)[0]
+        x = clean_sample(batch["latents"][i][None], latent_target, motion_scale)[0]
         index = int(torch.randint(0, len(timesteps), (1,), generator=generator))
         eps = torch.randn(x.shape, generator=generator, dtype=x.dtype)
         s = sigmas[index]

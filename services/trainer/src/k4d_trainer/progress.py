@@ -95,7 +95,7 @@ class SampleProgress:
                  dist: DistInfo, run: RunDir, env_config=None):
         training = config.training
         self.every, self.total_steps = training.sample_every, training.steps
-        self.latent_target = training.latent_target
+        self.latent_target, self.motion_scale = training.latent_target, training.motion_scale
         self.tracks = training.latent_target == LATENT_TARGET_TRACKS
         self.seed, self.uri = config.seed, config.sample_uri
         self.components, self.clip, self.dist, self.run = components, clip, dist, run
@@ -123,7 +123,8 @@ class SampleProgress:
             if self.episodes is None:
                 self.episodes = [self._prepare(pipe, eid) for eid in self.episode_ids]
             x0 = [x0_errors(transformer, e.sample, self.seed + i, self.latent_target,
-                            self.compute_dtype, device) for i, e in enumerate(self.episodes)]
+                            self.compute_dtype, device, self.motion_scale)
+                  for i, e in enumerate(self.episodes)]
             results = [_sample(pipe, e, self.seed + i) for i, e in enumerate(self.episodes)]
         finally:
             transformer.train(was_training)
@@ -199,12 +200,12 @@ def sampling_transformer(components: ModelComponents, dist: DistInfo, lora_alpha
 
 @torch.no_grad()
 def x0_errors(transformer: torch.nn.Module, sample: dict[str, torch.Tensor], seed: int,
-              latent_target: str, compute_dtype: torch.dtype | None, device: torch.device
-              ) -> tuple[float, float]:
+              latent_target: str, compute_dtype: torch.dtype | None, device: torch.device,
+              motion_scale: float = 1.0) -> tuple[float, float]:
     """(MSE of the x0 predicted from pure noise at sigma = 1, MSE of predicting zero) against
     the clean sample the loss trains towards; the noise is seeded, so only the weights move
     the first figure."""
-    x = clean_sample(sample["latents"][None], latent_target)
+    x = clean_sample(sample["latents"][None], latent_target, motion_scale)
     eps = torch.randn(x.shape, generator=torch.Generator().manual_seed(seed), dtype=x.dtype)
     model_input = torch.cat([eps, sample["condition"][None]], dim=1)  # x_t = eps at sigma 1
     timestep = torch.full((1,), SIGMA_ONE_TIMESTEP, device=device)

@@ -268,7 +268,8 @@ class Trainer:
         noised = noise_batch(batch, [number for number, _ in items], self.config.seed,
                              self.schedule, self.config.training.soft_mask_ratio,
                              self.mask_channels, self.config.training.latent_target,
-                             self.config.training.condition_dropout, self.no_robot)
+                             self.config.training.condition_dropout, self.no_robot,
+                             self.config.training.motion_scale)
         device = self.dist.device
         with autocast(self.compute_dtype, device):
             prediction = self.model(noised.model_input.to(device), noised.timestep.to(device),
