@@ -3,8 +3,9 @@ latent's half (RGB | pointmap), frame 0 against later frames, and, on later fram
 where the scene stayed against cells where it changed, each beside predicting zero.
 
 For each of the first `--episodes` episodes of `--data`, the clean sample is the model's own
-(k4d_trainer.objective.clean_sample with its latent target and motion scale), noised to each
-`--sigmas` value with one seeded draw; the transformer predicts x0 = x_t - sigma v. The last
+(its latent target and motion scale), noised to each `--sigmas` value with one seeded draw;
+the transformer predicts x0 = x_t - sigma v (k4d_trainer.progress.predict_x0 and
+x0_region_errors, which the trainer's progress line uses too). The last
 query of the demo's 4-step sampler is at sigma 0.5, so the error there is what a still
 surface carries into the decoded sample. A ratio over 1 on still cells means the transformer
 adds motion (or colour change) where there is none: with a tracks target, the rendering
@@ -31,49 +32,21 @@ from k4d_trainer.config import DataSection
 from k4d_trainer.data import open_source, select_episodes
 from k4d_trainer.latents import SampleEncoder, sample_clip
 from k4d_trainer.model import clip_of
-from k4d_trainer.objective import clean_sample, training_schedule
-
-HALVES = ("rgb", "pointmap")
+from k4d_trainer.progress import predict_x0, x0_region_errors
 
 
-def region_masks(change: torch.Tensor) -> dict[str, torch.Tensor]:
-    """change (1, F, h, w) of one half -> {region: bool (1, F, h, w)}: frame 0, and later
-    frames' still and changed cells."""
-    later = torch.zeros_like(change, dtype=torch.bool)
-    later[:, 1:] = True
-    first = ~later
-    return {"frame0": first, "later_still": later & (change <= 0),
-            "later_changed": later & (change > 0)}
-
-
-def episode_errors(transformer, sample: dict[str, torch.Tensor], latent_target: str,
-                   motion_scale: float, sigma_index: int, schedule, seed: int
-                   ) -> dict[str, tuple[float, float, int]]:
-    """{half/region: (sum of squared x0 error, sum of squared x (predicting zero), cells)}."""
-    timesteps, sigmas = schedule
-    x = clean_sample(sample["latents"][None], latent_target, motion_scale)
-    eps = torch.randn(x.shape, generator=torch.Generator().manual_seed(seed))
-    sigma = float(sigmas[sigma_index])
-    x_t = (1.0 - sigma) * x + sigma * eps
-    with torch.no_grad():
-        velocity = transformer(torch.cat([x_t, sample["condition"][None]], dim=1),
-                               timesteps[sigma_index:sigma_index + 1],
-                               sample["image_embeds"][None], sample["arm_cond"][None],
-                               return_dict=False)[0]
-    error = (x_t - sigma * velocity.float() - x).square().mean(dim=1)  # (1, F, h, 2w)
-    zero = x.square().mean(dim=1)
-    width = x.shape[-1] // 2
-    out = {}
-    for h, half in enumerate(HALVES):
-        cells = slice(h * width, (h + 1) * width)
-        for region, mask in region_masks(sample["change"][None, 0, ..., cells]).items():
-            out[f"{half}/{region}"] = (float(error[..., cells][mask].sum()),
-                                       float(zero[..., cells][mask].sum()), int(mask.sum()))
-    return out
-
-
-def nearest_index(sigmas: torch.Tensor, sigma: float) -> int:
-    return int((sigmas[:-1] - sigma).abs().argmin())
+def region_totals(transformer, samples: list[dict[str, torch.Tensor]], latent_target: str,
+                  motion_scale: float, sigma: float, seed: int) -> dict[str, list[float]]:
+    """{half/region: [summed squared x0 error, summed squared x, cells]} over the samples,
+    sample k noised with seed + k."""
+    totals: dict[str, list[float]] = {}
+    for k, sample in enumerate(samples):
+        x0, x = predict_x0(transformer, sample, seed + k, latent_target, sigma, None,
+                           torch.device("cpu"), motion_scale)
+        for key, figures in x0_region_errors(x0, x, sample["change"]).items():
+            totals[key] = [a + b for a, b in zip(totals.get(key, [0.0] * 3), figures,
+                                                 strict=True)]
+    return totals
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,7 +55,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", required=True, help="the episodes to measure on")
     parser.add_argument("--episodes", type=int, default=6, help="the first N of --data")
     parser.add_argument("--sigmas", default="1.0,0.5", help="comma-separated noise levels")
-    parser.add_argument("--shift", type=float, default=3.0, help="training.timestep_shift")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
@@ -109,26 +81,19 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     samples = [encoder.encode(sample_clip(dataset.open(i), clip, encoder.tracks)) for i in ids]
-    schedule = training_schedule(args.shift)
     result = {"model": args.model, "data": args.data, "episodes": args.episodes,
               "latent_target": latent_target, "motion_scale": motion_scale, "sigmas": {}}
     for sigma in wanted:
-        index = nearest_index(schedule[1], sigma)
-        totals: dict[str, list[float]] = {}
-        for k, sample in enumerate(samples):
-            for key, figures in episode_errors(transformer, sample, latent_target, motion_scale,
-                                               index, schedule, args.seed + k).items():
-                totals[key] = [a + b for a, b in zip(totals.get(key, [0.0] * 3), figures,
-                                                     strict=True)]
         rows = {}
+        totals = region_totals(transformer, samples, latent_target, motion_scale, sigma,
+                               args.seed)
         for key, (error, zero, cells) in totals.items():
             if cells:
                 rows[key] = {"x0_error": round(error / cells, 6), "zero": round(zero / cells, 6),
                              "ratio": round(error / zero, 3) if zero > 0 else None}
-                print(f"sigma {float(schedule[1][index]):.3f} {key:26s} x0 error "
-                      f"{error / cells:.5f}  zero {zero / cells:.5f}  ratio "
-                      f"{rows[key]['ratio']}", flush=True)
-        result["sigmas"][f"{float(schedule[1][index]):.3f}"] = rows
+                print(f"sigma {sigma:.3f} {key:26s} x0 error {error / cells:.5f}  zero "
+                      f"{zero / cells:.5f}  ratio {rows[key]['ratio']}", flush=True)
+        result["sigmas"][f"{sigma:.3f}"] = rows
     result["seconds"] = round(time.perf_counter() - started)
     print("RESULT " + json.dumps(result))
     return 0

@@ -18,7 +18,12 @@ from k4d.errors import InvalidArgument
 from k4d_trainer.config import config_from_dict, load_config_file
 from k4d_trainer.objective import clean_sample
 from k4d_trainer.observe import write_loss_curves
-from k4d_trainer.progress import SIGMA_ONE_TIMESTEP, x0_errors
+from k4d_trainer.progress import (
+    SIGMA_ONE_TIMESTEP,
+    still_motion_errors,
+    x0_errors,
+    x0_region_errors,
+)
 from k4d_trainer.runs import read_metrics, sample_lines, step_lines
 from k4d_trainer.trainer import Trainer
 
@@ -142,6 +147,21 @@ class _Oracle(torch.nn.Module):
         return (eps - self.x0,)  # x0 = x_t - sigma v with x_t = eps, sigma = 1
 
 
+class _AnySigmaOracle(torch.nn.Module):
+    """A transformer stand-in whose velocity at any noise level makes the x0 prediction
+    `x0` (sigma = timestep / 1000)."""
+
+    def __init__(self, x0: torch.Tensor):
+        super().__init__()
+        self.x0 = x0
+        self.timesteps = []
+
+    def forward(self, model_input, timestep, image_embeds, arm_cond, return_dict=False):
+        self.timesteps.append(float(timestep[0]))
+        x_t = model_input[:, : self.x0.shape[1]]
+        return ((x_t - self.x0) / (float(timestep[0]) / 1000.0),)
+
+
 @pytest.mark.parametrize("latent_target, motion_scale",
                          [("absolute", 1.0), ("change", 1.0), ("tracks", 1.0), ("tracks", 10.0)])
 def test_x0_error_is_the_x0_mse_at_sigma_one(latent_target, motion_scale):
@@ -251,3 +271,37 @@ def test_reporter_keeps_sample_lines_apart(tmp_path):
     resumed = RunReporter(run, 4, job_id="j", tensorboard=False, progress_bar=False)
     resumed.start(RunStatus(step=3, total_steps=4), 3)
     assert [m["step"] for m in sample_lines(read_metrics(run.uri))] == [2]
+
+
+def test_x0_error_is_split_by_half_frame_0_and_later_still_or_changed_cells():
+    x = torch.zeros(1, 2, 3, 2, 4)  # (B, C, F, h, 2w): RGB cells w 0-1, pointmap 2-3
+    x[..., 2:] = 2.0  # predicting zero errs 4 per pointmap cell
+    x0 = x.clone()
+    x0[:, :, 0] += 1.0  # frame 0 off by 1 everywhere
+    change = torch.zeros(1, 3, 2, 4)
+    change[0, 1:, 0, 3] = 1.0  # one pointmap cell changes at frames 1 and 2
+    x0[:, :, 1:, 0, 3] += 3.0  # ... and is off by 3 there
+    errors = x0_region_errors(x0, x, change)
+    assert errors["rgb/frame0"] == (4.0, 0.0, 4) and errors["pointmap/frame0"] == (4.0, 16.0, 4)
+    assert errors["rgb/later_still"] == (0.0, 0.0, 8) and errors["rgb/later_changed"][2] == 0
+    assert errors["pointmap/later_still"] == (0.0, 24.0, 6)
+    assert errors["pointmap/later_changed"] == (18.0, 8.0, 2)
+
+
+@pytest.mark.parametrize("motion_scale", [1.0, 10.0])
+def test_still_motion_error_is_read_at_the_last_sigma_in_unscaled_motion(motion_scale):
+    generator = torch.Generator().manual_seed(1)
+    sample = {"latents": torch.randn(16, 3, 4, 12, generator=generator),
+              "condition": torch.randn(20, 3, 4, 12, generator=generator),
+              "image_embeds": torch.randn(3, 8, generator=generator),
+              "arm_cond": torch.randn(20, 3, 4, 12, generator=generator),
+              "change": torch.zeros(1, 3, 4, 12)}
+    sample["change"][0, :, :2] = 1.0  # the top row of cells changes, the bottom two stay
+    target = clean_sample(sample["latents"][None], "tracks", motion_scale)
+    oracle = _AnySigmaOracle(target + 0.1 * motion_scale)  # off by 0.1 in unscaled motion
+    cpu = torch.device("cpu")
+    error, zero = still_motion_errors(oracle, sample, 3, "tracks", None, cpu, motion_scale)
+    assert oracle.timesteps == [500.0]
+    assert error == pytest.approx(0.01, rel=1e-4)
+    plain = clean_sample(sample["latents"][None], "tracks")
+    assert zero == pytest.approx(float(plain[:, :, 1:, 2:, 6:].square().mean()), rel=1e-4)

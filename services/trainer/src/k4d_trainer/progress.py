@@ -11,6 +11,10 @@ the same episodes all run) and, with the weights being trained:
   latents, or their change from frame 0 with `training.latent_target: change`), the mean
   squared error per element, averaged over the episodes; `x0_error_sigma1_zero`, the error
   of predicting zero, is its reference;
+- with `latent_target: tracks`, `x0_error_still_motion`: the same x0 error at sigma 0.5
+  (where the demo's 4-step sampler queries last, so its x0 is the sample) on the pointmap
+  half's cells that do not change, frames t >= 1, in unscaled motion; beside
+  `x0_error_still_motion_zero`. Above it, the transformer moves still surfaces;
 - `sample_psnr_db`: one full sampling run per episode through `Kinema4DPipeline`, the sampler
   users get, with the model's own settings (num_inference_steps, flow shift, guidance) on
   the trainer's in-memory components; its RGB, decoded, against the VAE's reconstruction of
@@ -53,6 +57,8 @@ from k4d_trainer.runs import SAMPLE_KIND, RunDir
 from k4d_trainer.vae import psnr_of_mse
 
 SIGMA_ONE_TIMESTEP = 1000.0  # the 1000-step flow-matching schedule's first timestep: sigma 1
+SAMPLER_LAST_SIGMA = 0.5     # the demo's last query (4 steps at shift 3): its x0 is the sample
+X0_HALVES = ("rgb", "pointmap")
 PICTURE_FRAMES = 4           # frames per episode in the picture, evenly spread
 PICTURE_TILE_HEIGHT = 96     # larger frames are shrunk to this height in the picture
 SAMPLES_FOLDER = "samples"
@@ -125,6 +131,10 @@ class SampleProgress:
             x0 = [x0_errors(transformer, e.sample, self.seed + i, self.latent_target,
                             self.compute_dtype, device, self.motion_scale)
                   for i, e in enumerate(self.episodes)]
+            still = [still_motion_errors(transformer, e.sample, self.seed + i,
+                                         self.latent_target, self.compute_dtype, device,
+                                         self.motion_scale)
+                     for i, e in enumerate(self.episodes)] if self.tracks else None
             results = [_sample(pipe, e, self.seed + i) for i, e in enumerate(self.episodes)]
         finally:
             transformer.train(was_training)
@@ -132,7 +142,7 @@ class SampleProgress:
                 self.components.vae.cpu()
                 self.components.image_encoder.cpu()
         samples = [result.rgb for result in results]
-        figures = sample_figures(self.episodes, samples, x0)
+        figures = sample_figures(self.episodes, samples, x0, still)
         self.run.write_bytes(f"{SAMPLES_FOLDER}/step-{step:08d}.png",
                              progress_picture(self.episodes, samples))
         # where the time went: the pipeline's own phases, summed over the episodes
@@ -199,22 +209,72 @@ def sampling_transformer(components: ModelComponents, dist: DistInfo, lora_alpha
 
 
 @torch.no_grad()
+def predict_x0(transformer: torch.nn.Module, sample: dict[str, torch.Tensor], seed: int,
+               latent_target: str, sigma: float, compute_dtype: torch.dtype | None,
+               device: torch.device, motion_scale: float = 1.0
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the x0 the transformer predicts from the clean sample noised to `sigma` with a seeded
+    draw, that clean sample), both (1, 16, F, h, 2w) on the CPU. The flow-matching
+    schedule's timestep of a noise level is 1000 sigma, whatever its shift."""
+    x = clean_sample(sample["latents"][None], latent_target, motion_scale)
+    eps = torch.randn(x.shape, generator=torch.Generator().manual_seed(seed), dtype=x.dtype)
+    x_t = (1.0 - sigma) * x + sigma * eps
+    model_input = torch.cat([x_t, sample["condition"][None]], dim=1)
+    timestep = torch.full((1,), SIGMA_ONE_TIMESTEP * sigma, device=device)
+    with autocast(compute_dtype, device):
+        velocity = transformer(model_input.to(device), timestep,
+                               sample["image_embeds"][None].to(device),
+                               sample["arm_cond"][None].to(device), return_dict=False)[0]
+    return x_t - sigma * velocity.float().cpu(), x
+
+
 def x0_errors(transformer: torch.nn.Module, sample: dict[str, torch.Tensor], seed: int,
               latent_target: str, compute_dtype: torch.dtype | None, device: torch.device,
               motion_scale: float = 1.0) -> tuple[float, float]:
     """(MSE of the x0 predicted from pure noise at sigma = 1, MSE of predicting zero) against
     the clean sample the loss trains towards; the noise is seeded, so only the weights move
     the first figure."""
-    x = clean_sample(sample["latents"][None], latent_target, motion_scale)
-    eps = torch.randn(x.shape, generator=torch.Generator().manual_seed(seed), dtype=x.dtype)
-    model_input = torch.cat([eps, sample["condition"][None]], dim=1)  # x_t = eps at sigma 1
-    timestep = torch.full((1,), SIGMA_ONE_TIMESTEP, device=device)
-    with autocast(compute_dtype, device):
-        velocity = transformer(model_input.to(device), timestep,
-                               sample["image_embeds"][None].to(device),
-                               sample["arm_cond"][None].to(device), return_dict=False)[0]
-    x0 = eps - velocity.float().cpu()
+    x0, x = predict_x0(transformer, sample, seed, latent_target, 1.0, compute_dtype, device,
+                       motion_scale)
     return float((x0 - x).square().mean()), float(x.square().mean())
+
+
+def x0_region_errors(x0: torch.Tensor, x: torch.Tensor, change: torch.Tensor
+                     ) -> dict[str, tuple[float, float, int]]:
+    """Where an x0 prediction's error lies: {"<half>/<region>": (summed squared error,
+    summed squared x, i.e. predicting zero, cells)} for the halves `rgb` and `pointmap` and
+    the regions `frame0`, `later_still` and `later_changed` (frames t >= 1, by the sample's
+    change map `change` (1, F, h, 2w))."""
+    error = (x0 - x).square().mean(dim=1)[0]  # (F, h, 2w), the mean over channels
+    zero = x.square().mean(dim=1)[0]
+    changed = change[0] > 0
+    later = torch.zeros_like(changed)
+    later[1:] = True
+    width = x.shape[-1] // 2
+    out = {}
+    for h, half in enumerate(X0_HALVES):
+        cells = slice(h * width, (h + 1) * width)
+        regions = {"frame0": ~later[..., cells], "later_still": later[..., cells] & ~changed[..., cells],
+                   "later_changed": later[..., cells] & changed[..., cells]}
+        for region, mask in regions.items():
+            out[f"{half}/{region}"] = (float(error[..., cells][mask].sum()),
+                                       float(zero[..., cells][mask].sum()), int(mask.sum()))
+    return out
+
+
+def still_motion_errors(transformer: torch.nn.Module, sample: dict[str, torch.Tensor],
+                        seed: int, latent_target: str, compute_dtype: torch.dtype | None,
+                        device: torch.device, motion_scale: float = 1.0
+                        ) -> tuple[float, float]:
+    """A tracks model's (x0 error, predicting zero) on the pointmap half's still cells of
+    frames t >= 1 at the sampler's last noise level, in unscaled motion (divided by
+    motion_scale squared): what still surfaces are moved by."""
+    x0, x = predict_x0(transformer, sample, seed, latent_target, SAMPLER_LAST_SIGMA,
+                       compute_dtype, device, motion_scale)
+    error, zero, cells = x0_region_errors(x0, x, sample["change"])["pointmap/later_still"]
+    if not cells:
+        return float("nan"), float("nan")
+    return error / cells / motion_scale ** 2, zero / cells / motion_scale ** 2
 
 
 def _sample(pipe: Kinema4DPipeline, episode: ProgressEpisode, seed: int) -> GenerationResult:
@@ -225,8 +285,10 @@ def _sample(pipe: Kinema4DPipeline, episode: ProgressEpisode, seed: int) -> Gene
 
 
 def sample_figures(episodes: list[ProgressEpisode], samples: list[np.ndarray],
-                   x0: list[tuple[float, float]]) -> dict:
-    """The metrics line's figures; `sample_static_psnr_db` is None when no pixel is static."""
+                   x0: list[tuple[float, float]],
+                   still: list[tuple[float, float]] | None = None) -> dict:
+    """The metrics line's figures; `sample_static_psnr_db` is None when no pixel is static;
+    with `still` (a tracks model's `still_motion_errors`) the still motion's x0 error."""
     whole, static = [], []
     for episode, rgb in zip(episodes, samples, strict=True):
         error = np.square(rgb[1:].astype(np.float32) / 127.5 - 1.0
@@ -237,7 +299,16 @@ def sample_figures(episodes: list[ProgressEpisode], samples: list[np.ndarray],
     return {"x0_error_sigma1": float(np.mean([e for e, _ in x0])),
             "x0_error_sigma1_zero": float(np.mean([z for _, z in x0])),
             "sample_psnr_db": psnr_of_mse(float(np.mean(whole))),
-            "sample_static_psnr_db": psnr_of_mse(float(np.mean(static))) if static else None}
+            "sample_static_psnr_db": psnr_of_mse(float(np.mean(static))) if static else None,
+            **_still_figures(still)}
+
+
+def _still_figures(still: list[tuple[float, float]] | None) -> dict:
+    if still is None:
+        return {}
+    known = [pair for pair in still if np.isfinite(pair[0])]
+    return {"x0_error_still_motion": float(np.mean([e for e, _ in known])) if known else None,
+            "x0_error_still_motion_zero": float(np.mean([z for _, z in known])) if known else None}
 
 
 def progress_picture(episodes: list[ProgressEpisode], samples: list[np.ndarray]) -> bytes:
