@@ -3,11 +3,12 @@ latent's half (RGB | pointmap), frame 0 against later frames, and, on later fram
 where the scene stayed against cells where it changed, each beside predicting zero.
 
 For each of the first `--episodes` episodes of `--data`, the clean sample is the model's own
-(its latent target and motion scale), noised to each `--sigmas` value with one seeded draw;
-the transformer predicts x0 = x_t - sigma v (k4d_trainer.progress.predict_x0 and
-x0_region_errors, which the trainer's progress line uses too). The last
-query of the demo's 4-step sampler is at sigma 0.5, so the error there is what a still
-surface carries into the decoded sample. A ratio over 1 on still cells means the transformer
+(its latent target and motion scale), noised to each noise level (`--sigmas`; default 1 and
+the model's own sampler's last query, 0.30 for the demo's 8 UniPC steps at shift 3) with one
+seeded draw; the transformer predicts x0 = x_t - sigma v (k4d_trainer.progress.predict_x0 and
+x0_region_errors, which the trainer's progress line uses too). What it predicts at the last
+query the sample keeps, so the error there is what a still surface carries into the decoded
+sample. A ratio over 1 on still cells means the transformer
 adds motion (or colour change) where there is none: with a tracks target, the rendering
 then moves still objects. Errors are in the sample's own units (a scaled motion stays
 scaled: divide by motion_scale squared to compare with an unscaled one).
@@ -32,7 +33,7 @@ from k4d_trainer.config import DataSection
 from k4d_trainer.data import open_source, select_episodes
 from k4d_trainer.latents import SampleEncoder, sample_clip
 from k4d_trainer.model import clip_of
-from k4d_trainer.progress import predict_x0, x0_region_errors
+from k4d_trainer.progress import last_query_sigma, predict_x0, x0_region_errors
 
 
 def region_totals(transformer, samples: list[dict[str, torch.Tensor]], latent_target: str,
@@ -54,15 +55,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", required=True, help="a k4d-layout model directory")
     parser.add_argument("--data", required=True, help="the episodes to measure on")
     parser.add_argument("--episodes", type=int, default=6, help="the first N of --data")
-    parser.add_argument("--sigmas", default="1.0,0.5", help="comma-separated noise levels")
+    parser.add_argument("--sigmas", default=None,
+                        help="comma-separated noise levels (default: 1 and the model's "
+                             "sampler's last query)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     try:
-        wanted = [float(s) for s in args.sigmas.split(",")]
+        wanted = [float(s) for s in args.sigmas.split(",")] if args.sigmas else None
     except ValueError:
         wanted = []
-    if args.episodes < 1 or not wanted or not all(0 < s <= 1 for s in wanted):
+    if args.episodes < 1 or wanted == [] or not all(0 < s <= 1 for s in wanted or [1.0]):
         print(f"error: --episodes {args.episodes} must be >= 1 and --sigmas {args.sigmas!r} "
               "numbers in (0, 1]", file=sys.stderr)
         return 2
@@ -70,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     components = checkpoints.load_model(args.model)
     transformer = components.transformer.eval()
+    if wanted is None:
+        wanted = [1.0, last_query_sigma(components.scheduler, components.info.num_inference_steps)]
     extra = components.info.extra
     latent_target, motion_scale = latent_target_of(extra), motion_scale_of(extra)
     encoder = SampleEncoder(components, tracks=samples_tracks(extra))

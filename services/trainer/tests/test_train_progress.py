@@ -20,6 +20,7 @@ from k4d_trainer.objective import clean_sample
 from k4d_trainer.observe import write_loss_curves
 from k4d_trainer.progress import (
     SIGMA_ONE_TIMESTEP,
+    last_query_sigma,
     still_motion_errors,
     x0_errors,
     x0_region_errors,
@@ -289,7 +290,7 @@ def test_x0_error_is_split_by_half_frame_0_and_later_still_or_changed_cells():
 
 
 @pytest.mark.parametrize("motion_scale", [1.0, 10.0])
-def test_still_motion_error_is_read_at_the_last_sigma_in_unscaled_motion(motion_scale):
+def test_still_motion_error_is_read_at_a_sigma_in_unscaled_motion(motion_scale):
     generator = torch.Generator().manual_seed(1)
     sample = {"latents": torch.randn(16, 3, 4, 12, generator=generator),
               "condition": torch.randn(20, 3, 4, 12, generator=generator),
@@ -300,8 +301,19 @@ def test_still_motion_error_is_read_at_the_last_sigma_in_unscaled_motion(motion_
     target = clean_sample(sample["latents"][None], "tracks", motion_scale)
     oracle = _AnySigmaOracle(target + 0.1 * motion_scale)  # off by 0.1 in unscaled motion
     cpu = torch.device("cpu")
-    error, zero = still_motion_errors(oracle, sample, 3, "tracks", None, cpu, motion_scale)
-    assert oracle.timesteps == [500.0]
+    error, zero = still_motion_errors(oracle, sample, 3, "tracks", 0.3, None, cpu, motion_scale)
+    assert oracle.timesteps == [pytest.approx(300.0)]
     assert error == pytest.approx(0.01, rel=1e-4)
     plain = clean_sample(sample["latents"][None], "tracks")
     assert zero == pytest.approx(float(plain[:, :, 1:, 2:, 6:].square().mean()), rel=1e-4)
+
+
+def test_last_query_sigma_is_the_samplers_last_noise_level_and_leaves_it_alone():
+    from diffusers import UniPCMultistepScheduler
+
+    scheduler = UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True,
+                                        flow_shift=3.0)
+    scheduler.set_timesteps(50)
+    assert last_query_sigma(scheduler, 8) == pytest.approx(0.3, abs=0.005)  # the demo's
+    assert last_query_sigma(scheduler, 2) == pytest.approx(0.75, abs=0.005)  # 3 x 0.5 / 2
+    assert len(scheduler.timesteps) == 50

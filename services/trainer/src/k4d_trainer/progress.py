@@ -11,10 +11,11 @@ the same episodes all run) and, with the weights being trained:
   latents, or their change from frame 0 with `training.latent_target: change`), the mean
   squared error per element, averaged over the episodes; `x0_error_sigma1_zero`, the error
   of predicting zero, is its reference;
-- with `latent_target: tracks`, `x0_error_still_motion`: the same x0 error at sigma 0.5
-  (where the demo's 4-step sampler queries last, so its x0 is the sample) on the pointmap
-  half's cells that do not change, frames t >= 1, in unscaled motion; beside
-  `x0_error_still_motion_zero`. Above it, the transformer moves still surfaces;
+- with `latent_target: tracks`, `x0_error_still_motion`: the same x0 error at the noise
+  level of the sampler's last query (`still_motion_sigma`: 0.30 for the demo's 8 UniPC steps
+  at shift 3; what it predicts there the sample keeps) on the pointmap half's cells that do
+  not change, frames t >= 1, in unscaled motion; beside `x0_error_still_motion_zero`. Above
+  it, the transformer moves still surfaces;
 - `sample_psnr_db`: one full sampling run per episode through `Kinema4DPipeline`, the sampler
   users get, with the model's own settings (num_inference_steps, flow shift, guidance) on
   the trainer's in-memory components; its RGB, decoded, against the VAE's reconstruction of
@@ -57,7 +58,6 @@ from k4d_trainer.runs import SAMPLE_KIND, RunDir
 from k4d_trainer.vae import psnr_of_mse
 
 SIGMA_ONE_TIMESTEP = 1000.0  # the 1000-step flow-matching schedule's first timestep: sigma 1
-SAMPLER_LAST_SIGMA = 0.5     # the demo's last query (4 steps at shift 3): its x0 is the sample
 X0_HALVES = ("rgb", "pointmap")
 PICTURE_FRAMES = 4           # frames per episode in the picture, evenly spread
 PICTURE_TILE_HEIGHT = 96     # larger frames are shrunk to this height in the picture
@@ -103,6 +103,9 @@ class SampleProgress:
         self.every, self.total_steps = training.sample_every, training.steps
         self.latent_target, self.motion_scale = training.latent_target, training.motion_scale
         self.tracks = training.latent_target == LATENT_TARGET_TRACKS
+        self.still_sigma = (last_query_sigma(components.scheduler,
+                                             components.info.num_inference_steps)
+                            if self.every and self.tracks else None)
         self.seed, self.uri = config.seed, config.sample_uri
         self.components, self.clip, self.dist, self.run = components, clip, dist, run
         self.compute_dtype = autocast_dtype(config.model.precision, dist.device)
@@ -132,8 +135,8 @@ class SampleProgress:
                             self.compute_dtype, device, self.motion_scale)
                   for i, e in enumerate(self.episodes)]
             still = [still_motion_errors(transformer, e.sample, self.seed + i,
-                                         self.latent_target, self.compute_dtype, device,
-                                         self.motion_scale)
+                                         self.latent_target, self.still_sigma,
+                                         self.compute_dtype, device, self.motion_scale)
                      for i, e in enumerate(self.episodes)] if self.tracks else None
             results = [_sample(pipe, e, self.seed + i) for i, e in enumerate(self.episodes)]
         finally:
@@ -143,6 +146,8 @@ class SampleProgress:
                 self.components.image_encoder.cpu()
         samples = [result.rgb for result in results]
         figures = sample_figures(self.episodes, samples, x0, still)
+        if still is not None:
+            figures["still_motion_sigma"] = round(self.still_sigma, 4)
         self.run.write_bytes(f"{SAMPLES_FOLDER}/step-{step:08d}.png",
                              progress_picture(self.episodes, samples))
         # where the time went: the pipeline's own phases, summed over the episodes
@@ -262,15 +267,23 @@ def x0_region_errors(x0: torch.Tensor, x: torch.Tensor, change: torch.Tensor
     return out
 
 
+def last_query_sigma(scheduler, num_steps: int) -> float:
+    """The noise level of a sampler's last transformer query over `num_steps` steps (a fresh
+    copy of `scheduler` is set, the model's own is left alone)."""
+    fresh = type(scheduler).from_config(scheduler.config)
+    fresh.set_timesteps(num_steps)
+    return float(fresh.sigmas[num_steps - 1])
+
+
 def still_motion_errors(transformer: torch.nn.Module, sample: dict[str, torch.Tensor],
-                        seed: int, latent_target: str, compute_dtype: torch.dtype | None,
-                        device: torch.device, motion_scale: float = 1.0
-                        ) -> tuple[float, float]:
+                        seed: int, latent_target: str, sigma: float,
+                        compute_dtype: torch.dtype | None, device: torch.device,
+                        motion_scale: float = 1.0) -> tuple[float, float]:
     """A tracks model's (x0 error, predicting zero) on the pointmap half's still cells of
-    frames t >= 1 at the sampler's last noise level, in unscaled motion (divided by
-    motion_scale squared): what still surfaces are moved by."""
-    x0, x = predict_x0(transformer, sample, seed, latent_target, SAMPLER_LAST_SIGMA,
-                       compute_dtype, device, motion_scale)
+    frames t >= 1 at noise level `sigma` (the sampler's last query), in unscaled motion
+    (divided by motion_scale squared): what still surfaces are moved by."""
+    x0, x = predict_x0(transformer, sample, seed, latent_target, sigma, compute_dtype, device,
+                       motion_scale)
     error, zero, cells = x0_region_errors(x0, x, sample["change"])["pointmap/later_still"]
     if not cells:
         return float("nan"), float("nan")
