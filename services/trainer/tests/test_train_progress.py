@@ -135,22 +135,8 @@ def test_sharded_run_samples_the_gathered_weights(tmp_path, sampled_run):
 
 
 class _Oracle(torch.nn.Module):
-    """A transformer stand-in whose velocity makes the x0 prediction `x0`."""
-
-    def __init__(self, x0: torch.Tensor):
-        super().__init__()
-        self.x0 = x0
-        self.timesteps = []
-
-    def forward(self, model_input, timestep, image_embeds, arm_cond, return_dict=False):
-        self.timesteps.append(float(timestep[0]))
-        eps = model_input[:, : self.x0.shape[1]]
-        return (eps - self.x0,)  # x0 = x_t - sigma v with x_t = eps, sigma = 1
-
-
-class _AnySigmaOracle(torch.nn.Module):
     """A transformer stand-in whose velocity at any noise level makes the x0 prediction
-    `x0` (sigma = timestep / 1000)."""
+    `x0` (x0 = x_t - sigma v, sigma = timestep / 1000)."""
 
     def __init__(self, x0: torch.Tensor):
         super().__init__()
@@ -299,7 +285,7 @@ def test_still_motion_error_is_read_at_a_sigma_in_unscaled_motion(motion_scale):
               "change": torch.zeros(1, 3, 4, 12)}
     sample["change"][0, :, :2] = 1.0  # the top row of cells changes, the bottom two stay
     target = clean_sample(sample["latents"][None], "tracks", motion_scale)
-    oracle = _AnySigmaOracle(target + 0.1 * motion_scale)  # off by 0.1 in unscaled motion
+    oracle = _Oracle(target + 0.1 * motion_scale)  # off by 0.1 in unscaled motion
     cpu = torch.device("cpu")
     error, zero = still_motion_errors(oracle, sample, 3, "tracks", 0.3, None, cpu, motion_scale)
     assert oracle.timesteps == [pytest.approx(300.0)]
