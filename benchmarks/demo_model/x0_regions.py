@@ -50,31 +50,37 @@ def region_totals(transformer, samples: list[dict[str, torch.Tensor]], latent_ta
     return totals
 
 
+def _sigmas(text: str) -> list[float]:
+    """`--sigmas`: comma-separated noise levels in (0, 1]."""
+    try:
+        sigmas = [float(s) for s in text.split(",")]
+    except ValueError:
+        sigmas = []
+    if not sigmas or not all(0 < s <= 1 for s in sigmas):
+        raise argparse.ArgumentTypeError(f"{text!r}: numbers in (0, 1], comma-separated")
+    return sigmas
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="a k4d-layout model directory")
     parser.add_argument("--data", required=True, help="the episodes to measure on")
     parser.add_argument("--episodes", type=int, default=6, help="the first N of --data")
-    parser.add_argument("--sigmas", default=None,
+    parser.add_argument("--sigmas", type=_sigmas, default=None,
                         help="comma-separated noise levels (default: 1 and the model's "
                              "sampler's last query)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
-    try:
-        wanted = [float(s) for s in args.sigmas.split(",")] if args.sigmas else None
-    except ValueError:
-        wanted = []
-    if args.episodes < 1 or wanted == [] or not all(0 < s <= 1 for s in wanted or [1.0]):
-        print(f"error: --episodes {args.episodes} must be >= 1 and --sigmas {args.sigmas!r} "
-              "numbers in (0, 1]", file=sys.stderr)
+    if args.episodes < 1:
+        print(f"error: --episodes {args.episodes} must be >= 1", file=sys.stderr)
         return 2
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
     components = checkpoints.load_model(args.model)
     transformer = components.transformer.eval()
-    if wanted is None:
-        wanted = [1.0, last_query_sigma(components.scheduler, components.info.num_inference_steps)]
+    wanted = args.sigmas or [1.0, last_query_sigma(components.scheduler,
+                                                   components.info.num_inference_steps)]
     extra = components.info.extra
     latent_target, motion_scale = latent_target_of(extra), motion_scale_of(extra)
     encoder = SampleEncoder(components, tracks=samples_tracks(extra))

@@ -210,8 +210,8 @@ def _is_number(value: Any) -> bool:
 def check_model_extra(extra: Any, prefix: str = "extra") -> dict[str, Any]:
     """A model's `extra` (k4d_model.json), checked as a typed schema: the output options
     (`FidelityOptions.check`), `vae_decode`, `latent_target`, `motion_scale`,
-    `guidance_negative` and `guidance_halves`; anything else is refused with one line naming the key. Returns
-    `extra`."""
+    `guidance_negative` and `guidance_halves`; anything else is refused with one line naming
+    the key. Returns `extra`."""
     if not isinstance(extra, dict):
         raise InvalidArgument.for_field(prefix, f"must be an object, got {type(extra).__name__}")
     options = {k: v for k, v in extra.items() if k not in _MODEL_KEYS}
