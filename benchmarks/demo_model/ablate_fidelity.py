@@ -169,7 +169,7 @@ def main() -> None:
         tool = tool_track(load_robot(meta.robot), robot["joints"], robot["poses"])
         for name, extra, ablation in variants:
             pipe.info.extra = extra
-            count = pipe.cascade_samples(FidelityOptions.from_extra(extra))
+            count = pipe.samples_drawn(FidelityOptions.from_extra(extra))
             key = (episode_id, bool(extra.get("latent_anchor", False)), ablation, count)
             cache = args.out / "_decoded" / (f"{episode_id}-anchor{int(key[1])}"
                                              f"{'-' + ablation if ablation else ''}"

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from k4d_model.checkpoints import build_components, load_model, save_k4d
+from k4d_model.conditions import PointmapNormalization
 from k4d_model.frame_vae import (
     FrameAutoencoder,
     load_vae,
@@ -20,6 +21,7 @@ from k4d_model.frame_vae import (
 from k4d_model.latent_target import add_first, change_from_first, repeat_first_frame
 from k4d_model.model.configs import _transformer_kwargs, get_model_config
 from k4d_model.pipeline import Kinema4DPipeline
+from k4d_model.results import RobotCondition
 from k4d_model.testing import CallableDenoiser, sliding_box_robot
 
 
@@ -173,3 +175,23 @@ def test_a_tracks_models_motion_scale_divides_the_sampled_motion():
         moved[scale] = np.mean([(result.rgb[t][off_robot] != image[off_robot]).any(-1).mean()
                                 for t in range(1, 5)])
     assert moved[1.0] > 0.05 and moved[1e6] < 0.01, moved
+
+
+def test_a_tracks_model_carries_frame_0_along_its_mean_motion_sample():
+    """`motion_samples` K: the rollout draws K samples, seeded as a generation seeds them,
+    and draws frame 0 carried along their mean: the output is the rendering of the K
+    decoded samples' mean, and not one sample's."""
+    image, rgb, points, mask = _ray_cast_robot()
+    components = _tiny_per_frame(change="tracks")
+    components.info.extra.update(vae_decode="split", motion_samples=3)
+    pipe = Kinema4DPipeline(components, CallableDenoiser(components.transformer))
+    result = pipe(image, rgb, points, mask, num_steps=2, seed=3)
+    assert result.metadata["samples"] == 3
+    robot = RobotCondition(rgb, points, mask)
+    norm = PointmapNormalization.from_points(points, mask)
+    drawn_rgb, drawn_points = pipe.decoded_sample(image, robot, norm, seed=3, num_steps=2, count=3)
+    mean = pipe.finish_output(image, robot, drawn_rgb.mean(0), drawn_points.mean(0), norm, None)
+    np.testing.assert_array_equal(result.rgb, mean[0])
+    np.testing.assert_allclose(result.pointmap, mean[1], atol=1e-5)
+    first = pipe.finish_output(image, robot, drawn_rgb[0], drawn_points[0], norm, None)
+    assert (first[0] != result.rgb).any()  # not one sample's frames

@@ -28,6 +28,11 @@ def test_known_options_pass():
     ({"latent_target": "tracks", "motion_scale": 0}, "extra.motion_scale"),
     ({"latent_target": "tracks", "motion_scale": "10"}, "extra.motion_scale"),
     ({"latent_target": "change", "motion_scale": 10.0}, "extra.motion_scale"),  # no motion
+    ({"latent_target": "tracks", "motion_samples": 0}, "extra.motion_samples"),
+    ({"latent_target": "tracks", "motion_samples": 9}, "extra.motion_samples"),
+    ({"latent_target": "tracks", "motion_samples": 2.0}, "extra.motion_samples"),
+    ({"latent_target": "tracks", "motion_samples": True}, "extra.motion_samples"),
+    ({"latent_target": "change", "motion_samples": 4}, "extra.motion_samples"),  # no motion
 ])
 def test_unknown_keys_and_bad_values_are_refused_by_name(extra, field):
     with pytest.raises(InvalidArgument) as err:
@@ -45,6 +50,12 @@ def test_a_tracks_model_refuses_options_that_redraw_its_frames(option):
     with pytest.raises(InvalidArgument, match="tracks") as err:
         check_model_extra({"latent_target": "tracks", **option})
     assert [v.field for v in err.value.violations] == [f"extra.{next(iter(option))}"]
+
+
+def test_a_tracks_model_may_average_its_motion_samples():
+    extra = {"latent_target": "tracks", "decode": "relative", "motion_samples": 4}
+    assert check_model_extra(extra) is extra
+    assert check_model_extra({"latent_target": "change", "motion_samples": 1})  # the default
 
 
 def test_extra_must_be_an_object():

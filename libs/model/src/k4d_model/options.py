@@ -110,6 +110,12 @@ is the input, not a VAE reconstruction of it:
                      filled exactly) rings from the outside in, then Laplace smoothing, along
                      each pixel's camera ray. Otherwise they keep frame 0's robot points: a
                      ghost of the robot in the pointmap.
+  motion_samples     (`latent_target: tracks` only; default 1) K: the transformer draws K
+                     independent samples of the scene motion (seeded as a rollout seeds them)
+                     and frame 0 is carried along their mean, the network's estimate of the
+                     expected motion. The motion it is unsure of (noise on still surfaces)
+                     averages out; each pixel is still carried whole, never blended, so a
+                     moved object keeps frame 0's look. Costs K samples a rollout.
 
 No option says where an object is, whether a grasp holds or where a pushed or released object
 goes: a network decides each (shared/DESIGN.md, "What a model may do"). The hand-written
@@ -130,7 +136,7 @@ FIDELITY_KEYS = ("first_frame", "latent_anchor", "decode", "change_threshold",
                  "change_depth_m", "change_dilate", "change_ramp", "robot_pointmap",
                  "robot_rgb", "uncovered", "refiner", "refiner_threshold", "refiner_power",
                  "refiner_pointmap", "refiner_pointmap_threshold", "refiner_first_depth",
-                 "uncovered_pointmap", "cascade")
+                 "uncovered_pointmap", "cascade", "motion_samples")
 FIRST_FRAME_GIVEN = "given"
 DECODE_RELATIVE = "relative"
 DECODE_COMPOSITE = "composite"
@@ -150,6 +156,9 @@ CASCADE_SAMPLE_GIVEN_DEPTH = "sample-given-depth"
 # The most independent samples a sample refiner may read (k4d_model.cascade.CascadeConfig;
 # here, beside the options, so that the trainer's torch-free config can check it)
 MAX_CASCADE_SAMPLES = 8
+# The output option that averages independent samples of a tracks model's motion (at most
+# MAX_CASCADE_SAMPLES of them)
+MOTION_SAMPLES_KEY = "motion_samples"
 
 
 _CHOICES = {"first_frame": ("", FIRST_FRAME_GIVEN),
@@ -233,6 +242,10 @@ def check_model_extra(extra: Any, prefix: str = "extra") -> dict[str, Any]:
     FidelityOptions.check(options, prefix)
     if extra.get(LATENT_TARGET_KEY) == LATENT_TARGET_TRACKS:
         _check_tracks_options(options, prefix)
+    elif options.get(MOTION_SAMPLES_KEY, 1) != 1:
+        raise InvalidArgument.for_field(f"{prefix}.{MOTION_SAMPLES_KEY}",
+                                        f"needs {LATENT_TARGET_KEY} {LATENT_TARGET_TRACKS!r} "
+                                        "(only a sampled motion is averaged)")
     return extra
 
 
@@ -284,6 +297,7 @@ class FidelityOptions:
     refiner_first_depth: str = ""
     uncovered_pointmap: str = ""
     cascade: str = ""
+    motion_samples: int = 1
 
     @classmethod
     def from_extra(cls, extra: dict[str, Any] | None) -> FidelityOptions:
@@ -306,7 +320,8 @@ class FidelityOptions:
                                                               0.5)),
                    refiner_first_depth=str(extra.get("refiner_first_depth", "")),
                    uncovered_pointmap=str(extra.get("uncovered_pointmap", "")),
-                   cascade=str(extra.get(CASCADE_KEY, "")))
+                   cascade=str(extra.get(CASCADE_KEY, "")),
+                   motion_samples=int(extra.get(MOTION_SAMPLES_KEY, 1)))
 
     @classmethod
     def check(cls, extra: dict[str, Any], prefix: str = "extra") -> FidelityOptions:
@@ -338,6 +353,12 @@ class FidelityOptions:
         if not isinstance(extra.get("latent_anchor", False), bool):
             raise InvalidArgument.for_field(f"{prefix}.latent_anchor",
                                             f"must be true or false, got {extra['latent_anchor']!r}")
+        samples = extra.get(MOTION_SAMPLES_KEY, 1)
+        if (not isinstance(samples, int) or isinstance(samples, bool)
+                or not 1 <= samples <= MAX_CASCADE_SAMPLES):
+            raise InvalidArgument.for_field(f"{prefix}.{MOTION_SAMPLES_KEY}",
+                                            f"must be a whole number in 1..{MAX_CASCADE_SAMPLES}, "
+                                            f"got {samples!r}")
         if extra.get(CASCADE_KEY) and extra.get("decode") != DECODE_RELATIVE:
             raise InvalidArgument.for_field(f"{prefix}.cascade",
                                             f"needs decode {DECODE_RELATIVE!r}, got "

@@ -333,7 +333,8 @@ class Kinema4DPipeline:
         for a refiner whose geometry network reads it (scene planes). With `decode: input`
         and frame 0's points known, rgb and pointmap are None: the transformer was not
         sampled. Stacked samples (K, T, H, W, 3), drawn for a sample refiner that reads K,
-        go to it as they are; every other option reads their mean."""
+        go to it as they are; every other option reads their mean (a tracks model's
+        `motion_samples`: frame 0 is carried along the mean motion)."""
         opts = FidelityOptions.from_extra(self.info.extra)
         samples_rgb, samples_pointmap = rgb, pointmap
         if rgb is not None and rgb.ndim == 5:
@@ -595,11 +596,14 @@ class Kinema4DPipeline:
             return pieces[0]
         return np.stack([p[0] for p in pieces]), np.stack([p[1] for p in pieces])
 
-    def cascade_samples(self, opts: FidelityOptions) -> int:
+    def samples_drawn(self, opts: FidelityOptions) -> int:
         """Independent samples a rollout draws: what the sample refiner reads when the
-        model's options use it, else one."""
+        model's options use it, a tracks model's `motion_samples` (their mean motion is
+        drawn), else one."""
         if opts.cascade and self.cascade is not None:
             return self.cascade.config.samples
+        if samples_tracks(self.info.extra):
+            return opts.motion_samples
         return 1
 
     def _sample_latents(self, image, robot, norm, num_steps, seed, guidance, guidance_mode,
@@ -662,7 +666,7 @@ class Kinema4DPipeline:
         """Steps 2-7: condition, sample and decode the transformer's rollout (as many
         independent samples as the sample refiner reads), then the output options. Returns
         rgb, pointmap, the sampling's metadata and the timings."""
-        count = self.cascade_samples(opts)
+        count = self.samples_drawn(opts)
         timings = {"conditioning": 0.0, "denoising": 0.0, "decoding": 0.0}
         pieces, reports, begun = [], [], started
         for k in range(count):

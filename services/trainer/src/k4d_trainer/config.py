@@ -615,6 +615,10 @@ class TrainConfig:
                                 "model.fidelity.cascade (sample or colour)")
         _check(not self.model.fidelity.get("cascade") or self.cascade.steps > 0,
                "model.fidelity.cascade", "needs a sample refiner: set cascade.steps > 0")
+        _check(self.model.fidelity.get("motion_samples", 1) == 1
+               or self.training.latent_target == LATENT_TARGET_TRACKS,
+               "model.fidelity.motion_samples", "needs training.latent_target tracks (only a "
+                                                "sampled motion is averaged)")
         return self
 
     @property
