@@ -92,3 +92,55 @@ def test_guidance_halves_choose_which_half_of_the_latent_guidance_pushes(
     assert velocity.shape == latents.shape
     assert velocity[..., :6].eq(3.0).all()  # RGB half: 0 + 3 x (1 - 0)
     assert velocity[..., 6:].eq(pointmap_velocity).all()
+
+
+def _tool(frames: int, opening=None, holding: bool = False):
+    from k4d.tool import ToolTrack
+
+    opening = np.linspace(0.08, 0.0, frames) if opening is None else np.asarray(opening)
+    return ToolTrack(np.repeat(np.eye(4)[None], frames, axis=0), opening, holding)
+
+
+def test_model_tool_features_read_the_gripper_per_latent_frame():
+    from k4d.errors import InvalidArgument
+    from k4d_model.conditions import TOOL_FEATURES, tool_features
+
+    # a per-frame VAE: one latent frame per pixel frame
+    closing = tool_features(_tool(5, [0.04, 0.04, 0.02, 0.01, 0.01]), 5, 1)
+    assert closing.shape == (5, TOOL_FEATURES) and closing.dtype == np.float32
+    np.testing.assert_allclose(closing[:, 0], [1, 1, 0.5, 0.25, 0.25])  # over the widest
+    np.testing.assert_allclose(closing[:, 1], [0, 0, -0.5, -0.75, -0.75])  # from frame 0
+    np.testing.assert_allclose(closing[:, 2], 0.0)  # not holding
+    np.testing.assert_allclose(closing[:, 3], [0, 0.25, 0.5, 0.75, 1])  # place in the clip
+    # a video VAE of stride 4: latent frame k reads pixel frame 4k
+    strided = tool_features(_tool(9, np.arange(9.0), holding=True), 3, 4)
+    np.testing.assert_allclose(strided[:, 0], [0, 0.5, 1])
+    np.testing.assert_allclose(strided[:, 2], 1.0)
+    # a robot without a gripper reads zeros, not a division by zero
+    assert not tool_features(_tool(5, np.zeros(5)), 5, 1)[:, :2].any()
+    with pytest.raises(InvalidArgument, match="tool"):
+        tool_features(_tool(4), 5, 1)
+
+
+def test_model_a_tool_reading_model_samples_with_the_tool_and_refuses_without(make_tiny):
+    from k4d.errors import FailedPrecondition
+
+    components = make_tiny("act")[0]
+    components.transformer.add_tool_embedding(4)
+    with torch.no_grad():  # a trained embedding: different tools, different frames
+        torch.nn.init.normal_(components.transformer.tool_embedding[2].weight, std=0.5)
+    pipe = Kinema4DPipeline(components, backend=Denoiser(components.transformer))
+    image, robot = _robot()
+    kwargs = dict(robot_rgb=robot.rgb, robot_pointmap=robot.pointmap, robot_mask=robot.mask,
+                  num_steps=2, seed=3)
+    with pytest.raises(FailedPrecondition, match="tool track"):
+        pipe(image, **kwargs)
+    closing = pipe(image, tool=_tool(5), **kwargs)
+    opening = pipe(image, tool=_tool(5, np.linspace(0.0, 0.08, 5)), **kwargs)
+    assert closing.metadata["tool"] and closing.metadata["tool_read"]
+    assert not np.array_equal(closing.rgb, opening.rgb)
+    # a model without the condition records the tool and reads nothing of it
+    plain = make_tiny("act")[0]
+    result = Kinema4DPipeline(plain, backend=Denoiser(plain.transformer))(image, tool=_tool(5),
+                                                                           **kwargs)
+    assert result.metadata["tool"] and not result.metadata["tool_read"]

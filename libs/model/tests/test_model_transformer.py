@@ -214,3 +214,37 @@ def test_model_forward_equals_official_rederivation(make_tiny, variant):
                 blk.attn1.set_processor(self_proc)
                 blk.attn2.set_processor(cross_proc)
     assert torch.allclose(ours, reference, rtol=1e-5, atol=1e-5)
+
+
+def test_model_tool_embedding_starts_as_the_model_and_then_reads_the_tool(make_tiny, tmp_path):
+    model = make_tiny("act")[0].transformer
+    x, t, img, arm = _inputs(model, batch=2)
+    tool = torch.rand(2, x.shape[2], 4, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        before = model(x, t, img, arm).sample
+        model.add_tool_embedding(4)
+        assert model.config.tool_features == 4
+        assert torch.equal(model(x, t, img, arm, tool_cond=tool).sample, before)
+        torch.nn.init.normal_(model.tool_embedding[2].weight, std=0.1)
+        moved = model(x, t, img, arm, tool_cond=tool).sample
+        other = model(x, t, img, arm, tool_cond=tool.flip(0)).sample
+    assert not torch.allclose(moved, before)
+    assert not torch.allclose(moved[0], other[0])  # each sample reads its own tool
+    # saved and built again from its config, it still reads the tool
+    model.save_config(tmp_path)
+    rebuilt = Kinema4DTransformer3DModel.from_config(Kinema4DTransformer3DModel.load_config(tmp_path))
+    assert rebuilt.config.tool_features == 4 and hasattr(rebuilt, "tool_embedding")
+
+
+def test_model_tool_condition_is_required_exactly_when_the_model_reads_it(make_tiny):
+    model = make_tiny("act")[0].transformer
+    x, t, img, arm = _inputs(model)
+    with pytest.raises(ValueError, match="no tool condition"):
+        model(x, t, img, arm, tool_cond=torch.zeros(1, x.shape[2], 4))
+    model.add_tool_embedding(4)
+    with pytest.raises(ValueError, match="reads a tool condition"):
+        model(x, t, img, arm)
+    with pytest.raises(ValueError, match=r"tool_cond must be \(1, 2, 4\)"):
+        model(x, t, img, arm, tool_cond=torch.zeros(1, 3, 4))
+    with pytest.raises(ValueError, match="already reads"):
+        model.add_tool_embedding(4)

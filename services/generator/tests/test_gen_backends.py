@@ -89,3 +89,16 @@ def test_gen_tensorrt_fp16_matches_torch(make_tiny, tmp_path):
                          model_id="tiny-act")
     assert _rel_err(trt(*inputs).cpu(), reference) < 2e-2
     assert list((tmp_path / "trt").glob("tiny-act_*_fp16.engine"))
+
+
+def test_gen_exported_backends_refuse_a_model_that_reads_the_tool(make_tiny):
+    """An exported graph has the five official inputs: a transformer with a tool condition
+    runs on the torch backend only, and says so instead of dropping the condition."""
+    transformer = make_tiny("act")[0].transformer
+    transformer.add_tool_embedding(4)
+    for name in ("onnx", "tensorrt"):
+        with pytest.raises(FailedPrecondition, match="tool condition"):
+            create_backend(name, transformer)
+    inputs = example_inputs(transformer, 2, 4, 6, batch=1)
+    out = create_backend("torch", transformer)(*inputs, tool_cond=torch.zeros(1, 2, 4))
+    assert out.shape == (1, 16, 2, 4, 12)

@@ -137,7 +137,7 @@ def _tool(frames: int = 5) -> ToolTrack:
 
 
 def test_gen_grpc_tool_track_reaches_the_model(channel, make_robot, monkeypatch):
-    """GenerateRequest.tool (with t_cam_from_base, what the grasp option needs) arrives at
+    """GenerateRequest.tool (with t_cam_from_base) arrives at
     the loaded model's pipeline as a k4d.tool.ToolTrack, float32 input included."""
     seen = []
     generate = ModelManager.generate

@@ -106,7 +106,7 @@ def test_gen_worker_stage(tmp_path, tiny_model_dir, make_robot):
     steps = [events_pb2.SimulationProgress.FromString(m.value).progress for m in progress]
     assert [(p.step, p.total) for p in steps[:2]] == [(1, 2), (2, 2)]
     assert manager.loaded.info["version"] == "2"  # hot-reloaded
-    # the tool track read off the kinematics stage's joints and poses (the grasp option)
+    # the tool track read off the kinematics stage's joints and poses (what a tool condition reads)
     assert tools and all(tool.frames == 5 for tool in tools)
     assert np.allclose(tools[0].opening, np.linspace(0.04, 0.0, 5))
 

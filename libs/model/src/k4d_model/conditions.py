@@ -7,6 +7,9 @@
   later frames nearest then max over groups of 4).
 - `PointmapNormalization`: metric camera-space XYZ <-> the [-1, 1] range the
   VAE saw in training (centre + one isotropic scale).
+- `tool_features`: the gripper's state per latent frame, what a model with a tool
+  condition (`Kinema4DTransformer3DModel(tool_features=...)`) reads beside the robot's
+  pixels: kinematics knows it, the robot's few finger pixels barely show it.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
+from k4d.tool import ToolTrack
 
 # Pointmap latents are shifted/scaled after the VAE's own normalisation (REFERENCE section 2).
 POINTMAP_LATENT_MEAN = -0.17
@@ -42,6 +46,29 @@ def first_frame_mask(batch: int, num_frames: int, latent_height: int, latent_wid
     first = mask[:, :, :1].repeat_interleave(temporal_stride, dim=2)
     mask = torch.cat([first, mask[:, :, 1:]], dim=2)
     return mask.view(batch, -1, temporal_stride, latent_height, latent_width).transpose(1, 2)
+
+
+# Per latent frame: the opening over the clip's widest, its change from frame 0 over the
+# same, whether the gripper holds an object at frame 0, the frame's place in the clip.
+TOOL_FEATURES = 4
+
+
+def tool_features(tool: ToolTrack, latent_frames: int, temporal_stride: int) -> np.ndarray:
+    """(latent_frames, TOOL_FEATURES) float32 of a rollout's `tool` (one entry per pixel
+    frame, 1 + stride * (latent_frames - 1) of them). A latent frame k >= 1 reads its
+    chunk's last pixel frame, stride * k. The opening is relative to the clip's widest, so
+    no robot's joint units or limits enter (a robot without a gripper reads 0); a clip
+    whose gripper never moves reads 1 throughout, open or closed: `holding` tells a
+    closed grip on an object apart."""
+    expected = 1 + temporal_stride * (latent_frames - 1)
+    tool.check_frames(expected)
+    opening = tool.opening[np.arange(latent_frames) * temporal_stride]
+    widest = float(tool.opening.max())
+    scale = 1.0 / widest if widest > 0 else 0.0
+    place = np.linspace(0.0, 1.0, latent_frames) if latent_frames > 1 else np.zeros(1)
+    return np.stack([opening * scale, (opening - tool.opening[0]) * scale,
+                     np.full(latent_frames, float(tool.holding)), place], axis=1
+                    ).astype(np.float32)
 
 
 def downsample_robot_mask(mask: torch.Tensor, latent_height: int, latent_width: int,

@@ -42,6 +42,7 @@ from k4d_model.conditions import (
     PointmapNormalization,
     downsample_robot_mask,
     first_frame_mask,
+    tool_features,
     uniform_pointmap,
 )
 from k4d_model.fidelity import (
@@ -230,6 +231,25 @@ class Kinema4DPipeline:
             mask = mask.repeat(1, 1, 1, 1, 2)
         return torch.cat([mask, latents], dim=1)
 
+    @property
+    def reads_tool(self) -> bool:
+        """Whether the transformer reads the rollout's tool track (a tool condition)."""
+        return bool(self.components.transformer.config.get("tool_features", 0))
+
+    def prepare_tool_cond(self, tool: ToolTrack | None, latent_frames: int
+                          ) -> torch.Tensor | None:
+        """(1, F, features) of the rollout's tool for a model that reads it, None for one
+        that does not; FailedPrecondition when the model reads it and the request has none."""
+        if not self.reads_tool:
+            return None
+        if tool is None:
+            raise FailedPrecondition(
+                "this model reads the gripper's state (its transformer's tool condition), and "
+                "the request carries no tool track: send the rollout's kinematics (joints) so "
+                "the tool is read off them, or pass `tool`")
+        features = tool_features(tool, latent_frames, self.temporal_stride)
+        return torch.from_numpy(features)[None].to(self.device)
+
     # ------------------------------------------------------------ 6. sampling
 
     def make_scheduler(self, name: str | None, shift: float | None):
@@ -247,14 +267,18 @@ class Kinema4DPipeline:
                                            flow_shift=shift)
         return FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=shift)
 
-    def _denoise_step(self, latents, condition, t, image_embeds, arm_cond, plan) -> torch.Tensor:
+    def _denoise_step(self, latents, condition, t, image_embeds, arm_cond, plan,
+                      tool_cond: torch.Tensor | None = None) -> torch.Tensor:
         model_input = torch.cat([latents, condition], dim=1)
+        # only a model with a tool condition gets the argument: backends without it (an
+        # exported graph) keep their five inputs
+        tool = {} if tool_cond is None else {"tool_cond": tool_cond.repeat(plan["passes"], 1, 1)}
         if plan["passes"] == 1:
             return self.backend(model_input, t.expand(1).float(), image_embeds, arm_cond,
-                                torch.ones(1))
+                                torch.ones(1), **tool)
         velocity = self.backend(model_input.repeat(2, 1, 1, 1, 1), t.expand(2).float(),
                                 image_embeds.repeat(2, 1, 1), plan["arm_cond_pair"],
-                                plan["gain_pair"])
+                                plan["gain_pair"], **tool)
         cond, uncond = velocity[:1], velocity[1:]
         guided = uncond + plan["guidance"] * (cond - uncond)
         if plan["halves"] == GUIDANCE_HALVES_RGB:
@@ -472,8 +496,9 @@ class Kinema4DPipeline:
         rendered with, relative to the robot's base: a refiner with scene planes reads frame
         0's depth off the base frame's planes with it (k4d_model.refiner; ADR 017).
         tool: optional k4d.tool.ToolTrack of the rollout (the tool frame and the gripper's
-        opening per frame): checked against the clip and recorded; no network of this model
-        reads it yet.
+        opening per frame): checked against the clip and recorded; a model whose transformer
+        has a tool condition reads the gripper's state off it (`tool_features`) and
+        refuses a request without it.
         ablation: "first-frame" replaces the transformer's sample by frame 0's latent in every
         frame (a sample that changes nothing), to measure what the transformer contributes;
         None: the sample itself.
@@ -498,6 +523,7 @@ class Kinema4DPipeline:
         _check_camera_pose(T_cam_from_base)
         if tool is not None:
             tool.check_frames(robot.rgb.shape[0])
+        self.prepare_tool_cond(tool, (robot.rgb.shape[0] - 1) // self.temporal_stride + 1)
         opts = FidelityOptions.from_extra(self.info.extra)
         norm = pointmap_normalization or PointmapNormalization.from_points(robot_pointmap,
                                                                            robot_mask)
@@ -516,14 +542,14 @@ class Kinema4DPipeline:
             rgb, pointmap, sampling, timings = self._sample_and_finish(
                 image, robot, norm, num_steps, seed, guidance, guidance_mode, negative,
                 scheduler, shift, callback, should_cancel, initial_pointmap, T_cam_from_base,
-                opts, started, ablation, sampling_options)
+                opts, started, ablation, sampling_options, tool)
         metadata = {
             "generator": "kinema4d", "model": self.info.to_dict(), "model_id": self.model_id,
             "backend": self.backend.describe(), "seed": int(seed), **sampling,
             "pointmap_units": "metres", "pointmap_normalization": norm.to_dict(),
             "fidelity": opts.to_dict(), "initial_pointmap": initial_pointmap is not None,
             "camera_pose": T_cam_from_base is not None,
-            "tool": tool is not None,
+            "tool": tool is not None, "tool_read": tool is not None and self.reads_tool,
             "fps": self.info.fps,
             "timings_s": timings,
         }
@@ -578,19 +604,20 @@ class Kinema4DPipeline:
 
     def decoded_sample(self, image: np.ndarray, robot: RobotCondition,
                        norm: PointmapNormalization, seed: int = 42,
-                       num_steps: int | None = None, count: int = 1
-                       ) -> tuple[np.ndarray, np.ndarray]:
+                       num_steps: int | None = None, count: int = 1,
+                       tool: ToolTrack | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The transformer's rollout with the model's own sampler settings, decoded, before
         any output option: rgb and pointmap (T, H, W, 3) float32 in [-1, 1] (what the sample
         refiner reads, k4d_model.cascade; its trainer samples rollouts with this). With
         `count` > 1, that many independent samples, stacked (count, T, H, W, 3), seeded as
-        a generation seeds them (SAMPLE_SEED_STRIDE)."""
+        a generation seeds them (SAMPLE_SEED_STRIDE); `tool` as in `__call__`."""
         steps = num_steps or self.info.num_inference_steps
         self.check_inputs(image, robot, steps, self.info.guidance_scale, "auto", None, None,
                           None)
         pieces = [self.decode_float(self._sample_latents(
             image, robot, norm, steps, sample_seed(seed, k), self.info.guidance_scale,
-            "auto", None, None, None, None, None, FidelityOptions.from_extra(self.info.extra))[0])
+            "auto", None, None, None, None, None, FidelityOptions.from_extra(self.info.extra),
+            tool=tool)[0])
             for k in range(count)]
         if count == 1:
             return pieces[0]
@@ -608,7 +635,8 @@ class Kinema4DPipeline:
 
     def _sample_latents(self, image, robot, norm, num_steps, seed, guidance, guidance_mode,
                         negative, scheduler, shift, callback, should_cancel, opts,
-                        ablation=None, sampling_options: SamplingOptions | None = None):
+                        ablation=None, sampling_options: SamplingOptions | None = None,
+                        tool: ToolTrack | None = None):
         """Steps 2-6: condition and sample the transformer's rollout. Returns the latents
         to decode (frame 0's RGB latent added back for a model that samples the change),
         the sampler, the guidance plan, the backend's lever report and the time
@@ -617,6 +645,7 @@ class Kinema4DPipeline:
         image_embeds = self.encode_image(image)
         condition = self.prepare_condition(image)
         arm_cond = self.prepare_arm_cond(robot, norm)
+        tool_cond = self.prepare_tool_cond(tool, condition.shape[2])
         if negative is None and guidance > 1.0 and \
                 self.info.extra.get(GUIDANCE_NEGATIVE_KEY) == GUIDANCE_NEGATIVE_NO_ROBOT:
             # the model learned the scene without a robot (training.condition_dropout)
@@ -643,7 +672,8 @@ class Kinema4DPipeline:
         for step, t in enumerate(sampler.timesteps):
             if should_cancel is not None and should_cancel():
                 raise Cancelled(f"generation cancelled after {step} of {num_steps} steps")
-            velocity = self._denoise_step(latents, condition, t, image_embeds, arm_cond, plan)
+            velocity = self._denoise_step(latents, condition, t, image_embeds, arm_cond, plan,
+                                          tool_cond)
             latents = sampler.step(velocity.to(latents.device), t, latents,
                                    return_dict=False)[0]
             if anchor is not None:
@@ -662,7 +692,8 @@ class Kinema4DPipeline:
     def _sample_and_finish(self, image, robot, norm, num_steps, seed, guidance, guidance_mode,
                            negative, scheduler, shift, callback, should_cancel,
                            initial_pointmap, T_cam_from_base, opts, started, ablation=None,
-                           sampling_options: SamplingOptions | None = None):
+                           sampling_options: SamplingOptions | None = None,
+                           tool: ToolTrack | None = None):
         """Steps 2-7: condition, sample and decode the transformer's rollout (as many
         independent samples as the sample refiner reads), then the output options. Returns
         rgb, pointmap, the sampling's metadata and the timings."""
@@ -677,7 +708,7 @@ class Kinema4DPipeline:
             latents, sampler, plan, lever_report, conditioned = self._sample_latents(
                 image, robot, norm, num_steps, sample_seed(seed, k), guidance,
                 guidance_mode, negative, scheduler, shift, progress, should_cancel, opts,
-                ablation, sampling_options)
+                ablation, sampling_options, tool)
             denoised = time.perf_counter()
             pieces.append(self.decode_float(latents))
             reports.append(lever_report)

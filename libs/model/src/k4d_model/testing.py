@@ -50,10 +50,11 @@ class CallableDenoiser:
         self.calls = 0
 
     @torch.no_grad()
-    def __call__(self, hidden_states, timestep, image_embeds, arm_cond, arm_latent_gain):
+    def __call__(self, hidden_states, timestep, image_embeds, arm_cond, arm_latent_gain,
+                 tool_cond=None):
         self.calls += 1
         return self.model(hidden_states, timestep, image_embeds, arm_cond, arm_latent_gain,
-                          return_dict=False)[0].float()
+                          return_dict=False, tool_cond=tool_cond)[0].float()
 
     def describe(self) -> dict:
         return {"backend": "callable"}

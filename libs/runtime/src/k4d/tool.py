@@ -1,7 +1,8 @@
 """The robot's tool over a rollout: where its tool frame is and how far its gripper is open,
 frame by frame. Read off the kinematics stage's output (joints and link poses) with the robot
 model's `ee_link` and `gripper_joints`, and passed to the generator with the rollout: a
-conditioning signal a model's networks may learn from (none of ours reads it yet)."""
+conditioning signal a model's networks may learn from (a transformer with a tool condition
+reads the gripper's state off it: k4d_model.conditions.tool_features)."""
 
 from __future__ import annotations
 

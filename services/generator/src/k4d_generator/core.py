@@ -100,8 +100,8 @@ def run_generation(manager: ModelManager, image: np.ndarray, robot_rgb: np.ndarr
     """Sample the world's reaction to the robot condition. `sampling` from
     `choose_backend`; initial_pointmap: optional (H, W, 3) metres of the first frame (an
     RGB-D observation); T_cam_from_base: optional (4, 4) pose of the camera the robot
-    condition was rendered with (k4d_model.pipeline); tool: optional k4d.tool.ToolTrack (the
-    grasp option); on_step(done, total) per sampler step;
+    condition was rendered with (k4d_model.pipeline); tool: optional k4d.tool.ToolTrack (read by a
+    model with a tool condition, required by one); on_step(done, total) per sampler step;
     should_cancel is polled between steps (Cancelled when true)."""
     result = manager.generate(image, robot_rgb, robot_pointmap, robot_mask, callback=on_step,
                               should_cancel=should_cancel, initial_pointmap=initial_pointmap,

@@ -143,7 +143,7 @@ class ModelManager:
         `default_sampling` (K4D_GENERATOR_PROFILE) over the model's;
         initial_pointmap: optional (H, W, 3) metres, the first frame's points (RGB-D);
         T_cam_from_base: optional (4, 4), the camera's pose relative to the robot's base;
-        tool: optional k4d.tool.ToolTrack of the rollout (the model's grasp option)."""
+        tool: optional k4d.tool.ToolTrack of the rollout (read by a model with a tool condition)."""
         robot = {"robot_rgb": robot_rgb, "robot_pointmap": robot_pointmap,
                  "robot_mask": robot_mask}
         if backend == STATIC_WORLD or (self._loaded is None and self.allow_static_world):

@@ -67,7 +67,7 @@ class GenerationStage:
     def __init__(self, bus, store, manager: ModelManager, served_model: str = ""):
         self.bus, self.store, self.manager = bus, store, manager
         self.served_model = served_model  # the start-up model: the only one served
-        self.robots = RobotRegistry(store)  # the tool track's robot (the grasp option)
+        self.robots = RobotRegistry(store)  # the tool track's robot (a tool condition reads it)
 
     def handle(self, event: events_pb2.ProjectionCompleted, context: StageContext) -> None:
         started = time.perf_counter()

@@ -45,6 +45,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 from k4d.errors import InvalidArgument, NotFound
+from k4d.tool import ToolTrack
 from k4d_model.cascade import (
     FLOW_SCALE,
     POINT_GAIN,
@@ -76,6 +77,7 @@ from k4d_trainer.stage_state import (
     save_stage_state_when_due,
     side_step,
 )
+from k4d_trainer.tool_condition import episode_tool
 
 FOLDER = "cascade"
 ROLLOUTS_FOLDER = "cascade_rollouts"
@@ -122,14 +124,15 @@ def stored_samples(arrays: dict[str, np.ndarray]) -> int:
 
 
 def rollout_arrays(pipe: Kinema4DPipeline, clip: dict[str, np.ndarray], seed: int,
-                   samples: int = 1, stored: dict[str, np.ndarray] | None = None
-                   ) -> dict[str, np.ndarray]:
+                   samples: int = 1, stored: dict[str, np.ndarray] | None = None,
+                   tool: ToolTrack | None = None) -> dict[str, np.ndarray]:
     """One episode's rollout and its targets, as stored (float16 where it is a float):
     the image, the decoded sample (rgb, pointmap; stacked (samples, T, H, W, 3) when the
     network reads several), the decoder's static frame, the ground truth's colour and
     depth-known points, the robot mask and the normalisation's scale. `stored`: this
     episode's rollout with fewer samples, kept: only the samples it lacks are drawn (sample
-    k's noise depends on the seed and k alone, k4d_model.pipeline.sample_seed)."""
+    k's noise depends on the seed and k alone, k4d_model.pipeline.sample_seed). `tool`:
+    the episode's, for a transformer that reads it (k4d_trainer.tool_condition)."""
     mask = np.asarray(clip["robot_mask"], bool)
     robot = RobotCondition(np.ascontiguousarray(clip["robot_rgb"]),
                            clip["robot_pointmap"].astype(np.float32), mask)
@@ -141,7 +144,8 @@ def rollout_arrays(pipe: Kinema4DPipeline, clip: dict[str, np.ndarray], seed: in
         list(stored["rgb"].reshape(have, *stored["rgb"].shape[-4:])),
         list(stored["pointmap"].reshape(have, *stored["pointmap"].shape[-4:])))
     for k in range(have, samples):
-        one_rgb, one_points = pipe.decoded_sample(image, robot, norm, seed=sample_seed(seed, k))
+        one_rgb, one_points = pipe.decoded_sample(image, robot, norm, seed=sample_seed(seed, k),
+                                                  tool=tool)
         rgb.append(one_rgb.astype(np.float16))
         pointmap.append(one_points.astype(np.float16))
     rgb, pointmap = (rgb[0], pointmap[0]) if samples == 1 else (np.stack(rgb), np.stack(pointmap))
@@ -256,9 +260,11 @@ def sample_rollouts(pipe: Kinema4DPipeline, dataset, episode_ids: list[str], min
             f"attempt ({len(short)} with fewer than {samples} samples: extended)")
     index = {episode_id: i for i, episode_id in enumerate(episode_ids)}
     for done, episode_id in enumerate(todo, 1):
-        arrays = rollout_arrays(pipe, read_clip(dataset.open(episode_id), clip),
-                                seed + index[episode_id], samples,
-                                read_rollout(run, episode_id) if episode_id in short else None)
+        episode = dataset.open(episode_id)
+        arrays = rollout_arrays(pipe, read_clip(episode, clip), seed + index[episode_id],
+                                samples,
+                                read_rollout(run, episode_id) if episode_id in short else None,
+                                episode_tool(episode, clip) if pipe.reads_tool else None)
         buffer = io.BytesIO()
         np.savez(buffer, **arrays)
         run.write_bytes(f"{ROLLOUTS_FOLDER}/{episode_id}.npz", buffer.getvalue())

@@ -95,6 +95,10 @@ class ModelSection:
     # "both" (official) or "rgb" (the pointmap half keeps the conditional velocity); default:
     # the init's, or both.
     guidance_halves: str | None = None
+    # The transformer reads the gripper's state per frame (k4d_model.conditions.tool_features,
+    # read off each episode's joints, k4d_trainer.tool_condition); added to an init without
+    # it from a zero projection. The published model then needs the rollout's tool track.
+    tool_condition: bool = False
 
     def validate(self, recipe: str) -> None:
         FidelityOptions.check(self.fidelity, "model.fidelity")  # unknown keys too

@@ -19,6 +19,7 @@ import torch
 from k4d.errors import InvalidArgument, NotFound
 from k4d_model import checkpoints
 from k4d_model.checkpoints import ModelComponents, ModelInfo
+from k4d_model.conditions import TOOL_FEATURES
 from k4d_model.frame_vae import temporal_stride
 from k4d_model.model.configs import arm_grid_for, get_model_config
 from k4d_model.model.transformer import Kinema4DTransformer3DModel
@@ -41,8 +42,9 @@ ADAPTER = "default"  # peft adapter name
 
 
 def is_added_parameter(name: str) -> bool:
-    """The official trainer's rule for the Kinema4D parameters it trains."""
-    return "learnable_domain_embeddings" in name or "arm" in name
+    """The official trainer's rule for the Kinema4D parameters it trains, and our tool
+    condition's (not official: new with the run, so trained in full beside LoRA)."""
+    return "learnable_domain_embeddings" in name or "arm" in name or "tool_embedding" in name
 
 
 def is_lora_parameter(name: str) -> bool:
@@ -56,7 +58,20 @@ def load_components(recipe: str, section: ModelSection, seed: int) -> ModelCompo
     components = _from_scratch(section, seed) if recipe == "from-scratch" else \
         _finetune_base(section)
     components.info.extra.update(section.fidelity)  # published in k4d_model.json
+    set_tool_condition(components.transformer, section.tool_condition)
     return components
+
+
+def set_tool_condition(transformer: Kinema4DTransformer3DModel, wanted: bool) -> None:
+    """Give the transformer the tool condition (`model.tool_condition`) when it lacks it;
+    a starting model that already reads the tool must be asked to."""
+    reads = bool(transformer.config.get("tool_features", 0))
+    if wanted and not reads:
+        transformer.add_tool_embedding(TOOL_FEATURES)
+    elif reads and not wanted:
+        raise InvalidArgument.for_field("model.tool_condition", "the starting model's "
+                                        "transformer reads the tool condition; set "
+                                        "model.tool_condition: true")
 
 
 def set_latent_target(components: ModelComponents, target: str, motion_scale: float = 1.0

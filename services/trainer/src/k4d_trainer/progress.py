@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from k4d.errors import InvalidArgument, NotFound
+from k4d.tool import ToolTrack
 from k4d_model.checkpoints import ModelComponents
 from k4d_model.conditions import PointmapNormalization
 from k4d_model.lora import LoraLayer, LoraWeights, fuse_lora
@@ -55,6 +56,7 @@ from k4d_trainer.latents import SampleEncoder, changed_pixels, clip_normalisatio
 from k4d_trainer.objective import clean_sample
 from k4d_trainer.parallel import DistInfo, autocast, autocast_dtype, stage_dtype
 from k4d_trainer.runs import SAMPLE_KIND, RunDir
+from k4d_trainer.tool_condition import TOOL_KEY, clip_tool_features, episode_tool
 from k4d_trainer.vae import psnr_of_mse
 
 SIGMA_ONE_TIMESTEP = 1000.0  # the 1000-step flow-matching schedule's first timestep: sigma 1
@@ -75,6 +77,7 @@ class ProgressEpisode:
     sample: dict[str, torch.Tensor]  # the training sample (k4d_trainer.latents), CPU
     reconstruction: np.ndarray       # (T, H, W, 3) float32 in [-1, 1]: the VAE's, decoded
     static: np.ndarray               # (T, H, W) bool: unchanged from frame 0, off the robot
+    tool: ToolTrack | None = None    # the gripper's state, when the transformer reads it
 
 
 class TrainedDenoiser:
@@ -85,10 +88,12 @@ class TrainedDenoiser:
         self.model, self.compute_dtype, self.device = transformer, compute_dtype, device
 
     @torch.no_grad()
-    def __call__(self, hidden_states, timestep, image_embeds, arm_cond, arm_latent_gain):
+    def __call__(self, hidden_states, timestep, image_embeds, arm_cond, arm_latent_gain,
+                 tool_cond=None):
         with autocast(self.compute_dtype, self.device):
             return self.model(hidden_states, timestep, image_embeds, arm_cond,
-                              arm_latent_gain.to(self.device), return_dict=False)[0].float()
+                              arm_latent_gain.to(self.device), return_dict=False,
+                              tool_cond=tool_cond)[0].float()
 
     def describe(self) -> dict:
         return {"backend": "trainer", "autocast": str(self.compute_dtype)}
@@ -170,13 +175,17 @@ class SampleProgress:
         clip = sample_clip(self.dataset.open(episode_id), self.clip, self.tracks)
         encoder = SampleEncoder(pipe.components, pipe.device, self.stage_dtype, self.tracks)
         sample = encoder.encode(clip)
+        tool = None
+        if pipe.reads_tool:
+            tool = episode_tool(self.dataset.open(episode_id), self.clip)
+            sample[TOOL_KEY] = clip_tool_features(tool, self.clip, pipe.temporal_stride)
         reconstruction, _ = pipe.decode_float(sample["latents"][None].to(pipe.device))
         robot_mask = np.asarray(clip["robot_mask"], dtype=bool)
         static = ~changed_pixels(clip) & ~robot_mask & ~robot_mask[:1]
         robot = RobotCondition(clip["robot_rgb"], clip["robot_pointmap"].astype(np.float32),
                                robot_mask)
         return ProgressEpisode(episode_id, clip["rgb"], robot, clip_normalisation(clip),
-                               sample, reconstruction, static)
+                               sample, reconstruction, static, tool)
 
 
 def _open_episodes(uri: str, count: int, clip: ClipSpec, max_upscale: float, env_config
@@ -226,10 +235,12 @@ def predict_x0(transformer: torch.nn.Module, sample: dict[str, torch.Tensor], se
     x_t = (1.0 - sigma) * x + sigma * eps
     model_input = torch.cat([x_t, sample["condition"][None]], dim=1)
     timestep = torch.full((1,), SIGMA_ONE_TIMESTEP * sigma, device=device)
+    tool = {} if TOOL_KEY not in sample else {"tool_cond": sample[TOOL_KEY][None].to(device)}
     with autocast(compute_dtype, device):
         velocity = transformer(model_input.to(device), timestep,
                                sample["image_embeds"][None].to(device),
-                               sample["arm_cond"][None].to(device), return_dict=False)[0]
+                               sample["arm_cond"][None].to(device), return_dict=False,
+                               **tool)[0]
     return x_t - sigma * velocity.float().cpu(), x
 
 
@@ -294,7 +305,7 @@ def _sample(pipe: Kinema4DPipeline, episode: ProgressEpisode, seed: int) -> Gene
     """One sampling run with the model's own settings (rgb: (T, H, W, 3) uint8)."""
     robot = episode.robot
     return pipe(episode.rgb[0], robot.rgb, robot.pointmap, robot.mask, seed=seed,
-                pointmap_normalization=episode.norm)
+                pointmap_normalization=episode.norm, tool=episode.tool)
 
 
 def sample_figures(episodes: list[ProgressEpisode], samples: list[np.ndarray],

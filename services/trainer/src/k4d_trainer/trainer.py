@@ -51,6 +51,7 @@ from k4d_trainer.parallel import (
 from k4d_trainer.progress import SampleProgress, sampling_transformer
 from k4d_trainer.runs import RunDir, RunStatus
 from k4d_trainer.schedule import lr_lambda
+from k4d_trainer.tool_condition import TOOL_KEY, tool_conditions
 
 log = logging.getLogger("k4d.trainer")
 
@@ -98,9 +99,11 @@ class Trainer:
                  trainable: list[torch.nn.Parameter], optimizer, scheduler, sampler,
                  cache: LatentCache, clip: ClipSpec, checkpointer: Checkpointer, reporter,
                  job_id: str, env_config=None, bus=None, progress: SampleProgress | None = None,
-                 no_robot: torch.Tensor | None = None):
+                 no_robot: torch.Tensor | None = None,
+                 tools: dict[str, torch.Tensor] | None = None):
         self.config, self.run, self.dist = config, run, dist
         self.no_robot = no_robot  # the robot condition condition dropout puts in
+        self.tools = tools  # each episode's tool features when the transformer reads them
         self.progress = progress
         self.env_config, self.bus = env_config, bus
         self.components, self.model, self.trainable = components, model, trainable
@@ -170,6 +173,8 @@ class Trainer:
             cache.write_index(episode_ids, clip)
         no_robot = encoder.no_robot_arm_cond(clip.num_frames, clip.height, clip.width) \
             if config.training.condition_dropout else None
+        tools = tool_conditions(dataset, episode_ids, clip, encoder.pipe.temporal_stride) \
+            if config.model.tool_condition else None
         components.vae.cpu()
         components.image_encoder.cpu()
 
@@ -198,7 +203,7 @@ class Trainer:
                                    event_every=obs.event_every, progress_bar=obs.progress_bar)
         trainer = cls(config, run, dist, components, model, trainable, optimizer, scheduler,
                       sampler, cache, clip, checkpointer, reporter, job_id, env_config, bus,
-                      progress, no_robot)
+                      progress, no_robot, tools)
         if resume:
             trainer.restore()
         return trainer
@@ -264,7 +269,7 @@ class Trainer:
     def train_step(self) -> dict:
         started = time.perf_counter()
         items = self.sampler.next_batch()
-        batch = collate([self.cache.load(episode_id) for _, episode_id in items])
+        batch = collate([self.load_sample(episode_id) for _, episode_id in items])
         noised = noise_batch(batch, [number for number, _ in items], self.config.seed,
                              self.schedule, self.config.training.soft_mask_ratio,
                              self.mask_channels, self.config.training.latent_target,
@@ -272,9 +277,10 @@ class Trainer:
                              self.config.training.motion_scale)
         device = self.dist.device
         with autocast(self.compute_dtype, device):
+            tool = {} if TOOL_KEY not in batch else {"tool_cond": batch[TOOL_KEY].to(device)}
             prediction = self.model(noised.model_input.to(device), noised.timestep.to(device),
                                     batch["image_embeds"].to(device), noised.arm_cond.to(device),
-                                    return_dict=False)[0]
+                                    return_dict=False, **tool)[0]
         t = self.config.training
         weights = loss_weights(batch, t.changed_loss_weight, t.robot_loss_weight) \
             if t.weighted_loss else None
@@ -302,6 +308,14 @@ class Trainer:
                 "peak_mem_bytes": max(peaks), "peak_mem_bytes_per_rank": peaks,
                 "step_time_s": elapsed,
                 "epoch": self.sampler.position.epoch}
+
+    def load_sample(self, episode_id: str) -> dict[str, torch.Tensor]:
+        """An episode's training sample: the cached one, with its tool features when the
+        transformer reads them (k4d_trainer.tool_condition)."""
+        sample = self.cache.load(episode_id)
+        if self.tools is not None:
+            sample[TOOL_KEY] = self.tools[episode_id]
+        return sample
 
     def measure_samples(self) -> None:
         """The sample-based progress figures of the current weights (k4d_trainer.progress):

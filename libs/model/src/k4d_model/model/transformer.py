@@ -7,7 +7,11 @@ key for key) and adds:
 - RGB | pointmap width concatenation with one RoPE shared by both halves,
 - `learnable_domain_embeddings` (2, dim) added per half after patch embedding,
 - the robot condition `arm_cond`: path (a) into the input channels, path (b) as
-  cross-attention tokens appended after the CLIP image tokens in place of text.
+  cross-attention tokens appended after the CLIP image tokens in place of text;
+- optionally (`tool_features` > 0, not in the official model) the gripper's state per
+  latent frame (k4d_model.conditions.tool_features), embedded and added to every token
+  of its frame after patch embedding, from a zero-initialised projection so a model it
+  is added to starts as it was.
 
 The forward takes no text: the official model computes a text embedding and then
 drops it, so skipping it changes nothing but the cost.
@@ -44,6 +48,8 @@ class Kinema4DTransformer3DModel(WanTransformer3DModel):
     arm_grid: arm tokens per half (frames, h, w), official (13, 4, 6) for 49 x 480 x 720.
     arm_bottleneck_dim: channels of the arm patch embedding, official 128.
     num_image_tokens: CLIP image tokens at the start of the context, 257 for ViT-H/14.
+    tool_features: features per latent frame of the tool condition, 0 (the official
+    model): none. `add_tool_embedding` adds it to a built model.
     """
 
     @register_to_config
@@ -70,6 +76,7 @@ class Kinema4DTransformer3DModel(WanTransformer3DModel):
         arm_grid: tuple[int, int, int] = (13, 4, 6),
         arm_bottleneck_dim: int = 128,
         num_image_tokens: int = 257,
+        tool_features: int = 0,
     ) -> None:
         super().__init__(
             patch_size=patch_size, num_attention_heads=num_attention_heads,
@@ -100,6 +107,29 @@ class Kinema4DTransformer3DModel(WanTransformer3DModel):
         self._init_added_weights()
         for block in self.blocks:
             block.attn2.set_processor(Kinema4DCrossAttnProcessor(num_image_tokens))
+        if tool_features:
+            self._build_tool_embedding(tool_features)
+
+    def _build_tool_embedding(self, features: int) -> None:
+        inner_dim = self.config.num_attention_heads * self.config.attention_head_dim
+        self.tool_embedding = nn.Sequential(nn.Linear(features, inner_dim), nn.SiLU(),
+                                            nn.Linear(inner_dim, inner_dim))
+        nn.init.zeros_(self.tool_embedding[2].weight)
+        nn.init.zeros_(self.tool_embedding[2].bias)
+
+    def add_tool_embedding(self, features: int) -> None:
+        """Give a built model the tool condition (`tool_features` in its config, saved
+        with it). Its output projection starts at zero: the model's outputs do not change
+        until it is trained."""
+        if features < 1:
+            raise ValueError(f"tool features must be >= 1, got {features}")
+        if self.config.tool_features:
+            raise ValueError(f"the model already reads {self.config.tool_features} tool "
+                             "features")
+        self.register_to_config(tool_features=features)
+        device = self.proj_out.weight.device
+        self._build_tool_embedding(features)
+        self.tool_embedding.to(device)
 
     @torch.no_grad()
     def _init_added_weights(self) -> None:
@@ -141,6 +171,7 @@ class Kinema4DTransformer3DModel(WanTransformer3DModel):
         arm_cond: torch.Tensor,
         arm_latent_gain: torch.Tensor | None = None,
         return_dict: bool = True,
+        tool_cond: torch.Tensor | None = None,
     ):
         """Predict the flow velocity.
 
@@ -149,8 +180,14 @@ class Kinema4DTransformer3DModel(WanTransformer3DModel):
         encoder_hidden_states_image: (B, 257, 1280) CLIP penultimate hidden states
         arm_cond: (B, 20, F, h, 2w) (`act`) or (B, 20, F, h, w) (`pmcond`)
         arm_latent_gain: optional (B,), see `inject_arm_latents`
+        tool_cond: (B, F, tool_features), required by a model with a tool condition and
+            refused by one without
         returns: (B, 16, F, h, 2w)
         """
+        reads_tool = bool(self.config.tool_features)
+        if reads_tool != (tool_cond is not None):
+            raise ValueError("this model reads a tool condition (tool_cond)" if reads_tool
+                             else "this model has no tool condition; tool_cond must be None")
         hidden_states = inject_arm_latents(hidden_states, arm_cond, self.arm_cond_proj,
                                            self.config.variant, self.latent_channels,
                                            self.mask_channels, arm_latent_gain)
@@ -161,6 +198,12 @@ class Kinema4DTransformer3DModel(WanTransformer3DModel):
         rotary_emb = shared_rope(self.rope, hidden_states, tuple(self.config.patch_size))
         patches = self.patch_embedding(hidden_states)
         patches = add_domain_embeddings(patches, self.learnable_domain_embeddings)
+        if reads_tool:  # (B, F, dim) -> added to every token of its frame
+            want = (batch_size, patches.shape[2], self.config.tool_features)
+            if tuple(tool_cond.shape) != want:
+                raise ValueError(f"tool_cond must be {want}, got {tuple(tool_cond.shape)}")
+            tool = self.tool_embedding(tool_cond.to(patches.dtype))
+            patches = patches + tool.transpose(1, 2)[..., None, None]
         tokens = patches.flatten(2).transpose(1, 2).contiguous()
 
         temb, timestep_proj = self._time_embedding(timestep, tokens.dtype)

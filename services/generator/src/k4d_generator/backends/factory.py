@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from k4d.errors import InvalidArgument
+from k4d.errors import FailedPrecondition, InvalidArgument
 from k4d_model import cache_root
 
 BACKENDS = ("torch", "onnx", "tensorrt")
@@ -26,6 +26,10 @@ def create_backend(name: str, transformer, *, precision: str | None = None, devi
         from k4d_generator.backends.torch_backend import TorchBackend
 
         return TorchBackend(transformer, precision or "fp32", device)
+    if transformer.config.get("tool_features", 0):
+        raise FailedPrecondition(f"backend {name}: this model's transformer reads the tool "
+                                 "condition, which its exported graph does not take; use the "
+                                 "torch backend")
     if name == "onnx":
         from k4d_generator.backends.onnx_backend import OnnxRuntimeBackend
 

@@ -60,8 +60,11 @@ class TorchBackend:
         return self.levers.report()
 
     @torch.no_grad()
-    def __call__(self, hidden_states, timestep, image_embeds, arm_cond, arm_latent_gain):
-        out = self.levers.call(partial(self.model, return_dict=False), hidden_states.to(self.device, self.dtype),
+    def __call__(self, hidden_states, timestep, image_embeds, arm_cond, arm_latent_gain,
+                 tool_cond=None):
+        tool = {} if tool_cond is None else {"tool_cond": tool_cond.to(self.device, self.dtype)}
+        out = self.levers.call(partial(self.model, return_dict=False, **tool),
+                               hidden_states.to(self.device, self.dtype),
                                timestep.to(self.device), image_embeds.to(self.device, self.dtype),
                                arm_cond.to(self.device, self.dtype),
                                arm_latent_gain.to(self.device))[0]

@@ -180,7 +180,7 @@ def run_generation(spec: simulator_pb2.SimulationSpec, scene: InitialScene,
                    cancelled: CancelFn | None = None,
                    kin: KinematicsOutput | None = None) -> GenerationOutput:
     """The generation core: the real sampler for a model, static-world without one. `kin`
-    gives the model the tool's track (its grasp option)."""
+    gives the model the tool's track (what a model with a tool condition reads)."""
     from k4d_generator import run_generation as generation_core
 
     def on_step(done: int, total: int) -> None:
