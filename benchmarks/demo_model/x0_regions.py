@@ -34,6 +34,7 @@ from k4d_trainer.data import open_source, select_episodes
 from k4d_trainer.latents import SampleEncoder, sample_clip
 from k4d_trainer.model import clip_of
 from k4d_trainer.progress import last_query_sigma, predict_x0, x0_region_errors
+from k4d_trainer.tool_condition import TOOL_KEY, clip_tool_features, episode_tool
 
 
 def region_totals(transformer, samples: list[dict[str, torch.Tensor]], latent_target: str,
@@ -92,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     samples = [encoder.encode(sample_clip(dataset.open(i), clip, encoder.tracks)) for i in ids]
+    if encoder.pipe.reads_tool:  # a model with a tool condition reads each episode's gripper
+        for episode_id, sample in zip(ids, samples, strict=True):
+            tool = episode_tool(dataset.open(episode_id), clip)
+            sample[TOOL_KEY] = clip_tool_features(tool, clip, encoder.pipe.temporal_stride)
     result = {"model": args.model, "data": args.data, "episodes": args.episodes,
               "latent_target": latent_target, "motion_scale": motion_scale, "sigmas": {}}
     for sigma in wanted:
