@@ -92,11 +92,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.data} has {len(ids)} episodes, --episodes asks {args.episodes}",
               file=sys.stderr)
         return 2
-    samples = [encoder.encode(sample_clip(dataset.open(i), clip, encoder.tracks)) for i in ids]
-    if encoder.pipe.reads_tool:  # a model with a tool condition reads each episode's gripper
-        for episode_id, sample in zip(ids, samples, strict=True):
-            tool = episode_tool(dataset.open(episode_id), clip)
-            sample[TOOL_KEY] = clip_tool_features(tool, clip, encoder.pipe.temporal_stride)
+    samples = []
+    for episode_id in ids:
+        episode = dataset.open(episode_id)
+        sample = encoder.encode(sample_clip(episode, clip, encoder.tracks))
+        if encoder.pipe.reads_tool:  # a model with a tool condition reads the gripper
+            sample[TOOL_KEY] = clip_tool_features(episode_tool(episode, clip), clip,
+                                                  encoder.pipe.temporal_stride)
+        samples.append(sample)
     result = {"model": args.model, "data": args.data, "episodes": args.episodes,
               "latent_target": latent_target, "motion_scale": motion_scale, "sigmas": {}}
     for sigma in wanted:

@@ -234,12 +234,12 @@ class Kinema4DPipeline:
     @property
     def reads_tool(self) -> bool:
         """Whether the transformer reads the rollout's tool track (a tool condition)."""
-        return bool(self.components.transformer.config.get("tool_features", 0))
+        return self.components.transformer.reads_tool
 
-    def prepare_tool_cond(self, tool: ToolTrack | None, latent_frames: int
-                          ) -> torch.Tensor | None:
-        """(1, F, features) of the rollout's tool for a model that reads it, None for one
-        that does not; FailedPrecondition when the model reads it and the request has none."""
+    def prepare_tool_cond(self, tool: ToolTrack | None, frames: int) -> torch.Tensor | None:
+        """(1, F, features) of the rollout's tool over its `frames` pixel frames for a model
+        that reads it, None for one that does not; FailedPrecondition when the model reads
+        it and the request has none (before any work)."""
         if not self.reads_tool:
             return None
         if tool is None:
@@ -247,6 +247,7 @@ class Kinema4DPipeline:
                 "this model reads the gripper's state (its transformer's tool condition), and "
                 "the request carries no tool track: send the rollout's kinematics (joints) so "
                 "the tool is read off them, or pass `tool`")
+        latent_frames = (frames - 1) // self.temporal_stride + 1
         features = tool_features(tool, latent_frames, self.temporal_stride)
         return torch.from_numpy(features)[None].to(self.device)
 
@@ -523,7 +524,7 @@ class Kinema4DPipeline:
         _check_camera_pose(T_cam_from_base)
         if tool is not None:
             tool.check_frames(robot.rgb.shape[0])
-        self.prepare_tool_cond(tool, (robot.rgb.shape[0] - 1) // self.temporal_stride + 1)
+        tool_cond = self.prepare_tool_cond(tool, robot.rgb.shape[0])
         opts = FidelityOptions.from_extra(self.info.extra)
         norm = pointmap_normalization or PointmapNormalization.from_points(robot_pointmap,
                                                                            robot_mask)
@@ -542,7 +543,7 @@ class Kinema4DPipeline:
             rgb, pointmap, sampling, timings = self._sample_and_finish(
                 image, robot, norm, num_steps, seed, guidance, guidance_mode, negative,
                 scheduler, shift, callback, should_cancel, initial_pointmap, T_cam_from_base,
-                opts, started, ablation, sampling_options, tool)
+                opts, started, ablation, sampling_options, tool_cond)
         metadata = {
             "generator": "kinema4d", "model": self.info.to_dict(), "model_id": self.model_id,
             "backend": self.backend.describe(), "seed": int(seed), **sampling,
@@ -614,10 +615,11 @@ class Kinema4DPipeline:
         steps = num_steps or self.info.num_inference_steps
         self.check_inputs(image, robot, steps, self.info.guidance_scale, "auto", None, None,
                           None)
+        tool_cond = self.prepare_tool_cond(tool, robot.rgb.shape[0])
         pieces = [self.decode_float(self._sample_latents(
             image, robot, norm, steps, sample_seed(seed, k), self.info.guidance_scale,
             "auto", None, None, None, None, None, FidelityOptions.from_extra(self.info.extra),
-            tool=tool)[0])
+            tool_cond=tool_cond)[0])
             for k in range(count)]
         if count == 1:
             return pieces[0]
@@ -636,7 +638,7 @@ class Kinema4DPipeline:
     def _sample_latents(self, image, robot, norm, num_steps, seed, guidance, guidance_mode,
                         negative, scheduler, shift, callback, should_cancel, opts,
                         ablation=None, sampling_options: SamplingOptions | None = None,
-                        tool: ToolTrack | None = None):
+                        tool_cond: torch.Tensor | None = None):
         """Steps 2-6: condition and sample the transformer's rollout. Returns the latents
         to decode (frame 0's RGB latent added back for a model that samples the change),
         the sampler, the guidance plan, the backend's lever report and the time
@@ -645,7 +647,6 @@ class Kinema4DPipeline:
         image_embeds = self.encode_image(image)
         condition = self.prepare_condition(image)
         arm_cond = self.prepare_arm_cond(robot, norm)
-        tool_cond = self.prepare_tool_cond(tool, condition.shape[2])
         if negative is None and guidance > 1.0 and \
                 self.info.extra.get(GUIDANCE_NEGATIVE_KEY) == GUIDANCE_NEGATIVE_NO_ROBOT:
             # the model learned the scene without a robot (training.condition_dropout)
@@ -693,7 +694,7 @@ class Kinema4DPipeline:
                            negative, scheduler, shift, callback, should_cancel,
                            initial_pointmap, T_cam_from_base, opts, started, ablation=None,
                            sampling_options: SamplingOptions | None = None,
-                           tool: ToolTrack | None = None):
+                           tool_cond: torch.Tensor | None = None):
         """Steps 2-7: condition, sample and decode the transformer's rollout (as many
         independent samples as the sample refiner reads), then the output options. Returns
         rgb, pointmap, the sampling's metadata and the timings."""
@@ -708,7 +709,7 @@ class Kinema4DPipeline:
             latents, sampler, plan, lever_report, conditioned = self._sample_latents(
                 image, robot, norm, num_steps, sample_seed(seed, k), guidance,
                 guidance_mode, negative, scheduler, shift, progress, should_cancel, opts,
-                ablation, sampling_options, tool)
+                ablation, sampling_options, tool_cond)
             denoised = time.perf_counter()
             pieces.append(self.decode_float(latents))
             reports.append(lever_report)

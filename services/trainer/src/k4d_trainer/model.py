@@ -65,10 +65,9 @@ def load_components(recipe: str, section: ModelSection, seed: int) -> ModelCompo
 def set_tool_condition(transformer: Kinema4DTransformer3DModel, wanted: bool) -> None:
     """Give the transformer the tool condition (`model.tool_condition`) when it lacks it;
     a starting model that already reads the tool must be asked to."""
-    reads = bool(transformer.config.get("tool_features", 0))
-    if wanted and not reads:
+    if wanted and not transformer.reads_tool:
         transformer.add_tool_embedding(TOOL_FEATURES)
-    elif reads and not wanted:
+    elif transformer.reads_tool and not wanted:
         raise InvalidArgument.for_field("model.tool_condition", "the starting model's "
                                         "transformer reads the tool condition; set "
                                         "model.tool_condition: true")

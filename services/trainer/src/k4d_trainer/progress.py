@@ -172,12 +172,13 @@ class SampleProgress:
                                 model_id="trainer-progress")
 
     def _prepare(self, pipe: Kinema4DPipeline, episode_id: str) -> ProgressEpisode:
-        clip = sample_clip(self.dataset.open(episode_id), self.clip, self.tracks)
+        episode = self.dataset.open(episode_id)
+        clip = sample_clip(episode, self.clip, self.tracks)
         encoder = SampleEncoder(pipe.components, pipe.device, self.stage_dtype, self.tracks)
         sample = encoder.encode(clip)
         tool = None
         if pipe.reads_tool:
-            tool = episode_tool(self.dataset.open(episode_id), self.clip)
+            tool = episode_tool(episode, self.clip)
             sample[TOOL_KEY] = clip_tool_features(tool, self.clip, pipe.temporal_stride)
         reconstruction, _ = pipe.decode_float(sample["latents"][None].to(pipe.device))
         robot_mask = np.asarray(clip["robot_mask"], dtype=bool)

@@ -123,7 +123,7 @@ class Kinema4DTransformer3DModel(WanTransformer3DModel):
         until it is trained."""
         if features < 1:
             raise ValueError(f"tool features must be >= 1, got {features}")
-        if self.config.tool_features:
+        if self.reads_tool:
             raise ValueError(f"the model already reads {self.config.tool_features} tool "
                              "features")
         self.register_to_config(tool_features=features)
@@ -149,6 +149,11 @@ class Kinema4DTransformer3DModel(WanTransformer3DModel):
     @property
     def mask_channels(self) -> int:
         return self.config.in_channels - 2 * self.config.out_channels
+
+    @property
+    def reads_tool(self) -> bool:
+        """Whether the forward reads a tool condition (`tool_cond`)."""
+        return bool(self.config.tool_features)
 
     @property
     def num_arm_tokens(self) -> int:
@@ -184,9 +189,8 @@ class Kinema4DTransformer3DModel(WanTransformer3DModel):
             refused by one without
         returns: (B, 16, F, h, 2w)
         """
-        reads_tool = bool(self.config.tool_features)
-        if reads_tool != (tool_cond is not None):
-            raise ValueError("this model reads a tool condition (tool_cond)" if reads_tool
+        if self.reads_tool != (tool_cond is not None):
+            raise ValueError("this model reads a tool condition (tool_cond)" if self.reads_tool
                              else "this model has no tool condition; tool_cond must be None")
         hidden_states = inject_arm_latents(hidden_states, arm_cond, self.arm_cond_proj,
                                            self.config.variant, self.latent_channels,
@@ -198,7 +202,7 @@ class Kinema4DTransformer3DModel(WanTransformer3DModel):
         rotary_emb = shared_rope(self.rope, hidden_states, tuple(self.config.patch_size))
         patches = self.patch_embedding(hidden_states)
         patches = add_domain_embeddings(patches, self.learnable_domain_embeddings)
-        if reads_tool:  # (B, F, dim) -> added to every token of its frame
+        if self.reads_tool:  # (B, F, dim) -> added to every token of its frame
             want = (batch_size, patches.shape[2], self.config.tool_features)
             if tuple(tool_cond.shape) != want:
                 raise ValueError(f"tool_cond must be {want}, got {tuple(tool_cond.shape)}")

@@ -26,7 +26,7 @@ def create_backend(name: str, transformer, *, precision: str | None = None, devi
         from k4d_generator.backends.torch_backend import TorchBackend
 
         return TorchBackend(transformer, precision or "fp32", device)
-    if transformer.config.get("tool_features", 0):
+    if transformer.reads_tool:
         raise FailedPrecondition(f"backend {name}: this model's transformer reads the tool "
                                  "condition, which its exported graph does not take; use the "
                                  "torch backend")
