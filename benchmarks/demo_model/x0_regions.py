@@ -38,13 +38,19 @@ from k4d_trainer.tool_condition import TOOL_KEY, clip_tool_features, episode_too
 
 
 def region_totals(transformer, samples: list[dict[str, torch.Tensor]], latent_target: str,
-                  motion_scale: float, sigma: float, seed: int) -> dict[str, list[float]]:
+                  motion_scale: float, sigma: float, seed: int, draws: int = 1
+                  ) -> dict[str, list[float]]:
     """{half/region: [summed squared x0 error, summed squared x, cells]} over the samples,
-    sample k noised with seed + k."""
+    sample k noised with seed + k; with `draws` > 1 the x0 is the mean of that many
+    predictions from independent draws (seed + k + 1000 d)."""
     totals: dict[str, list[float]] = {}
     for k, sample in enumerate(samples):
-        x0, x = predict_x0(transformer, sample, seed + k, latent_target, sigma, None,
-                           torch.device("cpu"), motion_scale)
+        predictions = []
+        for d in range(draws):
+            x0, x = predict_x0(transformer, sample, seed + k + 1000 * d, latent_target, sigma,
+                               None, torch.device("cpu"), motion_scale)
+            predictions.append(x0)
+        x0 = torch.stack(predictions).mean(dim=0)
         for key, figures in x0_region_errors(x0, x, sample["change"]).items():
             totals[key] = [a + b for a, b in zip(totals.get(key, [0.0] * 3), figures,
                                                  strict=True)]
@@ -71,10 +77,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated noise levels (default: 1 and the model's "
                              "sampler's last query)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--draws", type=int, default=1,
+                        help="average the x0 of this many noise draws per episode: the mean "
+                             "prediction, without the part of the error that follows the "
+                             "draw (at sigma 1, reproducing the noise it was given)")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
-    if args.episodes < 1:
-        print(f"error: --episodes {args.episodes} must be >= 1", file=sys.stderr)
+    if args.episodes < 1 or args.draws < 1:
+        print(f"error: --episodes {args.episodes} and --draws {args.draws} must be >= 1",
+              file=sys.stderr)
         return 2
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
@@ -95,17 +106,20 @@ def main(argv: list[str] | None = None) -> int:
     samples = []
     for episode_id in ids:
         episode = dataset.open(episode_id)
-        sample = encoder.encode(sample_clip(episode, clip, encoder.tracks))
+        arrays = sample_clip(episode, clip, encoder.tracks)
+        sample = encoder.encode(arrays)
         if encoder.pipe.reads_tool:  # a model with a tool condition reads the gripper
-            sample[TOOL_KEY] = clip_tool_features(episode_tool(episode, clip), clip,
-                                                  encoder.pipe.temporal_stride)
+            sample[TOOL_KEY] = clip_tool_features(
+                episode_tool(episode, clip), clip, encoder.pipe.temporal_stride,
+                transformer.config.tool_features, episode, arrays)
         samples.append(sample)
     result = {"model": args.model, "data": args.data, "episodes": args.episodes,
-              "latent_target": latent_target, "motion_scale": motion_scale, "sigmas": {}}
+              "draws": args.draws, "latent_target": latent_target, "motion_scale": motion_scale,
+              "sigmas": {}}
     for sigma in wanted:
         rows = {}
         totals = region_totals(transformer, samples, latent_target, motion_scale, sigma,
-                               args.seed)
+                               args.seed, args.draws)
         for key, (error, zero, cells) in totals.items():
             if cells:
                 rows[key] = {"x0_error": round(error / cells, 6), "zero": round(zero / cells, 6),

@@ -122,6 +122,74 @@ def test_model_tool_features_read_the_gripper_per_latent_frame():
         tool_features(_tool(4), 5, 1)
 
 
+def _moving_tool(frames: int):
+    """A tool moving 0.1 m along the base's x per frame, its gripper closing."""
+    from k4d.tool import ToolTrack
+
+    poses = np.repeat(np.eye(4)[None], frames, axis=0)
+    poses[:, 0, 3] = 0.1 * np.arange(frames)
+    return ToolTrack(poses, np.linspace(0.08, 0.0, frames))
+
+
+def test_model_tool_position_features_see_the_tool_through_the_camera():
+    from k4d_model.conditions import (
+        TOOL_FEATURES,
+        TOOL_POSITION_FEATURES,
+        tool_condition,
+        tool_features,
+        tool_position_features,
+    )
+
+    # the camera 1 m in front of the base, its x along the base's y, its y along the base's x
+    T_cam_from_base = np.array([[0.0, 1, 0, 0], [1, 0, 0, 0], [0, 0, -1, 1], [0, 0, 0, 1]])
+    norm = PointmapNormalization((0.0, 0.0, 1.0), 0.5)
+    features = tool_position_features(_moving_tool(9), 3, 4, T_cam_from_base, norm)
+    assert features.shape == (3, TOOL_POSITION_FEATURES) and features.dtype == np.float32
+    # latent frame k reads pixel frame 4k: the tool at base x 0, 0.4, 0.8 -> camera y
+    np.testing.assert_allclose(features[:, :3], [[0, 0, 0], [0, 0.8, 0], [0, 1, 0]], atol=1e-6)
+    # the displacement from frame 0 is not clipped: 0.8 m over a 0.5 m scale
+    np.testing.assert_allclose(features[:, 3:], [[0, 0, 0], [0, 0.8, 0], [0, 1.6, 0]], atol=1e-6)
+
+    both = tool_condition(_moving_tool(9), 3, 4, TOOL_FEATURES + TOOL_POSITION_FEATURES,
+                          T_cam_from_base, norm)
+    np.testing.assert_array_equal(both[:, :TOOL_FEATURES], tool_features(_moving_tool(9), 3, 4))
+    np.testing.assert_array_equal(both[:, TOOL_FEATURES:], features)
+    np.testing.assert_array_equal(tool_condition(_moving_tool(9), 3, 4, TOOL_FEATURES),
+                                  tool_features(_moving_tool(9), 3, 4))
+    with pytest.raises(ValueError, match="camera pose"):
+        tool_condition(_moving_tool(9), 3, 4, TOOL_FEATURES + TOOL_POSITION_FEATURES)
+    with pytest.raises(ValueError, match="got 5"):
+        tool_condition(_moving_tool(9), 3, 4, 5)
+
+
+def test_model_a_tool_position_model_needs_the_camera_pose(make_tiny):
+    from k4d.errors import FailedPrecondition
+    from k4d_model.conditions import TOOL_FEATURES, TOOL_POSITION_FEATURES
+
+    components = make_tiny("act")[0]
+    components.transformer.add_tool_embedding(TOOL_FEATURES + TOOL_POSITION_FEATURES)
+    with torch.no_grad():  # a trained embedding: the tool's place changes the frames
+        torch.nn.init.normal_(components.transformer.tool_embedding[2].weight, std=0.5)
+    pipe = Kinema4DPipeline(components, backend=Denoiser(components.transformer))
+    assert pipe.reads_tool and pipe.reads_tool_position
+    image, robot = _robot()
+    kwargs = dict(robot_rgb=robot.rgb, robot_pointmap=robot.pointmap, robot_mask=robot.mask,
+                  num_steps=2, seed=3, tool=_moving_tool(5))
+    with pytest.raises(FailedPrecondition, match="T_cam_from_base"):
+        pipe(image, **kwargs)
+    near = pipe(image, T_cam_from_base=np.eye(4), **kwargs)
+    turned = np.array([[0.0, -1, 0, 0], [1, 0, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]])
+    aside = pipe(image, T_cam_from_base=turned, **kwargs)  # the tool moves along y, not x
+    assert near.metadata["tool_read"] and near.metadata["camera_pose"]
+    assert not np.array_equal(near.rgb, aside.rgb)
+    norm = PointmapNormalization.from_points(robot.pointmap, robot.mask)
+    with pytest.raises(FailedPrecondition, match="T_cam_from_base"):
+        pipe.decoded_sample(image, robot, norm, num_steps=1, tool=_moving_tool(5))
+    rgb, _ = pipe.decoded_sample(image, robot, norm, num_steps=1, tool=_moving_tool(5),
+                                 T_cam_from_base=np.eye(4))
+    assert rgb.shape[0] == 5
+
+
 def test_model_a_tool_reading_model_samples_with_the_tool_and_refuses_without(make_tiny):
     from k4d.errors import FailedPrecondition
 

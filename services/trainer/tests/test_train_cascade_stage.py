@@ -354,8 +354,8 @@ def test_a_run_samples_rollouts_trains_commits_and_publishes_the_cascade(
             rolled: list[str] = []
             real = cascade_stage.rollout_arrays
             patch.setattr("k4d_trainer.cascade_stage.rollout_arrays",
-                          lambda pipe, clip, seed, samples, stored, tool: rolled.append(seed)
-                          or real(pipe, clip, seed, samples, stored, tool))
+                          lambda pipe, clip, seed, samples, stored, tool, pose: rolled.append(
+                              seed) or real(pipe, clip, seed, samples, stored, tool, pose))
             assert more.train().state == "succeeded"
     finally:
         more.close()

@@ -28,8 +28,9 @@ from k4d_trainer.progress import (
 from k4d_trainer.runs import read_metrics, sample_lines, step_lines
 from k4d_trainer.trainer import Trainer
 
-SAMPLE_KEYS = ("x0_error_sigma1", "x0_error_sigma1_zero", "sample_psnr_db",
-               "sample_static_psnr_db", "seconds")
+SAMPLE_KEYS = ("x0_error_sigma1", "x0_error_sigma1_zero", "x0_error_sigma1_changed",
+               "x0_error_sigma1_changed_zero", "sample_psnr_db", "sample_static_psnr_db",
+               "seconds")
 
 
 @pytest.fixture(scope="module")
@@ -156,19 +157,27 @@ def test_x0_error_is_the_x0_mse_at_sigma_one(latent_target, motion_scale):
     sample = {"latents": torch.randn(16, 2, 4, 12, generator=generator),
               "condition": torch.randn(20, 2, 4, 12, generator=generator),
               "image_embeds": torch.randn(3, 8, generator=generator),
-              "arm_cond": torch.randn(20, 2, 4, 12, generator=generator)}
+              "arm_cond": torch.randn(20, 2, 4, 12, generator=generator),
+              "change": torch.zeros(1, 2, 4, 12)}
+    sample["change"][0, 1, :2, 3:9] = 1.0  # frame 1's changed cells, on both halves
+    changed = sample["change"][0].bool()[None, None].expand(1, 16, 2, 4, 12)
     target = clean_sample(sample["latents"][None], latent_target, motion_scale)
     cpu = torch.device("cpu")
     exact = _Oracle(target)
-    error, zero = x0_errors(exact, sample, 7, latent_target, None, cpu, motion_scale)
-    assert error == pytest.approx(0.0, abs=1e-10)
+    error, zero, changed_error, changed_zero = x0_errors(exact, sample, 7, latent_target, None,
+                                                         cpu, motion_scale)
+    assert error == pytest.approx(0.0, abs=1e-10) and changed_error == pytest.approx(0.0,
+                                                                                    abs=1e-10)
     assert zero == pytest.approx(float(target.square().mean()))
+    assert changed_zero == pytest.approx(float(target[changed].square().mean()))
     assert exact.timesteps == [SIGMA_ONE_TIMESTEP]
     off = x0_errors(_Oracle(target + 0.5), sample, 7, latent_target, None, cpu, motion_scale)
-    assert off[0] == pytest.approx(0.25) and off[1] == zero
+    assert off[0] == pytest.approx(0.25) and off[1] == zero and off[2] == pytest.approx(0.25)
     nothing = x0_errors(_Oracle(torch.zeros_like(target)), sample, 7, latent_target, None, cpu,
                         motion_scale)
-    assert nothing[0] == pytest.approx(zero)
+    assert nothing[0] == pytest.approx(zero) and nothing[2] == pytest.approx(changed_zero)
+    sample["change"].zero_()  # nothing changes: no figure, not a division by zero
+    assert np.isnan(x0_errors(exact, sample, 7, latent_target, None, cpu, motion_scale)[2])
     if motion_scale != 1.0:  # the motion the transformer draws is scaled, frame 0 is not
         plain = clean_sample(sample["latents"][None], latent_target)
         torch.testing.assert_close(target[..., 1:, :, 6:], motion_scale * plain[..., 1:, :, 6:])

@@ -14,16 +14,23 @@ from k4d.episodes import DatasetWriter, open_dataset
 from k4d.errors import FailedPrecondition, InvalidArgument
 from k4d.robots.descriptions import load_robot
 from k4d_model.checkpoints import build_components, load_model, save_k4d
+from k4d_model.conditions import tool_features
 from k4d_model.model.configs import get_model_config
 from k4d_model.pipeline import Kinema4DPipeline
 from k4d_model.testing import CallableDenoiser
 from k4d_trainer.clips import ClipSpec, read_clip
 from k4d_trainer.config import ModelSection, load_config_file
+from k4d_trainer.latents import clip_normalisation
 from k4d_trainer.model import load_components
 from k4d_trainer.objective import flow_matching_loss, noise_batch
 from k4d_trainer.runs import read_metrics
 from k4d_trainer.synthetic import synthetic_episode
-from k4d_trainer.tool_condition import TOOL_KEY, episode_tool, tool_conditions
+from k4d_trainer.tool_condition import (
+    TOOL_KEY,
+    episode_camera_pose,
+    episode_tool,
+    tool_conditions,
+)
 from k4d_trainer.trainer import Trainer
 
 OPEN, CLOSED = 0.04, 0.01  # the panda finger joint, metres
@@ -71,21 +78,46 @@ def test_episode_tool_names_a_joint_the_episode_lacks(tmp_path):
         episode_tool(dataset.open(episode_id), ClipSpec(9, 32, 48))
 
 
-def test_tool_condition_trains_from_the_init_and_ships_with_the_model(tmp_path, recipe):
+def test_tool_position_features_see_the_episode_tool_through_its_camera(tmp_path):
+    dataset = open_dataset(_panda_dataset(tmp_path / "ds", count=1))
+    episode_id = dataset.episode_ids[0]
+    episode = dataset.open(episode_id)
+    clip = ClipSpec(episode.meta.frames, 32, 48)
+    features = tool_conditions(dataset, [episode_id], clip, 4, 10)[episode_id]
+    latent_frames = (clip.num_frames - 1) // 4 + 1
+    assert features.shape == (latent_frames, 10)
+    tool = episode_tool(episode, clip)
+    np.testing.assert_array_equal(features[:, :4], tool_features(tool, latent_frames, 4))
+    # by hand: the tool's origin through the episode's camera, in its clip's normalisation
+    pose = np.asarray(episode.meta.camera_at(0).T_cam_from_base)
+    origins = tool.T_base_from_tool[np.arange(latent_frames) * 4, :3, 3]
+    in_camera = origins @ pose[:3, :3].T + pose[:3, 3]
+    norm = clip_normalisation(read_clip(episode, clip))
+    np.testing.assert_allclose(features[:, 4:7], norm.normalise(in_camera.astype(np.float32)),
+                               atol=1e-6)
+    np.testing.assert_allclose(features[:, 7:], (in_camera - in_camera[0]) / norm.scale,
+                               atol=1e-5)
+
+
+@pytest.mark.parametrize("tool_position", [False, True], ids=["state", "position"])
+def test_tool_condition_trains_from_the_init_and_ships_with_the_model(tmp_path, recipe,
+                                                                     tool_position):
+    features = 10 if tool_position else 4
     data = _panda_dataset(tmp_path / "ds", count=2)
     heldout = _panda_dataset(tmp_path / "heldout", count=1)
     saved, _ = build_components(get_model_config("tiny"), seed=11)
     save_k4d(saved, tmp_path / "stage1")
     path = recipe(tmp_path, data, None, recipe="from-scratch",
                   model={"size": "tiny", "init": str(tmp_path / "stage1"),
-                         "activation_checkpointing": False, "tool_condition": True},
+                         "activation_checkpointing": False, "tool_condition": True,
+                         "tool_position": tool_position},
                   training={"steps": 2, "global_batch_size": 2, "lr": 1e-2, "warmup_steps": 0,
                             "sample_every": 2, "sample_episodes": 1, "sample_uri": heldout},
                   checkpoint={"every": 0})
     trainer = Trainer.build(load_config_file(path), str(tmp_path / "run"))
     try:
         model = trainer.components.transformer
-        assert model.config.tool_features == 4
+        assert model.config.tool_features == features
         assert not model.tool_embedding[2].weight.any()  # starts as the init model
 
         # step 1's loss, from the same batch, noise and tool features as the loop's
@@ -94,7 +126,7 @@ def test_tool_condition_trains_from_the_init_and_ships_with_the_model(tmp_path, 
         trainer.sampler.load_state_dict(position)
         samples = [trainer.load_sample(e) for _, e in items]
         batch = {k: torch.stack([s[k] for s in samples]) for k in samples[0]}
-        assert batch[TOOL_KEY].shape == (2, 2, 4)  # 5 frames: 2 latent frames
+        assert batch[TOOL_KEY].shape == (2, 2, features)  # 5 frames: 2 latent frames
         t = trainer.config.training
         noised = noise_batch(batch, [n for n, _ in items], trainer.config.seed, trainer.schedule,
                              t.soft_mask_ratio, trainer.mask_channels)
@@ -113,7 +145,7 @@ def test_tool_condition_trains_from_the_init_and_ships_with_the_model(tmp_path, 
 
     save_k4d(trainer.components, tmp_path / "published")
     loaded = load_model(tmp_path / "published")
-    assert loaded.transformer.config.tool_features == 4
+    assert loaded.transformer.config.tool_features == features
     pipe = Kinema4DPipeline(loaded, backend=CallableDenoiser(loaded.transformer))
     dataset = open_dataset(heldout)
     episode = dataset.open(dataset.episode_ids[0])
@@ -123,7 +155,12 @@ def test_tool_condition_trains_from_the_init_and_ships_with_the_model(tmp_path, 
                  robot_pointmap=arrays["robot_pointmap"].astype(np.float32))
     with pytest.raises(FailedPrecondition, match="tool track"):
         pipe(arrays["rgb"][0], num_steps=1, **robot)
-    result = pipe(arrays["rgb"][0], num_steps=1, tool=episode_tool(episode, clip), **robot)
+    tool = episode_tool(episode, clip)
+    if tool_position:
+        with pytest.raises(FailedPrecondition, match="T_cam_from_base"):
+            pipe(arrays["rgb"][0], num_steps=1, tool=tool, **robot)
+    result = pipe(arrays["rgb"][0], num_steps=1, tool=tool,
+                  T_cam_from_base=episode_camera_pose(episode), **robot)
     assert result.metadata["tool_read"]
 
 
@@ -137,3 +174,12 @@ def test_a_starting_model_that_reads_the_tool_must_be_asked_to(tmp_path):
     kept = load_components("from-scratch", ModelSection(size="tiny", init=str(tmp_path / "stage1"),
                                                         tool_condition=True), 11)
     assert kept.transformer.config.tool_features == 4
+    with pytest.raises(InvalidArgument, match="model.tool_position: false"):
+        load_components("from-scratch", ModelSection(size="tiny", init=str(tmp_path / "stage1"),
+                                                     tool_condition=True, tool_position=True),
+                        11)
+
+
+def test_tool_position_needs_the_tool_condition():
+    with pytest.raises(InvalidArgument, match="model.tool_position.*tool_condition"):
+        ModelSection(size="tiny", tool_position=True).validate("from-scratch")

@@ -10,6 +10,9 @@
 - `tool_features`: the gripper's state per latent frame, what a model with a tool
   condition (`Kinema4DTransformer3DModel(tool_features=...)`) reads beside the robot's
   pixels: kinematics knows it, the robot's few finger pixels barely show it.
+- `tool_position_features`: where the tool is in the camera frame and how far it moved
+  since frame 0, per latent frame, which a model with the tool's position reads too
+  (`tool_condition` builds either from the transformer's feature count).
 """
 
 from __future__ import annotations
@@ -69,6 +72,55 @@ def tool_features(tool: ToolTrack, latent_frames: int, temporal_stride: int) -> 
     return np.stack([opening * scale, (opening - tool.opening[0]) * scale,
                      np.full(latent_frames, float(tool.holding)), place], axis=1
                     ).astype(np.float32)
+
+
+# With the tool's position: per latent frame also the tool frame's origin in the camera frame,
+# in the normalised units of the points the transformer sees, and its displacement from frame
+# 0 in the same units. Kinematics and the camera pose know it; on the latent grid, a held
+# object's motion is that displacement, and only a network can say which cells are held.
+TOOL_POSITION_FEATURES = 6
+
+
+def tool_position_features(tool: ToolTrack, latent_frames: int, temporal_stride: int,
+                           T_cam_from_base: np.ndarray, norm: PointmapNormalization
+                           ) -> np.ndarray:
+    """(latent_frames, TOOL_POSITION_FEATURES) float32 of a rollout's `tool` seen by the
+    camera at `T_cam_from_base` (4, 4): the tool frame's origin normalised with `norm` (the
+    rollout's pointmap normalisation, clipped to [-1, 1] as the scene's points are), then its
+    displacement from frame 0 over norm.scale (not clipped). Latent frame k reads pixel frame
+    stride * k, as `tool_features` does."""
+    tool.check_frames(1 + temporal_stride * (latent_frames - 1))
+    pose = np.asarray(T_cam_from_base, np.float64)
+    origins = tool.T_base_from_tool[np.arange(latent_frames) * temporal_stride, :3, 3]
+    in_camera = origins @ pose[:3, :3].T + pose[:3, 3]
+    moved = (in_camera - in_camera[0]) / norm.scale
+    return np.concatenate([norm.normalise(in_camera.astype(np.float32)), moved], axis=1
+                          ).astype(np.float32)
+
+
+def reads_tool_position(features: int) -> bool:
+    """Whether a transformer reading `features` tool features reads the tool's position."""
+    return features == TOOL_FEATURES + TOOL_POSITION_FEATURES
+
+
+def tool_condition(tool: ToolTrack, latent_frames: int, temporal_stride: int, features: int,
+                   T_cam_from_base: np.ndarray | None = None,
+                   norm: PointmapNormalization | None = None) -> np.ndarray:
+    """(latent_frames, features) float32: what a transformer reading `features` tool
+    features reads, the gripper's state (`tool_features`), then with TOOL_FEATURES +
+    TOOL_POSITION_FEATURES the tool's position (`tool_position_features`, which needs the
+    camera pose and the normalisation)."""
+    state = tool_features(tool, latent_frames, temporal_stride)
+    if features == TOOL_FEATURES:
+        return state
+    if not reads_tool_position(features):
+        raise ValueError(f"a tool condition has {TOOL_FEATURES} or "
+                         f"{TOOL_FEATURES + TOOL_POSITION_FEATURES} features, got {features}")
+    if T_cam_from_base is None or norm is None:
+        raise ValueError("the tool's position needs the camera pose and the normalisation")
+    position = tool_position_features(tool, latent_frames, temporal_stride, T_cam_from_base,
+                                      norm)
+    return np.concatenate([state, position], axis=1)
 
 
 def downsample_robot_mask(mask: torch.Tensor, latent_height: int, latent_width: int,

@@ -42,7 +42,8 @@ from k4d_model.conditions import (
     PointmapNormalization,
     downsample_robot_mask,
     first_frame_mask,
-    tool_features,
+    reads_tool_position,
+    tool_condition,
     uniform_pointmap,
 )
 from k4d_model.fidelity import (
@@ -236,10 +237,21 @@ class Kinema4DPipeline:
         """Whether the transformer reads the rollout's tool track (a tool condition)."""
         return self.components.transformer.reads_tool
 
-    def prepare_tool_cond(self, tool: ToolTrack | None, frames: int) -> torch.Tensor | None:
+    @property
+    def reads_tool_position(self) -> bool:
+        """Whether the tool condition holds the tool's position in the camera frame too
+        (k4d_model.conditions.tool_position_features), which needs the camera pose."""
+        return self.reads_tool and reads_tool_position(
+            self.components.transformer.config.tool_features)
+
+    def prepare_tool_cond(self, tool: ToolTrack | None, frames: int,
+                          norm: PointmapNormalization | None = None,
+                          T_cam_from_base: np.ndarray | None = None) -> torch.Tensor | None:
         """(1, F, features) of the rollout's tool over its `frames` pixel frames for a model
         that reads it, None for one that does not; FailedPrecondition when the model reads
-        it and the request has none (before any work)."""
+        it and the request has none, or reads the tool's position and the request has no
+        camera pose (before any work). `norm`: the rollout's pointmap normalisation (the
+        tool's position is in its units)."""
         if not self.reads_tool:
             return None
         if tool is None:
@@ -247,8 +259,15 @@ class Kinema4DPipeline:
                 "this model reads the gripper's state (its transformer's tool condition), and "
                 "the request carries no tool track: send the rollout's kinematics (joints) so "
                 "the tool is read off them, or pass `tool`")
+        if self.reads_tool_position and T_cam_from_base is None:
+            raise FailedPrecondition(
+                "this model reads where the tool is in the camera frame (its transformer's "
+                "tool condition with the tool's position), and the request carries no camera "
+                "pose: pass T_cam_from_base, the camera the robot condition was rendered with")
         latent_frames = (frames - 1) // self.temporal_stride + 1
-        features = tool_features(tool, latent_frames, self.temporal_stride)
+        features = tool_condition(tool, latent_frames, self.temporal_stride,
+                                  self.components.transformer.config.tool_features,
+                                  T_cam_from_base, norm)
         return torch.from_numpy(features)[None].to(self.device)
 
     # ------------------------------------------------------------ 6. sampling
@@ -495,11 +514,13 @@ class Kinema4DPipeline:
         keeps it where nothing changes (k4d_model.fidelity, relative decoding).
         T_cam_from_base: optional (4, 4), the pose of the camera the robot condition was
         rendered with, relative to the robot's base: a refiner with scene planes reads frame
-        0's depth off the base frame's planes with it (k4d_model.refiner; ADR 017).
+        0's depth off the base frame's planes with it (k4d_model.refiner; ADR 017), and a
+        transformer that reads the tool's position sees the tool through it.
         tool: optional k4d.tool.ToolTrack of the rollout (the tool frame and the gripper's
         opening per frame): checked against the clip and recorded; a model whose transformer
-        has a tool condition reads the gripper's state off it (`tool_features`) and
-        refuses a request without it.
+        has a tool condition reads the gripper's state off it (`tool_features`; with the
+        tool's position also where the tool is, `tool_position_features`) and refuses a
+        request without it (or, reading the position, without `T_cam_from_base`).
         ablation: "first-frame" replaces the transformer's sample by frame 0's latent in every
         frame (a sample that changes nothing), to measure what the transformer contributes;
         None: the sample itself.
@@ -524,10 +545,10 @@ class Kinema4DPipeline:
         _check_camera_pose(T_cam_from_base)
         if tool is not None:
             tool.check_frames(robot.rgb.shape[0])
-        tool_cond = self.prepare_tool_cond(tool, robot.rgb.shape[0])
         opts = FidelityOptions.from_extra(self.info.extra)
         norm = pointmap_normalization or PointmapNormalization.from_points(robot_pointmap,
                                                                            robot_mask)
+        tool_cond = self.prepare_tool_cond(tool, robot.rgb.shape[0], norm, T_cam_from_base)
         if opts.input_only and self._first_points_known(opts, robot, initial_pointmap):
             # `decode: input` with frame 0's points known: nothing reads the transformer's
             # frames, so it is not sampled (k4d_model.options)
@@ -606,16 +627,19 @@ class Kinema4DPipeline:
     def decoded_sample(self, image: np.ndarray, robot: RobotCondition,
                        norm: PointmapNormalization, seed: int = 42,
                        num_steps: int | None = None, count: int = 1,
-                       tool: ToolTrack | None = None) -> tuple[np.ndarray, np.ndarray]:
+                       tool: ToolTrack | None = None, T_cam_from_base: np.ndarray | None = None
+                       ) -> tuple[np.ndarray, np.ndarray]:
         """The transformer's rollout with the model's own sampler settings, decoded, before
         any output option: rgb and pointmap (T, H, W, 3) float32 in [-1, 1] (what the sample
         refiner reads, k4d_model.cascade; its trainer samples rollouts with this). With
         `count` > 1, that many independent samples, stacked (count, T, H, W, 3), seeded as
-        a generation seeds them (SAMPLE_SEED_STRIDE); `tool` as in `__call__`."""
+        a generation seeds them (SAMPLE_SEED_STRIDE); `tool` and `T_cam_from_base` as in
+        `__call__`."""
         steps = num_steps or self.info.num_inference_steps
         self.check_inputs(image, robot, steps, self.info.guidance_scale, "auto", None, None,
                           None)
-        tool_cond = self.prepare_tool_cond(tool, robot.rgb.shape[0])
+        _check_camera_pose(T_cam_from_base)
+        tool_cond = self.prepare_tool_cond(tool, robot.rgb.shape[0], norm, T_cam_from_base)
         pieces = [self.decode_float(self._sample_latents(
             image, robot, norm, steps, sample_seed(seed, k), self.info.guidance_scale,
             "auto", None, None, None, None, None, FidelityOptions.from_extra(self.info.extra),

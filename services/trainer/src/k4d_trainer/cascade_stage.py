@@ -77,7 +77,7 @@ from k4d_trainer.stage_state import (
     save_stage_state_when_due,
     side_step,
 )
-from k4d_trainer.tool_condition import episode_tool
+from k4d_trainer.tool_condition import episode_camera_pose, episode_tool
 
 FOLDER = "cascade"
 ROLLOUTS_FOLDER = "cascade_rollouts"
@@ -125,14 +125,16 @@ def stored_samples(arrays: dict[str, np.ndarray]) -> int:
 
 def rollout_arrays(pipe: Kinema4DPipeline, clip: dict[str, np.ndarray], seed: int,
                    samples: int = 1, stored: dict[str, np.ndarray] | None = None,
-                   tool: ToolTrack | None = None) -> dict[str, np.ndarray]:
+                   tool: ToolTrack | None = None, T_cam_from_base: np.ndarray | None = None
+                   ) -> dict[str, np.ndarray]:
     """One episode's rollout and its targets, as stored (float16 where it is a float):
     the image, the decoded sample (rgb, pointmap; stacked (samples, T, H, W, 3) when the
     network reads several), the decoder's static frame, the ground truth's colour and
     depth-known points, the robot mask and the normalisation's scale. `stored`: this
     episode's rollout with fewer samples, kept: only the samples it lacks are drawn (sample
     k's noise depends on the seed and k alone, k4d_model.pipeline.sample_seed). `tool`:
-    the episode's, for a transformer that reads it (k4d_trainer.tool_condition)."""
+    the episode's, for a transformer that reads it (k4d_trainer.tool_condition), with its
+    camera's pose (`T_cam_from_base`) for one that reads the tool's position."""
     mask = np.asarray(clip["robot_mask"], bool)
     robot = RobotCondition(np.ascontiguousarray(clip["robot_rgb"]),
                            clip["robot_pointmap"].astype(np.float32), mask)
@@ -145,7 +147,7 @@ def rollout_arrays(pipe: Kinema4DPipeline, clip: dict[str, np.ndarray], seed: in
         list(stored["pointmap"].reshape(have, *stored["pointmap"].shape[-4:])))
     for k in range(have, samples):
         one_rgb, one_points = pipe.decoded_sample(image, robot, norm, seed=sample_seed(seed, k),
-                                                  tool=tool)
+                                                  tool=tool, T_cam_from_base=T_cam_from_base)
         rgb.append(one_rgb.astype(np.float16))
         pointmap.append(one_points.astype(np.float16))
     rgb, pointmap = (rgb[0], pointmap[0]) if samples == 1 else (np.stack(rgb), np.stack(pointmap))
@@ -264,7 +266,8 @@ def sample_rollouts(pipe: Kinema4DPipeline, dataset, episode_ids: list[str], min
         arrays = rollout_arrays(pipe, read_clip(episode, clip), seed + index[episode_id],
                                 samples,
                                 read_rollout(run, episode_id) if episode_id in short else None,
-                                episode_tool(episode, clip) if pipe.reads_tool else None)
+                                episode_tool(episode, clip) if pipe.reads_tool else None,
+                                episode_camera_pose(episode) if pipe.reads_tool else None)
         buffer = io.BytesIO()
         np.savez(buffer, **arrays)
         run.write_bytes(f"{ROLLOUTS_FOLDER}/{episode_id}.npz", buffer.getvalue())

@@ -99,8 +99,14 @@ class ModelSection:
     # read off each episode's joints, k4d_trainer.tool_condition); added to an init without
     # it from a zero projection. The published model then needs the rollout's tool track.
     tool_condition: bool = False
+    # With tool_condition: the transformer also reads where the tool is in the camera frame
+    # and how far it moved since frame 0 (k4d_model.conditions.tool_position_features,
+    # through each episode's camera); the published model then needs the camera pose too.
+    tool_position: bool = False
 
     def validate(self, recipe: str) -> None:
+        _check(self.tool_condition or not self.tool_position, "model.tool_position",
+               "needs model.tool_condition: true (the position is part of the tool condition)")
         FidelityOptions.check(self.fidelity, "model.fidelity")  # unknown keys too
         _check(self.guidance_scale is None
                or (math.isfinite(self.guidance_scale) and self.guidance_scale >= 0),

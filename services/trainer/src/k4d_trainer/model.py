@@ -19,7 +19,7 @@ import torch
 from k4d.errors import InvalidArgument, NotFound
 from k4d_model import checkpoints
 from k4d_model.checkpoints import ModelComponents, ModelInfo
-from k4d_model.conditions import TOOL_FEATURES
+from k4d_model.conditions import TOOL_FEATURES, TOOL_POSITION_FEATURES, reads_tool_position
 from k4d_model.frame_vae import temporal_stride
 from k4d_model.model.configs import arm_grid_for, get_model_config
 from k4d_model.model.transformer import Kinema4DTransformer3DModel
@@ -58,19 +58,34 @@ def load_components(recipe: str, section: ModelSection, seed: int) -> ModelCompo
     components = _from_scratch(section, seed) if recipe == "from-scratch" else \
         _finetune_base(section)
     components.info.extra.update(section.fidelity)  # published in k4d_model.json
-    set_tool_condition(components.transformer, section.tool_condition)
+    set_tool_condition(components.transformer, section.tool_condition, section.tool_position)
     return components
 
 
-def set_tool_condition(transformer: Kinema4DTransformer3DModel, wanted: bool) -> None:
-    """Give the transformer the tool condition (`model.tool_condition`) when it lacks it;
-    a starting model that already reads the tool must be asked to."""
+def set_tool_condition(transformer: Kinema4DTransformer3DModel, wanted: bool,
+                       position: bool = False) -> None:
+    """Give the transformer the tool condition (`model.tool_condition`, with the tool's
+    position: `model.tool_position`) when it lacks it; a starting model that already reads
+    the tool must be asked for the same features."""
+    features = tool_feature_count(position)
     if wanted and not transformer.reads_tool:
-        transformer.add_tool_embedding(TOOL_FEATURES)
+        transformer.add_tool_embedding(features)
     elif transformer.reads_tool and not wanted:
         raise InvalidArgument.for_field("model.tool_condition", "the starting model's "
                                         "transformer reads the tool condition; set "
                                         "model.tool_condition: true")
+    elif wanted and transformer.config.tool_features != features:
+        has = reads_tool_position(transformer.config.tool_features)
+        raise InvalidArgument.for_field(
+            "model.tool_position", f"the starting model's transformer reads "
+                                   f"{transformer.config.tool_features} tool features "
+                                   f"({'with' if has else 'without'} the tool's position); set "
+                                   f"model.tool_position: {str(has).lower()}")
+
+
+def tool_feature_count(position: bool) -> int:
+    """The tool features a transformer reads: the gripper's state, and its position."""
+    return TOOL_FEATURES + (TOOL_POSITION_FEATURES if position else 0)
 
 
 def set_latent_target(components: ModelComponents, target: str, motion_scale: float = 1.0

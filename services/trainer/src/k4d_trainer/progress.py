@@ -10,7 +10,10 @@ the same episodes all run) and, with the weights being trained:
   (x0 = x_t - sigma v = eps - v) against the clean sample the loss trains towards (the
   latents, or their change from frame 0 with `training.latent_target: change`), the mean
   squared error per element, averaged over the episodes; `x0_error_sigma1_zero`, the error
-  of predicting zero, is its reference;
+  of predicting zero, is its reference; `x0_error_sigma1_changed` (beside
+  `x0_error_sigma1_changed_zero`) the same on the latent cells that change from frame 0
+  (frames t >= 1, both halves; None when no episode has one): below its zero, the
+  transformer predicts some of the reaction from its conditions alone;
 - with `latent_target: tracks`, `x0_error_still_motion`: the same x0 error at the noise
   level of the sampler's last query (`still_motion_sigma`: 0.30 for the demo's 8 UniPC steps
   at shift 3; what it predicts there the sample keeps) on the pointmap half's cells that do
@@ -56,7 +59,12 @@ from k4d_trainer.latents import SampleEncoder, changed_pixels, clip_normalisatio
 from k4d_trainer.objective import clean_sample
 from k4d_trainer.parallel import DistInfo, autocast, autocast_dtype, stage_dtype
 from k4d_trainer.runs import SAMPLE_KIND, RunDir
-from k4d_trainer.tool_condition import TOOL_KEY, clip_tool_features, episode_tool
+from k4d_trainer.tool_condition import (
+    TOOL_KEY,
+    clip_tool_features,
+    episode_camera_pose,
+    episode_tool,
+)
 from k4d_trainer.vae import psnr_of_mse
 
 SIGMA_ONE_TIMESTEP = 1000.0  # the 1000-step flow-matching schedule's first timestep: sigma 1
@@ -78,6 +86,7 @@ class ProgressEpisode:
     reconstruction: np.ndarray       # (T, H, W, 3) float32 in [-1, 1]: the VAE's, decoded
     static: np.ndarray               # (T, H, W) bool: unchanged from frame 0, off the robot
     tool: ToolTrack | None = None    # the gripper's state, when the transformer reads it
+    camera_pose: np.ndarray | None = None  # (4, 4) T_cam_from_base, with the tool
 
 
 class TrainedDenoiser:
@@ -176,17 +185,19 @@ class SampleProgress:
         clip = sample_clip(episode, self.clip, self.tracks)
         encoder = SampleEncoder(pipe.components, pipe.device, self.stage_dtype, self.tracks)
         sample = encoder.encode(clip)
-        tool = None
+        tool = pose = None
         if pipe.reads_tool:
-            tool = episode_tool(episode, self.clip)
-            sample[TOOL_KEY] = clip_tool_features(tool, self.clip, pipe.temporal_stride)
+            tool, pose = episode_tool(episode, self.clip), episode_camera_pose(episode)
+            sample[TOOL_KEY] = clip_tool_features(
+                tool, self.clip, pipe.temporal_stride,
+                pipe.components.transformer.config.tool_features, episode, clip)
         reconstruction, _ = pipe.decode_float(sample["latents"][None].to(pipe.device))
         robot_mask = np.asarray(clip["robot_mask"], dtype=bool)
         static = ~changed_pixels(clip) & ~robot_mask & ~robot_mask[:1]
         robot = RobotCondition(clip["robot_rgb"], clip["robot_pointmap"].astype(np.float32),
                                robot_mask)
         return ProgressEpisode(episode_id, clip["rgb"], robot, clip_normalisation(clip),
-                               sample, reconstruction, static, tool)
+                               sample, reconstruction, static, tool, pose)
 
 
 def _open_episodes(uri: str, count: int, clip: ClipSpec, max_upscale: float, env_config
@@ -247,13 +258,19 @@ def predict_x0(transformer: torch.nn.Module, sample: dict[str, torch.Tensor], se
 
 def x0_errors(transformer: torch.nn.Module, sample: dict[str, torch.Tensor], seed: int,
               latent_target: str, compute_dtype: torch.dtype | None, device: torch.device,
-              motion_scale: float = 1.0) -> tuple[float, float]:
+              motion_scale: float = 1.0) -> tuple[float, float, float, float]:
     """(MSE of the x0 predicted from pure noise at sigma = 1, MSE of predicting zero) against
-    the clean sample the loss trains towards; the noise is seeded, so only the weights move
-    the first figure."""
+    the clean sample the loss trains towards, then the same two on the cells that change
+    (`sample["change"]`, frames t >= 1, both halves; NaN without such cells): there the x0
+    says whether the transformer predicts the reaction from its conditions. The noise is
+    seeded, so only the weights move the first figures."""
     x0, x = predict_x0(transformer, sample, seed, latent_target, 1.0, compute_dtype, device,
                        motion_scale)
-    return float((x0 - x).square().mean()), float(x.square().mean())
+    regions = x0_region_errors(x0, x, sample["change"])
+    error, zero, cells = (sum(regions[f"{half}/later_changed"][k] for half in X0_HALVES)
+                          for k in range(3))
+    changed = (error / cells, zero / cells) if cells else (float("nan"), float("nan"))
+    return float((x0 - x).square().mean()), float(x.square().mean()), *changed
 
 
 def x0_region_errors(x0: torch.Tensor, x: torch.Tensor, change: torch.Tensor
@@ -306,11 +323,12 @@ def _sample(pipe: Kinema4DPipeline, episode: ProgressEpisode, seed: int) -> Gene
     """One sampling run with the model's own settings (rgb: (T, H, W, 3) uint8)."""
     robot = episode.robot
     return pipe(episode.rgb[0], robot.rgb, robot.pointmap, robot.mask, seed=seed,
-                pointmap_normalization=episode.norm, tool=episode.tool)
+                pointmap_normalization=episode.norm, tool=episode.tool,
+                T_cam_from_base=episode.camera_pose)
 
 
 def sample_figures(episodes: list[ProgressEpisode], samples: list[np.ndarray],
-                   x0: list[tuple[float, float]],
+                   x0: list[tuple[float, float, float, float]],
                    still: list[tuple[float, float]] | None = None) -> dict:
     """The metrics line's figures; `sample_static_psnr_db` is None when no pixel is static;
     with `still` (a tracks model's `still_motion_errors`) the still motion's x0 error."""
@@ -321,8 +339,13 @@ def sample_figures(episodes: list[ProgressEpisode], samples: list[np.ndarray],
         whole.append(float(error.mean()))
         if episode.static[1:].any():
             static.append(float(error[episode.static[1:]].mean()))
-    return {"x0_error_sigma1": float(np.mean([e for e, _ in x0])),
-            "x0_error_sigma1_zero": float(np.mean([z for _, z in x0])),
+    changed = [(e, z) for _, _, e, z in x0 if np.isfinite(e)]
+    return {"x0_error_sigma1": float(np.mean([e for e, *_ in x0])),
+            "x0_error_sigma1_zero": float(np.mean([z for _, z, *_ in x0])),
+            "x0_error_sigma1_changed": float(np.mean([e for e, _ in changed])) if changed
+            else None,
+            "x0_error_sigma1_changed_zero": float(np.mean([z for _, z in changed])) if changed
+            else None,
             "sample_psnr_db": psnr_of_mse(float(np.mean(whole))),
             "sample_static_psnr_db": psnr_of_mse(float(np.mean(static))) if static else None,
             **_still_figures(still)}

@@ -173,7 +173,8 @@ class Trainer:
             cache.write_index(episode_ids, clip)
         no_robot = encoder.no_robot_arm_cond(clip.num_frames, clip.height, clip.width) \
             if config.training.condition_dropout else None
-        tools = tool_conditions(dataset, episode_ids, clip, encoder.pipe.temporal_stride) \
+        tools = tool_conditions(dataset, episode_ids, clip, encoder.pipe.temporal_stride,
+                                components.transformer.config.tool_features) \
             if config.model.tool_condition else None
         components.vae.cpu()
         components.image_encoder.cpu()
