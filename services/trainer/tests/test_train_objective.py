@@ -114,6 +114,38 @@ def test_condition_dropout_swaps_the_robot_condition_and_keeps_each_samples_nois
     assert torch.equal(again.arm_cond, dropped.arm_cond)  # seeded by the sample number
 
 
+def test_sigma_one_share_noises_its_samples_to_pure_noise_and_keeps_the_rest():
+    from k4d_trainer.objective import noise_batch, training_schedule
+
+    batch, _ = _noise_inputs()
+    numbers, schedule = list(range(100, 164)), training_schedule(3.0)
+    plain = noise_batch(batch, numbers, 45, schedule, 0.1, 2)
+    mixed = noise_batch(batch, numbers, 45, schedule, 0.1, 2, sigma_one_share=0.5)
+    top = mixed.timestep == schedule[0][0]
+    assert float(schedule[0][0]) == 1000.0 and float(schedule[1][0]) == 1.0
+    assert 16 <= int((top & (plain.timestep != schedule[0][0])).sum()) <= 48  # about half
+    # the rest are the plain run's samples; every sample keeps its noise and robot condition
+    for name in ("model_input", "timestep"):
+        torch.testing.assert_close(getattr(mixed, name)[~top], getattr(plain, name)[~top],
+                                   rtol=0, atol=0)
+    torch.testing.assert_close(mixed.target, plain.target, rtol=0, atol=0)
+    torch.testing.assert_close(mixed.arm_cond, plain.arm_cond, rtol=0, atol=0)
+    # at sigma 1 the noisy half is the noise itself: eps = target + x
+    eps = plain.target + batch["latents"]
+    torch.testing.assert_close(mixed.model_input[top, :4], eps[top])
+    every = noise_batch(batch, numbers, 45, schedule, 0.1, 2, sigma_one_share=1.0)
+    assert bool((every.timestep == 1000.0).all())
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.5, float("nan")])
+def test_a_bad_sigma_one_share_is_refused(share):
+    from k4d.errors import InvalidArgument
+    from k4d_trainer.config import TrainingSection
+
+    with pytest.raises(InvalidArgument, match="training.sigma_one_share"):
+        TrainingSection(sigma_one_share=share).validate()
+
+
 def test_condition_dropout_needs_the_no_robot_condition():
     from k4d_trainer.objective import noise_batch, training_schedule
 

@@ -9,7 +9,9 @@ Optionally (issue 21, not the official objective) the squared error is a weighte
 latent cells: `changed_loss_weight` where the scene changed from frame 0, `robot_loss_weight`
 on the robot, 1 elsewhere (`loss_weights`). And `condition_dropout` of the samples see a
 scene with no robot in view in place of their robot condition (what guidance samples
-against, k4d_model.options `guidance_negative`).
+against, k4d_model.options `guidance_negative`). And `sigma_one_share` of the samples are
+noised to sigma 1, pure noise, where the transformer must predict the reaction from its
+conditions alone (issue 45).
 
 Every random draw of a sample comes from a generator seeded by (run seed, global sample
 number), so a sample gets the same noise whichever rank, world size or restart computes
@@ -80,12 +82,15 @@ def noise_batch(batch: dict[str, torch.Tensor], sample_numbers: list[int], seed:
                 schedule: tuple[torch.Tensor, torch.Tensor], soft_mask_ratio: float,
                 mask_channels: int, latent_target: str = LATENT_TARGETS[0],
                 condition_dropout: float = 0.0,
-                no_robot: torch.Tensor | None = None, motion_scale: float = 1.0) -> NoisedBatch:
+                no_robot: torch.Tensor | None = None, motion_scale: float = 1.0,
+                sigma_one_share: float = 0.0) -> NoisedBatch:
     """Draw each sample's timestep, noise and soft mask; build the model input (CPU).
     latent_target: what the clean sample is (`clean_sample`: the latents, or their change
     from frame 0 with a per-frame VAE; a tracks target's motion times `motion_scale`).
     condition_dropout: the chance that a sample's robot condition is `no_robot` (drawn after
-    the rest, so the sample's timestep and noise are those of a run without it)."""
+    the rest, so the sample's timestep and noise are those of a run without it).
+    sigma_one_share: the chance that a sample is noised to the schedule's top (sigma 1, pure
+    noise: x_t = eps) instead of its drawn timestep; drawn last, so its noise is the same."""
     if condition_dropout > 0 and no_robot is None:
         raise ValueError("condition_dropout needs the no-robot condition")
     timesteps, sigmas = schedule
@@ -95,14 +100,16 @@ def noise_batch(batch: dict[str, torch.Tensor], sample_numbers: list[int], seed:
         x = clean_sample(batch["latents"][i][None], latent_target, motion_scale)[0]
         index = int(torch.randint(0, len(timesteps), (1,), generator=generator))
         eps = torch.randn(x.shape, generator=generator, dtype=x.dtype)
+        arm = soften_mask(batch["arm_cond"][i], soft_mask_ratio, mask_channels, generator)
+        if condition_dropout > 0 and float(torch.rand((), generator=generator)) < condition_dropout:
+            arm = no_robot.to(arm)
+        if sigma_one_share > 0 and float(torch.rand((), generator=generator)) < sigma_one_share:
+            index = 0  # the schedule's top: timestep 1000, sigma 1
         s = sigmas[index]
         x_t = (1.0 - s) * x + s * eps
         inputs.append(torch.cat([x_t, batch["condition"][i]], dim=0))
         ts.append(timesteps[index])
         targets.append(eps - x)
-        arm = soften_mask(batch["arm_cond"][i], soft_mask_ratio, mask_channels, generator)
-        if condition_dropout > 0 and float(torch.rand((), generator=generator)) < condition_dropout:
-            arm = no_robot.to(arm)
         arms.append(arm)
     return NoisedBatch(torch.stack(inputs), torch.stack(ts), torch.stack(targets),
                        torch.stack(arms))
