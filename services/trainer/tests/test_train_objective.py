@@ -114,13 +114,13 @@ def test_condition_dropout_swaps_the_robot_condition_and_keeps_each_samples_nois
     assert torch.equal(again.arm_cond, dropped.arm_cond)  # seeded by the sample number
 
 
-def test_sigma_one_share_noises_its_samples_to_pure_noise_and_keeps_the_rest():
+def test_high_noise_share_noises_its_samples_to_high_noise_and_keeps_the_rest():
     from k4d_trainer.objective import noise_batch, training_schedule
 
     batch, _ = _noise_inputs()
     numbers, schedule = list(range(100, 164)), training_schedule(3.0)
     plain = noise_batch(batch, numbers, 45, schedule, 0.1, 2)
-    mixed = noise_batch(batch, numbers, 45, schedule, 0.1, 2, sigma_one_share=0.5)
+    mixed = noise_batch(batch, numbers, 45, schedule, 0.1, 2, high_noise_share=0.5)
     top = mixed.timestep == schedule[0][0]
     assert float(schedule[0][0]) == 1000.0 and float(schedule[1][0]) == 1.0
     assert 16 <= int((top & (plain.timestep != schedule[0][0])).sum()) <= 48  # about half
@@ -133,17 +133,28 @@ def test_sigma_one_share_noises_its_samples_to_pure_noise_and_keeps_the_rest():
     # at sigma 1 the noisy half is the noise itself: eps = target + x
     eps = plain.target + batch["latents"]
     torch.testing.assert_close(mixed.model_input[top, :4], eps[top])
-    every = noise_batch(batch, numbers, 45, schedule, 0.1, 2, sigma_one_share=1.0)
+    every = noise_batch(batch, numbers, 45, schedule, 0.1, 2, high_noise_share=1.0)
     assert bool((every.timestep == 1000.0).all())
+    # a band: every timestep among the schedule's with sigma >= 0.9, not all the top one
+    band = noise_batch(batch, numbers, 45, schedule, 0.1, 2, high_noise_share=1.0,
+                       high_noise_min_sigma=0.9)
+    sigma_of = dict(zip(schedule[0].tolist(), schedule[1].tolist()))
+    sigmas = torch.tensor([sigma_of[float(t)] for t in band.timestep])
+    assert bool((sigmas >= 0.9 - 1e-6).all()) and len(set(band.timestep.tolist())) > 8
+    torch.testing.assert_close(band.target, plain.target, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("share", [-0.1, 1.5, float("nan")])
-def test_a_bad_sigma_one_share_is_refused(share):
+@pytest.mark.parametrize("field, value", [("high_noise_share", -0.1),
+                                          ("high_noise_share", 1.5),
+                                          ("high_noise_share", float("nan")),
+                                          ("high_noise_min_sigma", 0.0),
+                                          ("high_noise_min_sigma", 1.2)])
+def test_a_bad_high_noise_share_or_band_is_refused(field, value):
     from k4d.errors import InvalidArgument
     from k4d_trainer.config import TrainingSection
 
-    with pytest.raises(InvalidArgument, match="training.sigma_one_share"):
-        TrainingSection(sigma_one_share=share).validate()
+    with pytest.raises(InvalidArgument, match=f"training.{field}"):
+        TrainingSection(**{field: value}).validate()
 
 
 def test_condition_dropout_needs_the_no_robot_condition():

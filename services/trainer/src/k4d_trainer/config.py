@@ -192,11 +192,13 @@ class TrainingSection:
     # `guidance_negative: no-robot` (k4d_model.options); the model's guidance_scale says
     # how strongly it samples towards the robot's effect.
     condition_dropout: float = 0.0
-    # The share of samples noised to sigma 1 (pure noise) instead of their drawn timestep
-    # (issue 45; not the official objective; 0 = off). There the transformer sees nothing of
-    # the clip but its conditions, so only there does it learn to predict the reaction, what
-    # the sampler's first steps commit to; the rest keep the schedule's spread.
-    sigma_one_share: float = 0.0
+    # The share of samples whose timestep is drawn again among the schedule's with sigma >=
+    # high_noise_min_sigma (1: the top alone, pure noise) (issue 45; not the official
+    # objective; 0 = off). There the transformer sees little or nothing of the clip but its
+    # conditions, so only there does it learn to predict the reaction, what the sampler's
+    # first steps commit to; the rest keep the schedule's spread.
+    high_noise_share: float = 0.0
+    high_noise_min_sigma: float = 1.0
     # What the transformer learns to sample (k4d_model.latent_target, issue 45): the clip's
     # latents (absolute, the official objective) or, with a per-frame VAE, their change from
     # frame 0's RGB latent (change: zero wherever nothing moves)
@@ -258,8 +260,11 @@ class TrainingSection:
         _check(0 <= self.soft_mask_ratio <= 1, "training.soft_mask_ratio", "must be in [0, 1]")
         _check(math.isfinite(self.timestep_shift) and self.timestep_shift > 0,
                "training.timestep_shift", "must be a finite number > 0")
-        _check(math.isfinite(self.sigma_one_share) and 0 <= self.sigma_one_share <= 1,
-               "training.sigma_one_share", f"must be in [0, 1], got {self.sigma_one_share}")
+        _check(math.isfinite(self.high_noise_share) and 0 <= self.high_noise_share <= 1,
+               "training.high_noise_share", f"must be in [0, 1], got {self.high_noise_share}")
+        _check(math.isfinite(self.high_noise_min_sigma) and 0 < self.high_noise_min_sigma <= 1,
+               "training.high_noise_min_sigma",
+               f"must be in (0, 1], got {self.high_noise_min_sigma}")
         _check(math.isfinite(self.condition_dropout) and 0 <= self.condition_dropout < 1,
                "training.condition_dropout", f"must be in [0, 1), got {self.condition_dropout}")
         for name in ("changed_loss_weight", "robot_loss_weight"):

@@ -9,9 +9,9 @@ Optionally (issue 21, not the official objective) the squared error is a weighte
 latent cells: `changed_loss_weight` where the scene changed from frame 0, `robot_loss_weight`
 on the robot, 1 elsewhere (`loss_weights`). And `condition_dropout` of the samples see a
 scene with no robot in view in place of their robot condition (what guidance samples
-against, k4d_model.options `guidance_negative`). And `sigma_one_share` of the samples are
-noised to sigma 1, pure noise, where the transformer must predict the reaction from its
-conditions alone (issue 45).
+against, k4d_model.options `guidance_negative`). And `high_noise_share` of the samples are
+noised to a sigma in [`high_noise_min_sigma`, 1] (1: pure noise), where the transformer must
+predict the reaction from its conditions alone (issue 45).
 
 Every random draw of a sample comes from a generator seeded by (run seed, global sample
 number), so a sample gets the same noise whichever rank, world size or restart computes
@@ -83,17 +83,20 @@ def noise_batch(batch: dict[str, torch.Tensor], sample_numbers: list[int], seed:
                 mask_channels: int, latent_target: str = LATENT_TARGETS[0],
                 condition_dropout: float = 0.0,
                 no_robot: torch.Tensor | None = None, motion_scale: float = 1.0,
-                sigma_one_share: float = 0.0) -> NoisedBatch:
+                high_noise_share: float = 0.0, high_noise_min_sigma: float = 1.0
+                ) -> NoisedBatch:
     """Draw each sample's timestep, noise and soft mask; build the model input (CPU).
     latent_target: what the clean sample is (`clean_sample`: the latents, or their change
     from frame 0 with a per-frame VAE; a tracks target's motion times `motion_scale`).
     condition_dropout: the chance that a sample's robot condition is `no_robot` (drawn after
     the rest, so the sample's timestep and noise are those of a run without it).
-    sigma_one_share: the chance that a sample is noised to the schedule's top (sigma 1, pure
-    noise: x_t = eps) instead of its drawn timestep; drawn last, so its noise is the same."""
+    high_noise_share: the chance that a sample's timestep is drawn again, uniformly among the
+    schedule's whose sigma is at least `high_noise_min_sigma` (1: the top alone, pure noise,
+    x_t = eps); drawn last, so its noise is the same."""
     if condition_dropout > 0 and no_robot is None:
         raise ValueError("condition_dropout needs the no-robot condition")
     timesteps, sigmas = schedule
+    high = high_noise_count(sigmas[: len(timesteps)], high_noise_min_sigma)
     inputs, ts, targets, arms = [], [], [], []
     for i, number in enumerate(sample_numbers):
         generator = sample_generator(seed, number)
@@ -103,8 +106,8 @@ def noise_batch(batch: dict[str, torch.Tensor], sample_numbers: list[int], seed:
         arm = soften_mask(batch["arm_cond"][i], soft_mask_ratio, mask_channels, generator)
         if condition_dropout > 0 and float(torch.rand((), generator=generator)) < condition_dropout:
             arm = no_robot.to(arm)
-        if sigma_one_share > 0 and float(torch.rand((), generator=generator)) < sigma_one_share:
-            index = 0  # the schedule's top: timestep 1000, sigma 1
+        if high_noise_share > 0 and float(torch.rand((), generator=generator)) < high_noise_share:
+            index = int(torch.randint(0, high, (1,), generator=generator)) if high > 1 else 0
         s = sigmas[index]
         x_t = (1.0 - s) * x + s * eps
         inputs.append(torch.cat([x_t, batch["condition"][i]], dim=0))
@@ -113,6 +116,12 @@ def noise_batch(batch: dict[str, torch.Tensor], sample_numbers: list[int], seed:
         arms.append(arm)
     return NoisedBatch(torch.stack(inputs), torch.stack(ts), torch.stack(targets),
                        torch.stack(arms))
+
+
+def high_noise_count(sigmas: torch.Tensor, min_sigma: float) -> int:
+    """How many of the schedule's first (highest, descending) sigmas are >= `min_sigma`; at
+    least the top one."""
+    return max(1, int((sigmas >= min_sigma - 1e-6).sum()))
 
 
 def loss_weights(batch: dict[str, torch.Tensor], changed_weight: float, robot_weight: float,

@@ -276,7 +276,8 @@ class Trainer:
                              self.mask_channels, self.config.training.latent_target,
                              self.config.training.condition_dropout, self.no_robot,
                              self.config.training.motion_scale,
-                             self.config.training.sigma_one_share)
+                             self.config.training.high_noise_share,
+                             self.config.training.high_noise_min_sigma)
         device = self.dist.device
         with autocast(self.compute_dtype, device):
             tool = {} if TOOL_KEY not in batch else {"tool_cond": batch[TOOL_KEY].to(device)}
