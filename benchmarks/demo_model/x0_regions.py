@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         if encoder.pipe.reads_tool:  # a model with a tool condition reads the gripper
             sample[TOOL_KEY] = clip_tool_features(
                 episode_tool(episode, clip), clip, encoder.pipe.temporal_stride,
-                transformer.config.tool_features, episode, arrays)
+                encoder.pipe.tool_features, episode, arrays)
         samples.append(sample)
     result = {"model": args.model, "data": args.data, "episodes": args.episodes,
               "draws": args.draws, "latent_target": latent_target, "motion_scale": motion_scale,

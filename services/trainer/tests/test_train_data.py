@@ -173,6 +173,22 @@ def test_robo4d_layout_is_a_source(tmp_path):
     assert official["pointmap"].min() >= -1.0 and official["pointmap"].max() <= 1.0
 
 
+def test_read_clip_reads_only_the_arrays_asked_for(tmp_path, make_dataset):
+    """`names`: a caller that needs a few arrays (the tool position's normalisation) reads
+    those, each as the full read has it, and not the videos."""
+    from k4d.episodes import open_dataset
+    from k4d_trainer.clips import read_clip
+
+    dataset = open_dataset(make_dataset(tmp_path / "ds", count=1, frames=5, height=32, width=48))
+    episode = dataset.open(sorted(dataset.episode_ids)[0])
+    clip = ClipSpec(num_frames=5, height=32, width=48)
+    full = read_clip(episode, clip)
+    few = read_clip(episode, clip, names=("robot_pointmap", "robot_mask"))
+    assert set(few) == {"robot_pointmap", "robot_mask", "normalised"}
+    for name in ("robot_pointmap", "robot_mask"):
+        np.testing.assert_array_equal(few[name], full[name])
+
+
 def test_bf16_encoding_has_its_own_fingerprint_and_fp32_latents(tmp_path, make_dataset):
     from k4d.episodes import open_dataset
     from k4d_model.checkpoints import build_components

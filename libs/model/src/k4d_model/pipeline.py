@@ -238,11 +238,16 @@ class Kinema4DPipeline:
         return self.components.transformer.reads_tool
 
     @property
+    def tool_features(self) -> int:
+        """Features per latent frame of the transformer's tool condition, 0 without one
+        (k4d_model.conditions.tool_condition)."""
+        return self.components.transformer.config.tool_features
+
+    @property
     def reads_tool_position(self) -> bool:
         """Whether the tool condition holds the tool's position in the camera frame too
         (k4d_model.conditions.tool_position_features), which needs the camera pose."""
-        return self.reads_tool and reads_tool_position(
-            self.components.transformer.config.tool_features)
+        return self.reads_tool and reads_tool_position(self.tool_features)
 
     def prepare_tool_cond(self, tool: ToolTrack | None, frames: int,
                           norm: PointmapNormalization | None = None,
@@ -266,8 +271,7 @@ class Kinema4DPipeline:
                 "pose: pass T_cam_from_base, the camera the robot condition was rendered with")
         latent_frames = (frames - 1) // self.temporal_stride + 1
         features = tool_condition(tool, latent_frames, self.temporal_stride,
-                                  self.components.transformer.config.tool_features,
-                                  T_cam_from_base, norm)
+                                  self.tool_features, T_cam_from_base, norm)
         return torch.from_numpy(features)[None].to(self.device)
 
     # ------------------------------------------------------------ 6. sampling

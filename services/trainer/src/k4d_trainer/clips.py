@@ -101,18 +101,21 @@ def adapt_clip(arrays: dict[str, np.ndarray], clip: ClipSpec) -> dict[str, np.nd
             out[name] = resize_crop(video, clip, "bilinear")
         else:
             out[name] = resize_crop(video.astype(np.float32), clip, "nearest")
-    # Off-robot pixels of the robot render stay black after bilinear resizing.
-    out["robot_rgb"] = np.where(out["robot_mask"][..., None], out["robot_rgb"], 0).astype(np.uint8)
+    if "robot_rgb" in out:  # off-robot pixels of the robot render stay black after resizing
+        out["robot_rgb"] = np.where(out["robot_mask"][..., None], out["robot_rgb"],
+                                    0).astype(np.uint8)
     return out
 
 
-def read_clip(episode, clip: ClipSpec, extra: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+def read_clip(episode, clip: ClipSpec, extra: tuple[str, ...] = (),
+              names: tuple[str, ...] = CLIP_ARRAYS) -> dict[str, np.ndarray]:
     """An opened episode (`k4d.episodes.Episode` or anything with `meta` and array access)
     -> its clip arrays, reading only the kept frames; `extra`: more arrays to read (the
-    caller checks that the episode holds them)."""
+    caller checks that the episode holds them); `names`: the arrays to read, all of a
+    clip's by default (a caller that needs a few reads only those)."""
     indices = frame_indices(episode.meta.frames, clip.num_frames)
     arrays = {}
-    for name in CLIP_ARRAYS + tuple(extra):
+    for name in tuple(names) + tuple(extra):
         array = episode[name]
         if hasattr(array, "oindex"):  # zarr: fetch only the kept frames' chunks
             arrays[name] = np.asarray(array.oindex[indices])

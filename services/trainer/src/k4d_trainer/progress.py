@@ -188,9 +188,8 @@ class SampleProgress:
         tool = pose = None
         if pipe.reads_tool:
             tool, pose = episode_tool(episode, self.clip), episode_camera_pose(episode)
-            sample[TOOL_KEY] = clip_tool_features(
-                tool, self.clip, pipe.temporal_stride,
-                pipe.components.transformer.config.tool_features, episode, clip)
+            sample[TOOL_KEY] = clip_tool_features(tool, self.clip, pipe.temporal_stride,
+                                                  pipe.tool_features, episode, clip)
         reconstruction, _ = pipe.decode_float(sample["latents"][None].to(pipe.device))
         robot_mask = np.asarray(clip["robot_mask"], dtype=bool)
         static = ~changed_pixels(clip) & ~robot_mask & ~robot_mask[:1]

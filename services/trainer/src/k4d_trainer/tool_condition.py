@@ -23,6 +23,9 @@ from k4d_trainer.clips import ClipSpec, frame_indices, read_clip
 from k4d_trainer.latents import clip_normalisation
 
 TOOL_KEY = "tool"
+# What the clip's pointmap normalisation reads (k4d_trainer.latents.clip_normalisation): the
+# tool's position of an episode reads only these of its clip, not its videos.
+NORMALISATION_ARRAYS = ("robot_pointmap", "robot_mask")
 
 
 def episode_tool(episode, clip: ClipSpec) -> ToolTrack:
@@ -53,8 +56,8 @@ def clip_tool_features(tool: ToolTrack, clip: ClipSpec, temporal_stride: int,
         if episode is None:
             raise ValueError("the tool's position needs the episode (its camera)")
         pose = episode_camera_pose(episode)
-        norm = clip_normalisation(read_clip(episode, clip) if clip_arrays is None
-                                  else clip_arrays)
+        norm = clip_normalisation(clip_arrays if clip_arrays is not None
+                                  else read_clip(episode, clip, names=NORMALISATION_ARRAYS))
     return torch.from_numpy(tool_condition(tool, latent_frames, temporal_stride, features,
                                            pose, norm))
 
