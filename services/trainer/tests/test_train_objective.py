@@ -138,7 +138,7 @@ def test_high_noise_share_noises_its_samples_to_high_noise_and_keeps_the_rest():
     # a band: every timestep among the schedule's with sigma >= 0.9, not all the top one
     band = noise_batch(batch, numbers, 45, schedule, 0.1, 2, high_noise_share=1.0,
                        high_noise_min_sigma=0.9)
-    sigma_of = dict(zip(schedule[0].tolist(), schedule[1].tolist()))
+    sigma_of = dict(zip(schedule[0].tolist(), schedule[1].tolist(), strict=True))
     sigmas = torch.tensor([sigma_of[float(t)] for t in band.timestep])
     assert bool((sigmas >= 0.9 - 1e-6).all()) and len(set(band.timestep.tolist())) > 8
     torch.testing.assert_close(band.target, plain.target, rtol=0, atol=0)
