@@ -195,3 +195,47 @@ def test_a_tracks_model_carries_frame_0_along_its_mean_motion_sample():
     np.testing.assert_allclose(result.pointmap, mean[1], atol=1e-5)
     first = pipe.finish_output(image, robot, drawn_rgb[0], drawn_points[0], norm, None)
     assert (first[0] != result.rgb).any()  # not one sample's frames
+
+
+def test_a_tracks_models_sample_refiner_reads_its_carried_frames():
+    """`cascade` on a tracks model: the refiner reads its frames (frame 0 carried along the
+    sampled motion, `refiner_input`) against frame 0 itself (`sample_reference`). A refiner
+    that passes its sample through (residual, nothing learned) gives the tracks model's
+    frames back and `colour` keeps the carried points; one that draws a constant change
+    gives frame 0 plus it."""
+    from k4d_model.cascade import CascadeConfig, SampleRefiner
+
+    image, rgb, points, mask = _ray_cast_robot()
+
+    def pipe_with(cascade, option: str = "") -> Kinema4DPipeline:
+        components = _tiny_per_frame(change="tracks")
+        components.info.extra.update(vae_decode="split", decode="relative")
+        if option:
+            components.info.extra["cascade"] = option
+        components.cascade = cascade
+        return Kinema4DPipeline(components, CallableDenoiser(components.transformer))
+
+    plain_pipe = pipe_with(None)
+    plain = plain_pipe(image, rgb, points, mask, num_steps=2, seed=3)
+    robot = RobotCondition(rgb, points, mask)
+    norm = PointmapNormalization.from_points(points, mask)
+    frames, frame_points = plain_pipe.refiner_input(
+        image, robot, *plain_pipe.decoded_sample(image, robot, norm, seed=3, num_steps=2), norm)
+    assert frames.shape == frame_points.shape == (5, 32, 48, 3)
+    np.testing.assert_allclose((frames + 1.0) * 127.5, plain.rgb, atol=1e-3)
+    np.testing.assert_allclose(plain_pipe.sample_reference(image)[3], image / 127.5 - 1.0,
+                               atol=1e-6)
+
+    passing = SampleRefiner(CascadeConfig(channels=(8, 16), residual=True)).eval()
+    through = pipe_with(passing, "colour")(image, rgb, points, mask, num_steps=2, seed=3)
+    assert np.abs(through.rgb.astype(int) - plain.rgb.astype(int)).max() <= 1
+    np.testing.assert_array_equal(through.pointmap, plain.pointmap)
+
+    constant = SampleRefiner(CascadeConfig(channels=(8, 16))).eval()
+    with torch.no_grad():
+        constant.head.bias.copy_(torch.tensor([10 / 127.5] * 3 + [0.0] * 3))
+    drawn = pipe_with(constant, "colour")(image, rgb, points, mask, num_steps=2, seed=3)
+    expected = np.clip(image.astype(int) + 10, 0, 255)
+    for t in range(1, 5):
+        off_robot = ~mask[t]
+        assert np.abs(drawn.rgb[t][off_robot].astype(int) - expected[off_robot]).max() <= 1

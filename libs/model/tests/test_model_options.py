@@ -40,8 +40,8 @@ def test_unknown_keys_and_bad_values_are_refused_by_name(extra, field):
     assert [v.field for v in err.value.violations] == [field]
 
 
-@pytest.mark.parametrize("option", [{"cascade": "colour", "decode": "relative"},
-                                    {"refiner": "change"}, {"decode": "input"}])
+@pytest.mark.parametrize("option", [{"refiner": "change"}, {"refiner_pointmap": "change"},
+                                    {"decode": "input"}])
 def test_a_tracks_model_refuses_options_that_redraw_its_frames(option):
     """latent_target tracks draws frames t >= 1 from the sampled motion; an option that draws
     them from something else would hide it."""
@@ -50,6 +50,16 @@ def test_a_tracks_model_refuses_options_that_redraw_its_frames(option):
     with pytest.raises(InvalidArgument, match="tracks") as err:
         check_model_extra({"latent_target": "tracks", **option})
     assert [v.field for v in err.value.violations] == [f"extra.{next(iter(option))}"]
+
+
+def test_a_tracks_model_may_have_a_sample_refiner_that_reads_its_own_samples():
+    """`cascade` on a tracks model: the refiner reads its frames; the samples it reads are
+    its own config's, so `motion_samples` beside it is refused."""
+    extra = {"latent_target": "tracks", "decode": "relative", "cascade": "colour"}
+    assert check_model_extra(extra) is extra
+    with pytest.raises(InvalidArgument, match="sample refiner") as err:
+        check_model_extra({**extra, "motion_samples": 2})
+    assert [v.field for v in err.value.violations] == ["extra.motion_samples"]
 
 
 def test_a_tracks_model_may_average_its_motion_samples():

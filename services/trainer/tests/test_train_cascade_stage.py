@@ -303,6 +303,39 @@ def test_a_rollout_stored_with_more_samples_gives_its_first():
     assert rollout_example(both, samples=2).x.shape[1] == CascadeConfig(samples=2).inputs
 
 
+def test_a_tracks_models_rollouts_hold_the_frames_its_refiner_reads(tmp_path, make_dataset):
+    """A `latent_target: tracks` model's rollout stores what its refiner reads at inference
+    (Kinema4DPipeline.refiner_input): frame 0 carried along the sampled motion, measured from
+    frame 0 itself, not the decoded colour against the VAE's static clip."""
+    from k4d.episodes import open_dataset
+    from k4d_model.checkpoints import build_components
+    from k4d_model.conditions import PointmapNormalization
+    from k4d_model.model.configs import get_model_config
+    from k4d_model.pipeline import Kinema4DPipeline, sample_seed
+    from k4d_model.results import RobotCondition
+    from k4d_model.testing import CallableDenoiser
+    from k4d_trainer.clips import read_clip
+
+    dataset = open_dataset(make_dataset(tmp_path / "ds", count=1, frames=5, height=32, width=48))
+    clip = read_clip(dataset.open(dataset.episode_ids[0]), ClipSpec(5, 32, 48))
+    components, _ = build_components(get_model_config("tiny"), seed=0)
+    components.info.extra = {"latent_target": "tracks", "decode": "relative"}
+    pipe = Kinema4DPipeline(components, CallableDenoiser(components.transformer))
+    arrays = cascade_stage.rollout_arrays(pipe, clip, seed=7)
+    first = clip["rgb"][0] / 127.5 - 1.0
+    np.testing.assert_allclose(arrays["reference"].astype(np.float32), first, atol=1e-3)
+    robot = RobotCondition(clip["robot_rgb"], clip["robot_pointmap"].astype(np.float32),
+                           clip["robot_mask"])
+    norm = PointmapNormalization.from_points(robot.pointmap, robot.mask)
+    frames, points = pipe.refiner_input(
+        clip["rgb"][0], robot,
+        *pipe.decoded_sample(clip["rgb"][0], robot, norm, seed=sample_seed(7, 0)), norm)
+    np.testing.assert_allclose(arrays["rgb"].astype(np.float32), frames, atol=2e-3)
+    np.testing.assert_allclose(arrays["pointmap"].astype(np.float32), points, atol=2e-2)
+    np.testing.assert_allclose(arrays["rgb"][0].astype(np.float32), first, atol=1e-3)
+    assert np.abs(arrays["rgb"][1:].astype(np.float32) - first).mean() > 0.01  # it moved
+
+
 def test_a_run_samples_rollouts_trains_commits_and_publishes_the_cascade(
         tmp_path, recipe, make_dataset, tiny_official):
     data = make_dataset(tmp_path / "data", count=2, frames=5, height=32, width=48)

@@ -98,7 +98,10 @@ is the input, not a VAE reconstruction of it:
                      RGB-D observation: `initial_pointmap`), the relative decoding's elsewhere
                      (measured: the refiner's point change is the better one on known points,
                      the relative decoding's on points the model estimated itself). A model
-                     that sets it without a cascade/ directory is refused at load.
+                     that sets it without a cascade/ directory is refused at load. On a
+                     `latent_target: tracks` model the refiner reads its frames (frame 0
+                     carried along the sampled motion) as the sample, and redraws their
+                     colour; "the relative decoding's" points are then the carried ones.
   uncovered          "filled": pixels the robot covered in frame 0 and has left by frame t show
                      the input image filled in over frame 0's robot from the pixels around it
                      (rings from the outside in, then Laplace smoothing). What was behind the
@@ -208,8 +211,9 @@ GUIDANCE_HALVES = (GUIDANCE_HALVES_BOTH, GUIDANCE_HALVES_RGB)
 _MODEL_KEYS = (VAE_DECODE_KEY, LATENT_TARGET_KEY, MOTION_SCALE_KEY, GUIDANCE_NEGATIVE_KEY,
                GUIDANCE_HALVES_KEY)
 # Output options a `tracks` model refuses (and `decode: input`): each redraws frames t >= 1
-# from something else.
-_NOT_WITH_TRACKS = ("cascade", "refiner", "refiner_pointmap")
+# from something else. (`cascade` it takes: the sample refiner reads its frames, frame 0
+# carried along the sampled motion, Kinema4DPipeline.refiner_input.)
+_NOT_WITH_TRACKS = ("refiner", "refiner_pointmap")
 
 
 def _is_number(value: Any) -> bool:
@@ -273,6 +277,11 @@ def _check_tracks_options(options: dict[str, Any], prefix: str) -> None:
             f"{prefix}.{redraws[0]}", f"must be unset with {LATENT_TARGET_KEY} "
                                       f"{LATENT_TARGET_TRACKS!r}: its frames are frame 0 "
                                       "carried along the sampled motion (k4d_model.tracks)")
+    if options.get(CASCADE_KEY) and options.get(MOTION_SAMPLES_KEY, 1) != 1:
+        raise InvalidArgument.for_field(
+            f"{prefix}.{MOTION_SAMPLES_KEY}", "must be 1 with a sample refiner (`cascade`): "
+                                              "the refiner reads the samples its own config "
+                                              "names (cascade/config.json `samples`)")
 
 
 @dataclass(frozen=True)

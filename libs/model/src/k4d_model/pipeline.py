@@ -396,9 +396,13 @@ class Kinema4DPipeline:
             # as if the caller had given the refiner's estimate as the initial pointmap
             initial_pointmap = estimated_first_points(change.first_depth_m, robot)
         if points is not None and samples_tracks(self.info.extra):
-            rgb_out, points = frames_from_tracks(image, points,
-                                                 _first_points(points[0], initial_pointmap),
-                                                 robot.pointmap, robot.mask)
+            first_points = _first_points(points[0], initial_pointmap)
+            rgb_out, points = frames_from_tracks(image, points, first_points, robot.pointmap,
+                                                 robot.mask)
+            if opts.cascade:
+                rgb_out, points = self._refine_tracked(image, robot, samples_rgb,
+                                                       samples_pointmap, norm, initial_pointmap,
+                                                       first_points, points, opts)
         elif opts.input_only:
             first = (initial_pointmap if points is None
                      else _first_points(points[0], initial_pointmap))
@@ -469,6 +473,60 @@ class Kinema4DPipeline:
             points = np.where(uncovered_by_robot(robot.mask)[..., None], behind[None],
                               points).astype(np.float32)
         return rgb_out, points
+
+    def refiner_input(self, image: np.ndarray, robot: RobotCondition, rgb: np.ndarray,
+                      pointmap: np.ndarray, norm: PointmapNormalization,
+                      initial_pointmap: np.ndarray | None = None
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """What the sample refiner (k4d_model.cascade) reads of a decoded sample (rgb,
+        pointmap in [-1, 1], (T, H, W, 3) or stacked samples (K, T, H, W, 3)): the sample
+        as decoded; for a tracks model, its frames, frame 0 carried along the sampled motion
+        (k4d_model.tracks.frames_from_tracks), on the same scale. Its trainer stores the
+        rollouts it learns from with this (k4d_trainer.cascade_stage)."""
+        if not samples_tracks(self.info.extra):
+            return rgb, pointmap
+        if rgb.ndim == 5:
+            pieces = [self.refiner_input(image, robot, one_rgb, one_pointmap, norm,
+                                         initial_pointmap)
+                      for one_rgb, one_pointmap in zip(rgb, pointmap, strict=True)]
+            return np.stack([p[0] for p in pieces]), np.stack([p[1] for p in pieces])
+        tracks = norm.denormalise(pointmap)
+        frames, points = frames_from_tracks(image, tracks,
+                                            _first_points(tracks[0], initial_pointmap),
+                                            robot.pointmap, robot.mask)
+        return (frames.astype(np.float32) / 127.5 - 1.0,
+                norm.normalise(points.astype(np.float32)).astype(np.float32))
+
+    def sample_reference(self, image: np.ndarray) -> np.ndarray:
+        """(T, H, W, 3) float32 in [-1, 1]: what the refiner measures a sample's colour
+        change from: the VAE's static clip (static_reconstruction) for a model that decodes
+        its colour; frame 0 itself for a tracks model, whose frames carry frame 0's pixels."""
+        if samples_tracks(self.info.extra):
+            first = np.asarray(image, np.float32) / 127.5 - 1.0
+            return np.repeat(first[None], self.info.num_frames, axis=0)
+        return self.static_reconstruction(image)
+
+    def _refine_tracked(self, image: np.ndarray, robot: RobotCondition, rgb: np.ndarray,
+                        pointmap: np.ndarray, norm: PointmapNormalization,
+                        initial_pointmap: np.ndarray | None, first_points: np.ndarray,
+                        tracked_points: np.ndarray, opts: FidelityOptions
+                        ) -> tuple[np.ndarray, np.ndarray]:
+        """`cascade` on a tracks model: the refiner redraws the colour of its frames (frame 0
+        carried along the sampled motion); the points are the refiner's with `cascade:
+        sample` (or `sample-given-depth` and frame 0's depth given), else the carried ones."""
+        self._check_refiner(opts)
+        frames, frame_points = self.refiner_input(image, robot, rgb, pointmap, norm,
+                                                  initial_pointmap)
+        reference = (self.sample_reference(image) + 1.0) * 127.5
+        colour, refined = self._refine_sample(image, frames, reference, frame_points,
+                                              first_points, norm)
+        points = tracked_points
+        if opts.cascade == CASCADE_SAMPLE:
+            points = refined
+        elif opts.cascade == CASCADE_SAMPLE_GIVEN_DEPTH and initial_pointmap is not None:
+            points = np.where(initial_pointmap[None, ..., 2:] > 0, refined, tracked_points)
+        return (np.round(np.clip(colour, 0.0, 255.0)).astype(np.uint8),
+                points.astype(np.float32))
 
     def _refine_sample(self, image: np.ndarray, rgb: np.ndarray, reference: np.ndarray,
                        pointmap: np.ndarray, first_points: np.ndarray,

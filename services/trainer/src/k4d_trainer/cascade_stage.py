@@ -128,8 +128,10 @@ def rollout_arrays(pipe: Kinema4DPipeline, clip: dict[str, np.ndarray], seed: in
                    tool: ToolTrack | None = None, T_cam_from_base: np.ndarray | None = None
                    ) -> dict[str, np.ndarray]:
     """One episode's rollout and its targets, as stored (float16 where it is a float):
-    the image, the decoded sample (rgb, pointmap; stacked (samples, T, H, W, 3) when the
-    network reads several), the decoder's static frame, the ground truth's colour and
+    the image, what the refiner reads of the decoded sample (Kinema4DPipeline.refiner_input:
+    the sample, or a tracks model's frames; rgb, pointmap, stacked (samples, T, H, W, 3)
+    when the network reads several), its colour's reference frame (sample_reference: the
+    decoder's static frame, or frame 0 for a tracks model), the ground truth's colour and
     depth-known points, the robot mask and the normalisation's scale. `stored`: this
     episode's rollout with fewer samples, kept: only the samples it lacks are drawn (sample
     k's noise depends on the seed and k alone, k4d_model.pipeline.sample_seed). `tool`:
@@ -146,8 +148,10 @@ def rollout_arrays(pipe: Kinema4DPipeline, clip: dict[str, np.ndarray], seed: in
         list(stored["rgb"].reshape(have, *stored["rgb"].shape[-4:])),
         list(stored["pointmap"].reshape(have, *stored["pointmap"].shape[-4:])))
     for k in range(have, samples):
-        one_rgb, one_points = pipe.decoded_sample(image, robot, norm, seed=sample_seed(seed, k),
-                                                  tool=tool, T_cam_from_base=T_cam_from_base)
+        one_rgb, one_points = pipe.refiner_input(
+            image, robot, *pipe.decoded_sample(image, robot, norm, seed=sample_seed(seed, k),
+                                               tool=tool, T_cam_from_base=T_cam_from_base),
+            norm)
         rgb.append(one_rgb.astype(np.float16))
         pointmap.append(one_points.astype(np.float16))
     rgb, pointmap = (rgb[0], pointmap[0]) if samples == 1 else (np.stack(rgb), np.stack(pointmap))
@@ -155,7 +159,7 @@ def rollout_arrays(pipe: Kinema4DPipeline, clip: dict[str, np.ndarray], seed: in
         return {**stored, "rgb": rgb, "pointmap": pointmap}
     known = scene_depth(clip) > 0
     return {"image": image, "rgb": rgb, "pointmap": pointmap,
-            "reference": pipe.static_reconstruction(image)[0].astype(np.float16),
+            "reference": pipe.sample_reference(image)[0].astype(np.float16),
             "target_rgb": np.ascontiguousarray(clip["rgb"]),
             "target_points": np.where(known[..., None], clip["pointmap"], 0.0).astype(np.float32),
             "known": known, "robot_mask": mask, "scale": np.float32(norm.scale)}
