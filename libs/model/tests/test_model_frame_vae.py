@@ -203,7 +203,7 @@ def test_a_tracks_models_sample_refiner_reads_its_carried_frames():
     that passes its sample through (residual, nothing learned) gives the tracks model's
     frames back and `colour` keeps the carried points; one that draws a constant change
     gives frame 0 plus it."""
-    from k4d_model.cascade import CascadeConfig, SampleRefiner
+    from k4d_model.cascade import POINT_GAIN, CascadeConfig, SampleRefiner
 
     image, rgb, points, mask = _ray_cast_robot()
 
@@ -233,9 +233,15 @@ def test_a_tracks_models_sample_refiner_reads_its_carried_frames():
 
     constant = SampleRefiner(CascadeConfig(channels=(8, 16))).eval()
     with torch.no_grad():
-        constant.head.bias.copy_(torch.tensor([10 / 127.5] * 3 + [0.0] * 3))
+        constant.head.bias.copy_(torch.tensor([10 / 127.5] * 3 + [0.5] * 3))
     drawn = pipe_with(constant, "colour")(image, rgb, points, mask, num_steps=2, seed=3)
     expected = np.clip(image.astype(int) + 10, 0, 255)
     for t in range(1, 5):
         off_robot = ~mask[t]
         assert np.abs(drawn.rgb[t][off_robot].astype(int) - expected[off_robot]).max() <= 1
+    np.testing.assert_array_equal(drawn.pointmap, plain.pointmap)  # `colour`: carried points
+    # `sample`: the refiner's points too, frame 0's plus its constant change
+    moved = pipe_with(constant, "sample")(image, rgb, points, mask, num_steps=2, seed=3)
+    np.testing.assert_array_equal(moved.rgb, drawn.rgb)
+    np.testing.assert_allclose(moved.pointmap[1:] - moved.pointmap[:1],
+                               0.5 * norm.scale / POINT_GAIN, atol=1e-5)
