@@ -135,6 +135,9 @@ def _attach_cascade(components, config, run: Path, step: int, raw_of_average: bo
     cascade = load_run_cascade(run_dir)
     cascade_step = cascade_source_step(run_dir)
     fidelity = dict(config.model.fidelity)
+    if cascade is not None and not fidelity.get(CASCADE_KEY):
+        # a recipe without the output option exports the sample only, whatever the run holds
+        cascade = None
     if cascade is not None and raw_of_average:
         # its rollouts were the average's samples, not these weights'
         print(f"demo_model: warning: --weights raw: {run}'s sample refiner learned the "

@@ -186,3 +186,12 @@ def test_the_raw_export_of_an_averaged_run_leaves_its_refiner_out(tmp_path, reci
     manifest = json.loads((tmp_path / "raw" / "manifest.json").read_text())
     assert "cascade" not in manifest["fidelity"]
     assert not any(f["path"].startswith("cascade/") for f in manifest["files"])
+    # a recipe without the output option exports the sample alone from the same run
+    config = json.loads(path.read_text())
+    config["model"]["fidelity"].pop("cascade")
+    config["cascade"]["steps"] = 0
+    sample_only = tmp_path / "sample-only.json"
+    sample_only.write_text(json.dumps(config))
+    assert _export(sample_only, tmp_path / "run", tmp_path / "sample", "ema").returncode == 0
+    sample_model = load_model(tmp_path / "sample" / "weights")
+    assert sample_model.cascade is None and "cascade" not in sample_model.info.extra
