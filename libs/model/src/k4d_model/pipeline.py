@@ -402,7 +402,7 @@ class Kinema4DPipeline:
             if opts.cascade:
                 rgb_out, points = self._refine_tracked(image, robot, samples_rgb,
                                                        samples_pointmap, norm, initial_pointmap,
-                                                       first_points, points, opts)
+                                                       first_points, rgb_out, points, opts)
         elif opts.input_only:
             first = (initial_pointmap if points is None
                      else _first_points(points[0], initial_pointmap))
@@ -491,11 +491,9 @@ class Kinema4DPipeline:
                       for one_rgb, one_pointmap in zip(rgb, pointmap, strict=True)]
             return np.stack([p[0] for p in pieces]), np.stack([p[1] for p in pieces])
         tracks = norm.denormalise(pointmap)
-        frames, points = frames_from_tracks(image, tracks,
-                                            _first_points(tracks[0], initial_pointmap),
-                                            robot.pointmap, robot.mask)
-        return (frames.astype(np.float32) / 127.5 - 1.0,
-                norm.normalise(points.astype(np.float32)).astype(np.float32))
+        return _on_sample_scale(*frames_from_tracks(image, tracks,
+                                                    _first_points(tracks[0], initial_pointmap),
+                                                    robot.pointmap, robot.mask), norm)
 
     def sample_reference(self, image: np.ndarray) -> np.ndarray:
         """(T, H, W, 3) float32 in [-1, 1]: what the refiner measures a sample's colour
@@ -509,14 +507,17 @@ class Kinema4DPipeline:
     def _refine_tracked(self, image: np.ndarray, robot: RobotCondition, rgb: np.ndarray,
                         pointmap: np.ndarray, norm: PointmapNormalization,
                         initial_pointmap: np.ndarray | None, first_points: np.ndarray,
-                        tracked_points: np.ndarray, opts: FidelityOptions
-                        ) -> tuple[np.ndarray, np.ndarray]:
+                        tracked_rgb: np.ndarray, tracked_points: np.ndarray,
+                        opts: FidelityOptions) -> tuple[np.ndarray, np.ndarray]:
         """`cascade` on a tracks model: the refiner redraws the colour of its frames (frame 0
         carried along the sampled motion); the points are the refiner's with `cascade:
         sample` (or `sample-given-depth` and frame 0's depth given), else the carried ones."""
         self._check_refiner(opts)
-        frames, frame_points = self.refiner_input(image, robot, rgb, pointmap, norm,
-                                                  initial_pointmap)
+        if rgb.ndim == 4:  # one sample: its frames are the ones finish_output just drew
+            frames, frame_points = _on_sample_scale(tracked_rgb, tracked_points, norm)
+        else:
+            frames, frame_points = self.refiner_input(image, robot, rgb, pointmap, norm,
+                                                      initial_pointmap)
         reference = (self.sample_reference(image) + 1.0) * 127.5
         colour, refined = self._refine_sample(image, frames, reference, frame_points,
                                               first_points, norm)
@@ -838,6 +839,14 @@ class Kinema4DPipeline:
 def sample_seed(seed: int, k: int) -> int:
     """The noise seed of sample k of a rollout seeded `seed` (SAMPLE_SEED_STRIDE)."""
     return int(seed) if k == 0 else (int(seed) + k * SAMPLE_SEED_STRIDE) % 2 ** 63
+
+
+def _on_sample_scale(frames: np.ndarray, points: np.ndarray, norm: PointmapNormalization
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """A tracks model's drawn frames (uint8) and metric points -> [-1, 1] and normalised
+    units, the scale of a decoded sample (what the sample refiner reads)."""
+    return (frames.astype(np.float32) / 127.5 - 1.0,
+            norm.normalise(points.astype(np.float32)).astype(np.float32))
 
 
 def _first_points(generated: np.ndarray, initial_pointmap: np.ndarray | None) -> np.ndarray:
