@@ -43,6 +43,10 @@ def _error_lines(capsys) -> list[str]:
     ({"training": {"latent_target": "delta"}}, "training.latent_target"),
     ({"training": {"motion_scale": 0}}, "training.motion_scale"),
     ({"training": {"motion_scale": 10.0, "latent_target": "change"}}, "training.motion_scale"),
+    ({"training": {"moving_loss_weight": 8.0, "latent_target": "change"}},
+     "training.moving_loss_weight"),  # no motion target
+    ({"training": {"moving_loss_weight": -1.0, "latent_target": "tracks"}},
+     "training.moving_loss_weight"),
     ({"model": {"fidelity": {"motion_samples": 4}}}, "model.fidelity.motion_samples"),  # no tracks
     ({"training": {"sample_every": 50}}, "training.sample_uri"),  # no episodes to sample
     ({"training": {"decay_steps": -1}}, "training.decay_steps"),

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from k4d_trainer.latents import change_map
-from k4d_trainer.objective import flow_matching_loss, loss_weights
+from k4d_trainer.objective import flow_matching_loss, loss_weights, moving_cells
 
 
 def _clip(frames: int = 9, height: int = 32, width: int = 48) -> dict[str, np.ndarray]:
@@ -43,6 +43,29 @@ def test_change_map_uses_depth_and_leaves_the_robot_out():
     assert cells[2].sum() == 1 and cells[2, 3, 5] == 1
     clip["normalised"] = np.bool_(True)  # stored [-1, 1] codes: colour alone decides
     assert change_map(clip, 4, 6, 4).sum() == 0
+
+
+def test_moving_cells_are_the_changed_cells_whose_surface_moves():
+    """A tracks target: of the changed cells, those whose motion half moves (an object's
+    origin) get the moving weight in both halves; a changed cell that stays (a shadow) and
+    a moving cell outside the change (the robot's own surface) keep theirs."""
+    change = torch.zeros(1, 1, 2, 2, 4)
+    change[0, 0, 1, 0, 0] = change[0, 0, 1, 0, 2] = 1  # an object moved off this cell
+    change[0, 0, 1, 1, 1] = change[0, 0, 1, 1, 3] = 1  # a shadow: nothing moves there
+    clean = torch.zeros(1, 16, 2, 2, 4)
+    clean[0, 5, 1, 0, 2] = -3.0  # the object's surface moves (motion half, left cell)
+    clean[0, 2, 1, 1, 3] = 0.3  # the shadow's encoder noise, below MOVING_CELL_MIN
+    clean[0, 0, 0, 1, 3] = 9.0  # the robot's surface: moves, but no change off the robot
+    moving = moving_cells(change, clean)
+    assert moving[0, 0, 1, 0, 0] == 1 and moving[0, 0, 1, 0, 2] == 1  # colour and motion
+    assert moving.sum() == 2
+    batch = {"change": change, "arm_cond": torch.zeros(1, 20, 2, 2, 4)}
+    weights = loss_weights(batch, 2.0, 1.0, 8.0, clean)
+    assert weights[0, 0, 1, 0, 0] == 8 and weights[0, 0, 1, 1, 1] == 2  # moved; shadow
+    assert weights[0, 0, 0, 1, 3] == 1
+    assert torch.equal(loss_weights(batch, 2.0, 1.0), loss_weights(batch, 2.0, 1.0, 1.0, clean))
+    with pytest.raises(ValueError, match="clean sample"):
+        loss_weights(batch, 2.0, 1.0, 8.0)
 
 
 def test_loss_weights_take_the_largest_that_applies():
