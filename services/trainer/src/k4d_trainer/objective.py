@@ -10,9 +10,10 @@ latent cells: `changed_loss_weight` where the scene changed from frame 0, `robot
 on the robot, `moving_loss_weight` (a tracks target) where the scene changed and the target
 moves: the moving objects, not their shadows nor the robot; 1 elsewhere (`loss_weights`).
 And `condition_dropout` of the samples see a scene with no robot in view in place of their
-robot condition (what guidance samples against, k4d_model.options `guidance_negative`). And `high_noise_share` of the samples are
-noised to a sigma in [`high_noise_min_sigma`, 1] (1: pure noise), where the transformer must
-predict the reaction from its conditions alone (issue 45).
+robot condition (what guidance samples against, k4d_model.options `guidance_negative`).
+And `high_noise_share` of the samples are noised to a sigma in [`high_noise_min_sigma`, 1]
+(1: pure noise), where the transformer must predict the reaction from its conditions alone
+(issue 45).
 
 Every random draw of a sample comes from a generator seeded by (run seed, global sample
 number), so a sample gets the same noise whichever rank, world size or restart computes
