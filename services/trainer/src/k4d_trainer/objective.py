@@ -78,6 +78,7 @@ class NoisedBatch:
     timestep: torch.Tensor  # (B,)
     target: torch.Tensor  # (B, 16, F, h, 2w) = eps - x
     arm_cond: torch.Tensor  # soft-masked
+    clean: torch.Tensor  # (B, 16, F, h, 2w) x, the clean sample (what moving_cells reads)
 
 
 def noise_batch(batch: dict[str, torch.Tensor], sample_numbers: list[int], seed: int,
@@ -99,7 +100,7 @@ def noise_batch(batch: dict[str, torch.Tensor], sample_numbers: list[int], seed:
         raise ValueError("condition_dropout needs the no-robot condition")
     timesteps, sigmas = schedule
     high = high_noise_count(sigmas[: len(timesteps)], high_noise_min_sigma)
-    inputs, ts, targets, arms = [], [], [], []
+    inputs, ts, targets, arms, cleans = [], [], [], [], []
     for i, number in enumerate(sample_numbers):
         generator = sample_generator(seed, number)
         x = clean_sample(batch["latents"][i][None], latent_target, motion_scale)[0]
@@ -116,8 +117,9 @@ def noise_batch(batch: dict[str, torch.Tensor], sample_numbers: list[int], seed:
         ts.append(timesteps[index])
         targets.append(eps - x)
         arms.append(arm)
+        cleans.append(x)
     return NoisedBatch(torch.stack(inputs), torch.stack(ts), torch.stack(targets),
-                       torch.stack(arms))
+                       torch.stack(arms), torch.stack(cleans))
 
 
 def high_noise_count(sigmas: torch.Tensor, min_sigma: float) -> int:

@@ -30,7 +30,6 @@ from k4d_trainer.ema import STATE_KEY as EMA_KEY
 from k4d_trainer.ema import EmaState
 from k4d_trainer.latents import LatentCache, SampleEncoder
 from k4d_trainer.objective import (
-    clean_sample,
     flow_matching_loss,
     loss_weights,
     noise_batch,
@@ -286,10 +285,8 @@ class Trainer:
                                     batch["image_embeds"].to(device), noised.arm_cond.to(device),
                                     return_dict=False, **tool)[0]
         t = self.config.training
-        clean = clean_sample(batch["latents"], t.latent_target, t.motion_scale) \
-            if t.moving_loss_weight != 1.0 else None
         weights = loss_weights(batch, t.changed_loss_weight, t.robot_loss_weight,
-                               t.moving_loss_weight, clean) if t.weighted_loss else None
+                               t.moving_loss_weight, noised.clean) if t.weighted_loss else None
         loss = flow_matching_loss(prediction, noised.target.to(device), weights)
         loss.backward()
         max_norm = self.config.training.max_grad_norm or float("inf")
