@@ -4,12 +4,10 @@ loading by class name, and a tiny per-frame model sampled end to end."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 import torch
-from k4d_model.checkpoints import build_components, load_model, save_k4d
+from k4d_model.checkpoints import load_model, save_k4d
 from k4d_model.conditions import PointmapNormalization
 from k4d_model.frame_vae import (
     FrameAutoencoder,
@@ -19,10 +17,9 @@ from k4d_model.frame_vae import (
     vae_strides,
 )
 from k4d_model.latent_target import add_first, change_from_first, repeat_first_frame
-from k4d_model.model.configs import _transformer_kwargs, get_model_config
 from k4d_model.pipeline import Kinema4DPipeline
 from k4d_model.results import RobotCondition
-from k4d_model.testing import CallableDenoiser, sliding_box_robot
+from k4d_model.testing import CallableDenoiser, sliding_box_robot, tiny_per_frame_components
 
 
 def _vae() -> FrameAutoencoder:
@@ -86,20 +83,8 @@ def test_change_target_round_trip_and_first_frame_repeat():
 
 
 def _tiny_per_frame(change: bool | str):
-    """The tiny transformer on a per-frame VAE (strides 1 x 4): 33 input channels."""
-    base = get_model_config("tiny")
-    strides = (1, 4)
-    transformer = _transformer_kwargs(heads=2, head_dim=16, layers=2, ffn=64, text_dim=16,
-                                      image_dim=32, freq_dim=32, num_frames=5, height=32,
-                                      width=48, arm_patch_size=(1, 2, 2), num_image_tokens=17,
-                                      rope_max_seq_len=64, strides=strides)
-    config = dataclasses.replace(base, transformer=transformer,
-                                 vae={"class": "FrameAutoencoder", "z_dim": 16,
-                                      "channels": [8, 16, 16], "num_res_blocks": 1})
-    components, _ = build_components(config, seed=0)
-    if change:
-        components.info.extra["latent_target"] = change if isinstance(change, str) else "change"
-    return components
+    return tiny_per_frame_components(change if isinstance(change, str) else
+                                     "change" if change else None)
 
 
 def test_a_per_frame_model_samples_and_reloads(tmp_path):

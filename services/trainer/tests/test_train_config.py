@@ -47,6 +47,10 @@ def _error_lines(capsys) -> list[str]:
      "training.moving_loss_weight"),  # no motion target
     ({"training": {"moving_loss_weight": -1.0, "latent_target": "tracks"}},
      "training.moving_loss_weight"),
+    ({"training": {"coherence_loss_weight": 1.0, "latent_target": "change"}},
+     "training.coherence_loss_weight"),  # no motion target
+    ({"training": {"coherence_loss_weight": float("nan"), "latent_target": "tracks"}},
+     "training.coherence_loss_weight"),
     ({"model": {"fidelity": {"motion_samples": 4}}}, "model.fidelity.motion_samples"),  # no tracks
     ({"training": {"sample_every": 50}}, "training.sample_uri"),  # no episodes to sample
     ({"training": {"decay_steps": -1}}, "training.decay_steps"),

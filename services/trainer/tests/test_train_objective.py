@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from k4d_trainer.latents import change_map
-from k4d_trainer.objective import flow_matching_loss, loss_weights, moving_cells
+from k4d_trainer.objective import coherence_loss, flow_matching_loss, loss_weights, moving_cells
 
 
 def _clip(frames: int = 9, height: int = 32, width: int = 48) -> dict[str, np.ndarray]:
@@ -66,6 +66,28 @@ def test_moving_cells_are_the_changed_cells_whose_surface_moves():
     assert torch.equal(loss_weights(batch, 2.0, 1.0), loss_weights(batch, 2.0, 1.0, 1.0, clean))
     with pytest.raises(ValueError, match="clean sample"):
         loss_weights(batch, 2.0, 1.0, 8.0)
+
+
+def test_coherence_loss_asks_touching_moving_cells_to_err_alike():
+    """Two moving cells side by side in the motion half and one alone: a common error costs
+    nothing, a difference between the two costs its square times sigma squared per channel
+    pair; the lone cell, the still cells and the other half's border are not compared."""
+    moving = torch.zeros(1, 1, 1, 2, 6)
+    moving[0, 0, 0, 0, 3:5] = 1  # two touching cells of the motion half
+    moving[0, 0, 0, 1, 0] = 1  # a lone cell of the RGB half
+    moving[0, 0, 0, 0, 2] = 1  # the RGB half's last column: beside the motion half, not in it
+    target = torch.zeros(1, 2, 1, 2, 6)
+    prediction = torch.zeros(1, 2, 1, 2, 6)
+    prediction[0, :, 0, 0, 3:5] = 5.0  # the object errs as one
+    prediction[0, :, 0, 1, 0] = 7.0  # the lone cell errs: no neighbour to compare with
+    prediction[0, :, 0, 0, 2] = -4.0  # RGB half's last column, next to the motion half
+    sigma = torch.tensor([0.5])
+    assert coherence_loss(prediction, target, sigma, moving) == 0
+    prediction[0, 0, 0, 0, 4] = 1.0  # channel 0 of one cell now errs 4 less
+    expected = (0.5 * 4.0) ** 2 / 2  # one pair, two channels
+    assert torch.isclose(coherence_loss(prediction, target, sigma, moving),
+                         torch.tensor(expected))
+    assert coherence_loss(prediction, target, sigma, torch.zeros_like(moving)) == 0
 
 
 def test_loss_weights_take_the_largest_that_applies():

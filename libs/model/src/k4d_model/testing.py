@@ -30,6 +30,27 @@ def tiny_model_factory() -> Callable[[str], tuple]:
     return make
 
 
+def tiny_per_frame_components(latent_target: str | None = None):
+    """The tiny transformer on a per-frame VAE (strides 1 x 4, 33 input channels), seeded;
+    with `latent_target` ("change", "tracks") recorded in its `extra`."""
+    import dataclasses
+
+    from k4d_model.checkpoints import build_components
+    from k4d_model.model.configs import _transformer_kwargs, get_model_config
+
+    transformer = _transformer_kwargs(heads=2, head_dim=16, layers=2, ffn=64, text_dim=16,
+                                      image_dim=32, freq_dim=32, num_frames=5, height=32,
+                                      width=48, arm_patch_size=(1, 2, 2), num_image_tokens=17,
+                                      rope_max_seq_len=64, strides=(1, 4))
+    config = dataclasses.replace(get_model_config("tiny"), transformer=transformer,
+                                 vae={"class": "FrameAutoencoder", "z_dim": 16,
+                                      "channels": [8, 16, 16], "num_res_blocks": 1})
+    components, _ = build_components(config, seed=0)
+    if latent_target:
+        components.info.extra["latent_target"] = latent_target
+    return components
+
+
 def sliding_box_robot(num_frames=5, height=32, width=48, seed=0):
     """A box sliding right over a black frame; pointmap ~0.8 m in front of the camera."""
     rng = np.random.default_rng(seed)

@@ -190,6 +190,10 @@ class TrainingSection:
     # moves frame 0's surface (k4d_trainer.objective.moving_cells): the moving objects,
     # about 1.6 % of the demo's cells, without the shadows the changed weight also lifts
     moving_loss_weight: float = 1.0
+    # With latent_target tracks (issue 45): the weight of a second loss term, the squared
+    # difference of the x0 errors of touching moving cells (k4d_trainer.objective.
+    # coherence_loss), so that a moving object is drawn whole, not in pieces; 0 = off
+    coherence_loss_weight: float = 0.0
     # Condition dropout (issue 45; not the official objective): the share of samples whose
     # robot condition is replaced by a scene with no robot in view, so that the model learns
     # both and guidance can sample against the robot-free one. > 0 publishes
@@ -246,6 +250,12 @@ class TrainingSection:
         _check(self.moving_loss_weight == 1.0 or self.latent_target == LATENT_TARGET_TRACKS,
                "training.moving_loss_weight", "needs training.latent_target tracks (only a "
                                               "motion target says which cells move)")
+        _check(self.coherence_loss_weight == 0 or self.latent_target == LATENT_TARGET_TRACKS,
+               "training.coherence_loss_weight", "needs training.latent_target tracks (only a "
+                                                 "motion target says which cells move)")
+        _check(math.isfinite(self.coherence_loss_weight) and self.coherence_loss_weight >= 0,
+               "training.coherence_loss_weight",
+               f"must be a finite number >= 0, got {self.coherence_loss_weight}")
         _check(self.ema_decay == 0 or 0 < self.ema_decay < 1, "training.ema_decay",
                f"must be 0 (off) or in (0, 1), got {self.ema_decay}")
         _check(self.global_batch_size >= 1, "training.global_batch_size", "must be >= 1")

@@ -8,9 +8,12 @@ from __future__ import annotations
 import numpy as np
 
 
-def synthetic_episode(index: int, frames: int = 9, height: int = 40, width: int = 56):
+def synthetic_episode(index: int, frames: int = 9, height: int = 40, width: int = 56,
+                      objects: bool = False):
     """(meta, arrays) of a scene whose content depends on `index`: a coloured block the
-    robot (a bar sweeping across) pushes, a tilted plane as the scene pointmap."""
+    robot (a bar sweeping across) pushes, a tilted plane as the scene pointmap. With
+    `objects`, the block's pixel ids (1; the robot 0, the rest -1) and its pose in each frame
+    (camera = world; what a tracks target reads, k4d_trainer.object_flow)."""
     from k4d.camera import Camera
     from k4d.episodes import EpisodeMeta
 
@@ -41,15 +44,29 @@ def synthetic_episode(index: int, frames: int = 9, height: int = 40, width: int 
                        source={"kind": "synthetic", "seed": index})
     arrays = {"rgb": rgb, "pointmap": pointmap, "robot_mask": mask, "robot_rgb": robot_rgb,
               "robot_pointmap": robot_pm, "joints": bar_x[:, 0, :1].astype(np.float64)}
+    if objects:
+        ids = np.full((frames, height, width), -1, np.int16)
+        ids[np.broadcast_to(block, ids.shape)] = 1
+        ids[mask] = 0
+        row = 2 * height // 3
+        centre = block_x[:, 0, 0]
+        depth = 1.05 + 0.01 * row + 0.002 * centre
+        poses = np.zeros((frames, 1, 7))
+        poses[:, 0, 0] = (centre - width / 2) * depth / 50.0
+        poses[:, 0, 1] = (row - height / 2) * depth / 50.0
+        poses[:, 0, 2] = depth
+        poses[:, 0, 6] = 1.0  # identity quaternion (x, y, z, w)
+        arrays.update(object_ids=ids, object_poses=poses)
+        meta.object_names = ["block"]
     return meta, arrays
 
 
-def write_dataset(root, count: int = 4, **size) -> str:
+def write_dataset(root, count: int = 4, objects: bool = False, **size) -> str:
     from k4d.episodes import DatasetWriter
 
     writer = DatasetWriter(str(root))
     for i in range(count):
-        meta, arrays = synthetic_episode(i, **size)
+        meta, arrays = synthetic_episode(i, objects=objects, **size)
         writer.write_episode(meta, arrays)
     writer.close()
     return str(root)

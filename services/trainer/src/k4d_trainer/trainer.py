@@ -30,8 +30,10 @@ from k4d_trainer.ema import STATE_KEY as EMA_KEY
 from k4d_trainer.ema import EmaState
 from k4d_trainer.latents import LatentCache, SampleEncoder
 from k4d_trainer.objective import (
+    coherence_loss,
     flow_matching_loss,
     loss_weights,
+    moving_cells,
     noise_batch,
     training_schedule,
 )
@@ -288,6 +290,13 @@ class Trainer:
         weights = loss_weights(batch, t.changed_loss_weight, t.robot_loss_weight,
                                t.moving_loss_weight, noised.clean) if t.weighted_loss else None
         loss = flow_matching_loss(prediction, noised.target.to(device), weights)
+        extra = {}
+        if t.coherence_loss_weight > 0:
+            coherence = coherence_loss(prediction, noised.target.to(device),
+                                       noised.sigma.to(device),
+                                       moving_cells(batch["change"], noised.clean))
+            loss = loss + t.coherence_loss_weight * coherence
+            extra["coherence_loss"] = all_reduce_mean(float(coherence.detach()), self.dist)
         loss.backward()
         max_norm = self.config.training.max_grad_norm or float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, max_norm)
@@ -310,7 +319,7 @@ class Trainer:
                     self.config.training.global_batch_size / elapsed,
                 "peak_mem_bytes": max(peaks), "peak_mem_bytes_per_rank": peaks,
                 "step_time_s": elapsed,
-                "epoch": self.sampler.position.epoch}
+                "epoch": self.sampler.position.epoch, **extra}
 
     def load_sample(self, episode_id: str) -> dict[str, torch.Tensor]:
         """An episode's training sample: the cached one, with its tool features when the
