@@ -31,10 +31,11 @@ from collections.abc import Callable
 from k4d import errors, pipeline_topology
 from k4d.bus import HEADER_ERROR, HEADER_ERROR_TYPE, dlq, event_headers
 from k4d.logs import get_logger
+from kinema4d.v1 import common_pb2, events_pb2
+
 from k4d_simulator import events as ev
 from k4d_simulator.jobs import JobTable, is_terminal
 from k4d_simulator.records import JobRecords
-from kinema4d.v1 import common_pb2, events_pb2
 
 log = get_logger(__name__)
 RETRY_S = 2.0

@@ -8,9 +8,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from k4d_simulator.jobs import JobTable
 from kinema4d.v1 import simulator_pb2
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from k4d_simulator.jobs import JobTable
 
 
 class JobTableCollector:

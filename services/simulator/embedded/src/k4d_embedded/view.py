@@ -26,6 +26,7 @@ from pathlib import Path
 
 from k4d.errors import FailedPrecondition, InvalidArgument
 from k4d.recording import RECORDING_FILE
+
 from k4d_embedded.outputs import VIEWER_HTML
 
 WEB_VIEWER_START_TIMEOUT_S = 60.0
