@@ -48,13 +48,9 @@ def synthetic_episode(index: int, frames: int = 9, height: int = 40, width: int 
         ids = np.full((frames, height, width), -1, np.int16)
         ids[np.broadcast_to(block, ids.shape)] = 1
         ids[mask] = 0
-        row = 2 * height // 3
-        centre = block_x[:, 0, 0]
-        depth = 1.05 + 0.01 * row + 0.002 * centre
+        centre = np.minimum(block_x[:, 0, 0], width - 1)
         poses = np.zeros((frames, 1, 7))
-        poses[:, 0, 0] = (centre - width / 2) * depth / 50.0
-        poses[:, 0, 1] = (row - height / 2) * depth / 50.0
-        poses[:, 0, 2] = depth
+        poses[:, 0, :3] = pointmap[np.arange(frames), 2 * height // 3, centre]  # its centre
         poses[:, 0, 6] = 1.0  # identity quaternion (x, y, z, w)
         arrays.update(object_ids=ids, object_poses=poses)
         meta.object_names = ["block"]

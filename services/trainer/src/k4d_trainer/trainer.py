@@ -289,14 +289,13 @@ class Trainer:
         t = self.config.training
         weights = loss_weights(batch, t.changed_loss_weight, t.robot_loss_weight,
                                t.moving_loss_weight, noised.clean) if t.weighted_loss else None
-        loss = flow_matching_loss(prediction, noised.target.to(device), weights)
-        extra = {}
+        target = noised.target.to(device)
+        loss = flow_matching_loss(prediction, target, weights)
+        coherence = None
         if t.coherence_loss_weight > 0:
-            coherence = coherence_loss(prediction, noised.target.to(device),
-                                       noised.sigma.to(device),
+            coherence = coherence_loss(prediction, target, noised.sigma.to(device),
                                        moving_cells(batch["change"], noised.clean))
             loss = loss + t.coherence_loss_weight * coherence
-            extra["coherence_loss"] = all_reduce_mean(float(coherence.detach()), self.dist)
         loss.backward()
         max_norm = self.config.training.max_grad_norm or float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, max_norm)
@@ -310,6 +309,8 @@ class Trainer:
             self.ema.update()
         self.state.step += 1
         loss_value = all_reduce_mean(float(loss.detach()), self.dist)
+        extra = {} if coherence is None else {
+            "coherence_loss": all_reduce_mean(float(coherence.detach()), self.dist)}
         if not math.isfinite(loss_value):
             raise FloatingPointError(f"loss is {loss_value} at step {self.state.step}")
         elapsed = time.perf_counter() - started
