@@ -4,6 +4,7 @@
     demo_model.py resume-pack --run RUN --dest models/demo-small/resume
     demo_model.py resume-unpack --src models/demo-small/resume --run RUN
     demo_model.py golden --model models/demo-small [--example examples/demo_heldout]
+    demo_model.py motion-decoder --model DIR --data CASCADE_DATA --pairs RUN/motion_pairs
 
 `export` turns the newest COMMITTED checkpoint of a from-scratch run (finished or not) into
 a shipped model: the trainer's own builders (`k4d_trainer.model.load_components`, the run's
@@ -295,6 +296,60 @@ def add_refiner(config_path: str, run: Path, model: Path, processes: int = 2) ->
     return {"model": str(model), "refiner": str(model / WEIGHTS / "refiner")}
 
 
+def add_motion_decoder(model: Path, data: str, pairs: Path, episodes: int, steps: int,
+                       seed: int, moving_weight: float = 10.0) -> dict:
+    """Train a motion decoder (k4d_model.motion_decoder) on an exported tracks model's own
+    samples of `episodes` episodes of DATA (not its training episodes; the pairs stored in
+    PAIRS, resumable) and add it to the model: MODEL/weights/motion_decoder/, its
+    `motion_decoder: learned` option, the manifest refreshed."""
+    import torch
+    from k4d_model.checkpoints import load_model
+    from k4d_model.latent_target import samples_tracks
+    from k4d_model.motion_decoder import save_motion_decoder
+    from k4d_model.options import MOTION_DECODER_KEY, MOTION_DECODER_LEARNED
+    from k4d_model.pipeline import Kinema4DPipeline
+    from k4d_model.registry import build_manifest
+    from k4d_trainer.clips import ClipSpec
+    from k4d_trainer.config import DataSection
+    from k4d_trainer.data import open_source
+    from k4d_trainer.model import sampling_components
+    from k4d_trainer.motion_decoder_stage import sample_pairs, train_motion_decoder
+    from k4d_trainer.progress import TrainedDenoiser
+
+    components = load_model(str(model / WEIGHTS))
+    if not samples_tracks(components.info.extra):
+        sys.exit(f"demo_model: error: {model} does not sample tracks (latent_target), so it "
+                 "has no motion to decode")
+    info = components.info
+    clip = ClipSpec(info.num_frames, info.height, info.width)
+    pipe = Kinema4DPipeline(sampling_components(components),
+                            TrainedDenoiser(components.transformer, None, torch.device("cpu")),
+                            device="cpu", model_id="motion-decoder-pairs")
+    source = open_source(DataSection(uri=data), None)
+    ids = list(source.episode_ids)[:episodes]
+    log = lambda line: print(line, flush=True)  # noqa: E731
+    stored = sample_pairs(pipe, source, ids, clip, pairs, seed, log=log)
+    network, history = train_motion_decoder(stored, steps, moving_weight=moving_weight,
+                                            seed=seed, log=log)
+    save_motion_decoder(network, model / WEIGHTS)
+    info_path = model / WEIGHTS / "k4d_model.json"
+    meta = json.loads(info_path.read_text())
+    meta["extra"][MOTION_DECODER_KEY] = MOTION_DECODER_LEARNED
+    info_path.write_text(json.dumps(meta, indent=2) + "\n")
+    manifest = json.loads((model / MANIFEST).read_text())
+    fresh = build_manifest(model / WEIGHTS, manifest["name"], manifest["version"])
+    last = history[-min(100, len(history)):]
+    record = {"data": data, "episodes": len(ids), "steps": steps, "seed": seed,
+              "moving_weight": moving_weight,
+              "loss": sum(h["loss"] for h in last) / len(last),
+              "decoded_loss": sum(h["decoded_loss"] for h in last) / len(last)}
+    manifest.update(files=fresh["files"])
+    manifest.setdefault("training", {})["motion_decoder"] = record
+    (model / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return {"model": str(model), "motion_decoder": str(model / WEIGHTS / "motion_decoder"),
+            **record}
+
+
 # The manifest's `heldout` figures (what `make demo` prints), in this order.
 HELDOUT_KEYS = ("episodes", "frames", "given", "frame0_psnr_min", "static_psnr",
                 "static_psnr_floor", "changed_mse", "changed_mse_floor", "changed_cd_l1_m",
@@ -508,6 +563,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", required=True)
     p.add_argument("--run", required=True, type=Path)
     p.add_argument("--model", required=True, type=Path)
+    p = sub.add_parser("motion-decoder", help="train a motion decoder on an exported tracks "
+                                              "model's own samples and add it to the model")
+    p.add_argument("--model", required=True, type=Path)
+    p.add_argument("--data", required=True,
+                   help="episodes the transformer did not train on (the recipe's cascade data)")
+    p.add_argument("--pairs", required=True, type=Path,
+                   help="where the sampled pairs are stored (a rerun samples only the missing)")
+    p.add_argument("--episodes", type=int, default=192)
+    p.add_argument("--steps", type=int, default=2000)
+    p.add_argument("--seed", type=int, default=5077)
+    p.add_argument("--moving-weight", type=float, default=10.0,
+                   help="the loss's extra weight where the sample or the truth moves")
     p = sub.add_parser("headline", help="store a k4d eval run's held-out figures in the "
                                         "model's manifest (make demo prints them)")
     p.add_argument("--model", required=True, type=Path)
@@ -543,6 +610,9 @@ def main(argv: list[str] | None = None) -> int:
                                        show=args.show)))
     elif args.command == "headline":
         print(json.dumps(headline(args.model, args.report)))
+    elif args.command == "motion-decoder":
+        print(json.dumps(add_motion_decoder(args.model, args.data, args.pairs, args.episodes,
+                                            args.steps, args.seed, args.moving_weight)))
     elif args.command == "refiner":
         print(json.dumps(add_refiner(args.config, args.run, args.model)))
     elif args.command == "options":

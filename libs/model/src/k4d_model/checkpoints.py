@@ -17,6 +17,7 @@ Our layout (what the trainer produces and the registry stores):
         lora/pytorch_lora_weights.safetensors   optional, unfused LoRA (else already fused)
         refiner/ config.json + model.safetensors  optional change refiner (k4d_model.refiner)
         cascade/ config.json + model.safetensors  optional sample refiner (k4d_model.cascade)
+        motion_decoder/ config.json + model.safetensors  optional (k4d_model.motion_decoder)
 
 `load_model(ref)` accepts either and returns `ModelComponents`. `transformer_only=True`
 loads the transformer (+ scheduler config) alone, without `vae/` or `image_encoder/`
@@ -50,6 +51,7 @@ from k4d_model.lora import (
 )
 from k4d_model.model.configs import ModelConfig, arm_grid_for
 from k4d_model.model.transformer import ADDED_PARAMETER_PREFIXES, Kinema4DTransformer3DModel
+from k4d_model.motion_decoder import load_motion_decoder, save_motion_decoder
 from k4d_model.options import check_model_extra
 from k4d_model.refiner import load_refiner, save_refiner
 
@@ -99,6 +101,8 @@ class ModelComponents:
     info: ModelInfo
     refiner: Any = None  # k4d_model.refiner.ChangeRefiner, our layout's optional refiner/
     cascade: Any = None  # k4d_model.cascade.SampleRefiner, our layout's optional cascade/
+    # k4d_model.motion_decoder.MotionDecoder, our layout's optional motion_decoder/
+    motion_decoder: Any = None
 
 
 # ---------------------------------------------------------------- building from a config
@@ -429,6 +433,8 @@ def save_k4d(components: ModelComponents, out_dir: str | Path, lora: dict | None
         save_refiner(components.refiner, out)
     if components.cascade is not None:
         save_cascade(components.cascade, out)
+    if components.motion_decoder is not None:
+        save_motion_decoder(components.motion_decoder, out)
     info = components.info.to_dict()
     info["layout"] = "k4d"
     info["lora"] = None
@@ -473,7 +479,7 @@ def load_k4d(model_dir: str | Path, num_frames: int | None = None, height: int |
     image_encoder, image_processor = _load_image_encoder(model_dir)
     return ModelComponents(transformer, _load_vae(model_dir), image_encoder, image_processor,
                            _load_scheduler(model_dir), info, load_refiner(model_dir),
-                           load_cascade(model_dir))
+                           load_cascade(model_dir), load_motion_decoder(model_dir))
 
 
 _META_FORMAT_KEYS = ("format", "format_version")

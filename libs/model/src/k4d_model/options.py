@@ -119,6 +119,12 @@ is the input, not a VAE reconstruction of it:
                      expected motion. The motion it is unsure of (noise on still surfaces)
                      averages out; each pixel is still carried whole, never blended, so a
                      moved object keeps frame 0's look. Costs K samples a rollout.
+  motion_decoder     (`latent_target: tracks` only) "learned": the model's motion decoder
+                     (motion_decoder/ in the model directory, k4d_model.motion_decoder)
+                     redraws the decoded motion and frame 0's points at full resolution from
+                     them and the given image before frame 0 is carried along it (and before
+                     the sample refiner, `cascade`, reads the frames). A model that sets it
+                     without a motion_decoder/ directory is refused at load.
 
 No option says where an object is, whether a grasp holds or where a pushed or released object
 goes: a network decides each (shared/DESIGN.md, "What a model may do"). The hand-written
@@ -139,7 +145,7 @@ FIDELITY_KEYS = ("first_frame", "latent_anchor", "decode", "change_threshold",
                  "change_depth_m", "change_dilate", "change_ramp", "robot_pointmap",
                  "robot_rgb", "uncovered", "refiner", "refiner_threshold", "refiner_power",
                  "refiner_pointmap", "refiner_pointmap_threshold", "refiner_first_depth",
-                 "uncovered_pointmap", "cascade", "motion_samples")
+                 "uncovered_pointmap", "cascade", "motion_samples", "motion_decoder")
 FIRST_FRAME_GIVEN = "given"
 DECODE_RELATIVE = "relative"
 DECODE_COMPOSITE = "composite"
@@ -162,6 +168,9 @@ MAX_CASCADE_SAMPLES = 8
 # The output option that averages independent samples of a tracks model's motion (at most
 # MAX_CASCADE_SAMPLES of them)
 MOTION_SAMPLES_KEY = "motion_samples"
+# The output option that reads a tracks model's motion decoder (k4d_model.motion_decoder)
+MOTION_DECODER_KEY = "motion_decoder"
+MOTION_DECODER_LEARNED = "learned"
 
 
 _CHOICES = {"first_frame": ("", FIRST_FRAME_GIVEN),
@@ -173,7 +182,8 @@ _CHOICES = {"first_frame": ("", FIRST_FRAME_GIVEN),
             "refiner": ("", REFINER_CHANGE),
             "refiner_pointmap": ("", REFINER_CHANGE, REFINER_DRAWN),
             "refiner_first_depth": ("", REFINER_FIRST_DEPTH_ESTIMATED),
-            "cascade": ("", CASCADE_SAMPLE, CASCADE_COLOUR, CASCADE_SAMPLE_GIVEN_DEPTH)}
+            "cascade": ("", CASCADE_SAMPLE, CASCADE_COLOUR, CASCADE_SAMPLE_GIVEN_DEPTH),
+            "motion_decoder": ("", MOTION_DECODER_LEARNED)}
 # ModelInfo.extra keys of a model directory's k4d_model.json beside the output options:
 # VAE_DECODE_KEY = VAE_DECODE_SPLIT decodes the RGB and pointmap halves apart.
 VAE_DECODE_KEY = "vae_decode"
@@ -250,6 +260,10 @@ def check_model_extra(extra: Any, prefix: str = "extra") -> dict[str, Any]:
         raise InvalidArgument.for_field(f"{prefix}.{MOTION_SAMPLES_KEY}",
                                         f"needs {LATENT_TARGET_KEY} {LATENT_TARGET_TRACKS!r} "
                                         "(only a sampled motion is averaged)")
+    elif options.get(MOTION_DECODER_KEY):
+        raise InvalidArgument.for_field(f"{prefix}.{MOTION_DECODER_KEY}",
+                                        f"needs {LATENT_TARGET_KEY} {LATENT_TARGET_TRACKS!r} "
+                                        "(only a sampled motion is redrawn)")
     return extra
 
 
@@ -307,6 +321,7 @@ class FidelityOptions:
     uncovered_pointmap: str = ""
     cascade: str = ""
     motion_samples: int = 1
+    motion_decoder: str = ""
 
     @classmethod
     def from_extra(cls, extra: dict[str, Any] | None) -> FidelityOptions:
@@ -330,7 +345,8 @@ class FidelityOptions:
                    refiner_first_depth=str(extra.get("refiner_first_depth", "")),
                    uncovered_pointmap=str(extra.get("uncovered_pointmap", "")),
                    cascade=str(extra.get(CASCADE_KEY, "")),
-                   motion_samples=int(extra.get(MOTION_SAMPLES_KEY, 1)))
+                   motion_samples=int(extra.get(MOTION_SAMPLES_KEY, 1)),
+                   motion_decoder=str(extra.get(MOTION_DECODER_KEY, "")))
 
     @classmethod
     def check(cls, extra: dict[str, Any], prefix: str = "extra") -> FidelityOptions:

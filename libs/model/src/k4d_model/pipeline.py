@@ -71,6 +71,7 @@ from k4d_model.latent_target import (
     samples_tracks,
 )
 from k4d_model.memory import ensure_fits, estimate
+from k4d_model.motion_decoder import decode_motion
 from k4d_model.options import (
     CASCADE_SAMPLE,
     CASCADE_SAMPLE_GIVEN_DEPTH,
@@ -144,6 +145,8 @@ class Kinema4DPipeline:
         self.model_id = model_id or model_id_of(components)
         self.refiner = components.refiner.to(device) if components.refiner is not None else None
         self.cascade = components.cascade.to(device) if components.cascade is not None else None
+        self.motion_decoder = (components.motion_decoder.to(device)
+                               if components.motion_decoder is not None else None)
         self._check_refiner(FidelityOptions.from_extra(self.info.extra))
         self.temporal_stride = temporal_stride(self.vae)
 
@@ -387,6 +390,8 @@ class Kinema4DPipeline:
         samples_rgb, samples_pointmap = rgb, pointmap
         if rgb is not None and rgb.ndim == 5:
             rgb, pointmap = rgb.mean(axis=0), pointmap.mean(axis=0)
+        if pointmap is not None and samples_tracks(self.info.extra):
+            pointmap = self.redrawn_motion(image, pointmap)
         points = norm.denormalise(pointmap) if pointmap is not None else None
         change = None
         if opts.refiner or opts.refiner_pointmap or opts.refiner_first_depth:
@@ -490,10 +495,18 @@ class Kinema4DPipeline:
                                          initial_pointmap)
                       for one_rgb, one_pointmap in zip(rgb, pointmap, strict=True)]
             return np.stack([p[0] for p in pieces]), np.stack([p[1] for p in pieces])
-        tracks = norm.denormalise(pointmap)
+        tracks = norm.denormalise(self.redrawn_motion(image, pointmap))
         return _on_sample_scale(*frames_from_tracks(image, tracks,
                                                     _first_points(tracks[0], initial_pointmap),
                                                     robot.pointmap, robot.mask), norm)
+
+    def redrawn_motion(self, image: np.ndarray, pointmap: np.ndarray) -> np.ndarray:
+        """A tracks model's decoded pointmap half (T, H, W, 3), normalised, as frames are
+        drawn from it: redrawn by the model's motion decoder with `motion_decoder: learned`
+        (k4d_model.motion_decoder), else as decoded."""
+        if not FidelityOptions.from_extra(self.info.extra).motion_decoder:
+            return pointmap
+        return decode_motion(self.motion_decoder, pointmap, image)
 
     def sample_reference(self, image: np.ndarray) -> np.ndarray:
         """(T, H, W, 3) float32 in [-1, 1]: what the refiner measures a sample's colour
@@ -546,6 +559,10 @@ class Kinema4DPipeline:
         if opts.cascade and self.cascade is None:
             raise FailedPrecondition(f"model {self.info.name} sets extra.cascade="
                                      f"{opts.cascade!r} but has no cascade/ directory")
+        if opts.motion_decoder and self.motion_decoder is None:
+            raise FailedPrecondition(f"model {self.info.name} sets extra.motion_decoder="
+                                     f"{opts.motion_decoder!r} but has no motion_decoder/ "
+                                     "directory")
         for key in ("refiner", "refiner_pointmap", "refiner_first_depth"):
             if getattr(opts, key) and self.refiner is None:
                 raise FailedPrecondition(f"model {self.info.name} sets extra.{key}="

@@ -129,8 +129,13 @@ class RefinerConfig:
 
 
 def conv_block(cin: int, cout: int, groups: int) -> nn.Sequential:
-    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.GroupNorm(groups, cout), nn.SiLU(),
-                         nn.Conv2d(cout, cout, 3, padding=1), nn.GroupNorm(groups, cout), nn.SiLU())
+    """Two 3x3 convolutions, each with a GroupNorm of `groups` groups (none with 0: the
+    layers' indices, and so a checkpoint's keys, stay the same) and a SiLU."""
+    def norm() -> nn.Module:
+        return nn.GroupNorm(groups, cout) if groups else nn.Identity()
+
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), norm(), nn.SiLU(),
+                         nn.Conv2d(cout, cout, 3, padding=1), norm(), nn.SiLU())
 
 
 class UNet(nn.Module):

@@ -286,14 +286,14 @@ def sampling_components(components: ModelComponents,
                         transformer: torch.nn.Module | None = None) -> ModelComponents:
     """The components as the trainer encodes and samples with them (the latent cache, the
     progress samples, the cascade stage's rollouts): without the output options, the
-    refiner and the sample refiner, which the published model applies; the latent target
-    and the VAE's decoding stay, as they are how a sample reads. `transformer`: the weights
+    refiner, the sample refiner and the motion decoder, which the published model applies;
+    the latent target and the VAE's decoding stay, as they are how a sample reads. `transformer`: the weights
     to sample with (default the components' own)."""
     info = components.info
     extra = {k: info.extra[k] for k in (LATENT_TARGET_KEY, MOTION_SCALE_KEY, VAE_DECODE_KEY)
              if k in info.extra}
     return dataclasses.replace(components, transformer=transformer or components.transformer,
-                               refiner=None, cascade=None,
+                               refiner=None, cascade=None, motion_decoder=None,
                                info=dataclasses.replace(info, extra=extra))
 
 
