@@ -297,7 +297,7 @@ def add_refiner(config_path: str, run: Path, model: Path, processes: int = 2) ->
 
 
 def add_motion_decoder(model: Path, data: str, pairs: Path, episodes: int, steps: int,
-                       seed: int, moving_weight: float = 10.0) -> dict:
+                       seed: int, moving_weight: float = 10.0, colour: bool = False) -> dict:
     """Train a motion decoder (k4d_model.motion_decoder) on an exported tracks model's own
     samples of `episodes` episodes of DATA (not its training episodes; the pairs stored in
     PAIRS, resumable) and add it to the model: MODEL/weights/motion_decoder/, its
@@ -305,7 +305,7 @@ def add_motion_decoder(model: Path, data: str, pairs: Path, episodes: int, steps
     import torch
     from k4d_model.checkpoints import load_model
     from k4d_model.latent_target import samples_tracks
-    from k4d_model.motion_decoder import save_motion_decoder
+    from k4d_model.motion_decoder import MotionDecoderConfig, save_motion_decoder
     from k4d_model.options import MOTION_DECODER_KEY, MOTION_DECODER_LEARNED
     from k4d_model.pipeline import Kinema4DPipeline
     from k4d_model.registry import build_manifest
@@ -329,8 +329,8 @@ def add_motion_decoder(model: Path, data: str, pairs: Path, episodes: int, steps
     ids = list(source.episode_ids)[:episodes]
     log = lambda line: print(line, flush=True)  # noqa: E731
     stored = sample_pairs(pipe, source, ids, clip, pairs, seed, log=log)
-    network, history = train_motion_decoder(stored, steps, moving_weight=moving_weight,
-                                            seed=seed, log=log)
+    network, history = train_motion_decoder(stored, steps, MotionDecoderConfig(colour=colour),
+                                            moving_weight=moving_weight, seed=seed, log=log)
     save_motion_decoder(network, model / WEIGHTS)
     info_path = model / WEIGHTS / "k4d_model.json"
     meta = json.loads(info_path.read_text())
@@ -340,7 +340,7 @@ def add_motion_decoder(model: Path, data: str, pairs: Path, episodes: int, steps
     fresh = build_manifest(model / WEIGHTS, manifest["name"], manifest["version"])
     last = history[-min(100, len(history)):]
     record = {"data": data, "episodes": len(ids), "steps": steps, "seed": seed,
-              "moving_weight": moving_weight,
+              "moving_weight": moving_weight, "colour": colour,
               "loss": sum(h["loss"] for h in last) / len(last),
               "decoded_loss": sum(h["decoded_loss"] for h in last) / len(last)}
     manifest.update(files=fresh["files"])
@@ -575,6 +575,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=5077)
     p.add_argument("--moving-weight", type=float, default=10.0,
                    help="the loss's extra weight where the sample or the truth moves")
+    p.add_argument("--colour", action="store_true",
+                   help="the decoder reads the sample's RGB half too")
     p = sub.add_parser("headline", help="store a k4d eval run's held-out figures in the "
                                         "model's manifest (make demo prints them)")
     p.add_argument("--model", required=True, type=Path)
@@ -612,7 +614,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(headline(args.model, args.report)))
     elif args.command == "motion-decoder":
         print(json.dumps(add_motion_decoder(args.model, args.data, args.pairs, args.episodes,
-                                            args.steps, args.seed, args.moving_weight)))
+                                            args.steps, args.seed, args.moving_weight,
+                                            args.colour)))
     elif args.command == "refiner":
         print(json.dumps(add_refiner(args.config, args.run, args.model)))
     elif args.command == "options":

@@ -117,3 +117,32 @@ def test_the_option_is_refused_where_it_cannot_apply(extra, field):
 def test_bad_channels_are_refused():
     with pytest.raises(InvalidArgument, match="motion_decoder.channels"):
         MotionDecoderConfig(channels=(8, 0))
+
+
+def test_a_colour_decoder_reads_the_samples_rgb_half(tmp_path):
+    """`colour`: the network also reads the sample's RGB half (6 more inputs); without it
+    it refuses, and its config survives a save."""
+    config = MotionDecoderConfig(channels=(8, 16), colour=True)
+    network = MotionDecoder(config).eval()
+    assert network.down[0][0].in_channels == 16
+    with torch.no_grad():
+        network.head.bias.fill_(0.2)
+        network.down[0][0].weight.normal_()
+        network.head.weight.normal_()
+    tracks, image = _tracks(), np.zeros((32, 48, 3), np.uint8)
+    colour = np.random.default_rng(3).uniform(-1, 1, (5, 32, 48, 3)).astype(np.float32)
+    with pytest.raises(ValueError, match="colour"):
+        decode_motion(network, tracks, image)
+    drawn = decode_motion(network, tracks, image, colour)
+    assert np.abs(drawn - decode_motion(network, tracks, image, -colour)).max() > 1e-6
+    components = _tracks_model(network)
+    save_k4d(components, tmp_path / "m")
+    loaded = load_model(tmp_path / "m").motion_decoder
+    assert loaded.config == config
+    np.testing.assert_allclose(decode_motion(loaded, tracks, image, colour), drawn, atol=1e-6)
+    image_, robot = _ray_cast_robot()
+    norm = PointmapNormalization.from_points(robot.pointmap, robot.mask)
+    pipe = Kinema4DPipeline(components, CallableDenoiser(components.transformer))
+    rgb, pointmap = pipe.decoded_sample(image_, robot, norm, seed=3, num_steps=2)
+    np.testing.assert_allclose(pipe.redrawn_motion(image_, pointmap, rgb),
+                               decode_motion(network, pointmap, image_, rgb), atol=1e-6)

@@ -39,6 +39,14 @@ def _half_way_pairs(count=6, frames=4, height=32, width=48, seed=0):
     return pairs
 
 
+def test_a_colour_decoder_trains_on_pairs_with_the_samples_colour():
+    pairs = [{**pair, "colour": np.zeros_like(pair["decoded"])} for pair in _half_way_pairs(2)]
+    config = MotionDecoderConfig(channels=(8, 16), colour=True)
+    network, history = train_motion_decoder(pairs, 3, config, batch_size=2, crop=16,
+                                            log=lambda _: None)
+    assert network.config.colour and len(history) == 3
+
+
 def test_it_learns_the_motion_the_decoded_tracks_lack():
     pairs = _half_way_pairs()
     lines = []
@@ -55,7 +63,8 @@ def test_it_learns_the_motion_the_decoded_tracks_lack():
 
 
 @pytest.mark.parametrize("settings, message", [
-    ({"steps": 0}, "steps"), ({"crop": 64}, "crop"), ({"pairs": []}, "no pairs")])
+    ({"steps": 0}, "steps"), ({"crop": 64}, "crop"), ({"pairs": []}, "no pairs"),
+    ({"config": MotionDecoderConfig(channels=(8, 16), colour=True)}, "colour")])
 def test_bad_settings_are_refused(settings, message):
     arguments = {"pairs": _half_way_pairs(count=1), "steps": 1, "config": SMALL, "crop": 16}
     arguments.update(settings)
@@ -80,6 +89,7 @@ def test_pairs_are_the_models_samples_beside_the_truth_and_stored(tmp_path, make
     first = pairs[0]
     assert first["decoded"].shape == first["target"].shape == (5, 32, 48, 3)
     assert first["image"].shape == (32, 48, 3) and first["image"].dtype == np.uint8
+    assert first["colour"].shape == (5, 32, 48, 3)  # the sample's RGB half, for `colour`
     moved = np.abs(first["target"].astype(np.float32) - first["target"][:1]).max(-1) > 0.005
     assert 0 < moved[1:].mean() < 0.5  # the pushed block moves, the rest stands still
     calls = denoiser.calls

@@ -391,7 +391,7 @@ class Kinema4DPipeline:
         if rgb is not None and rgb.ndim == 5:
             rgb, pointmap = rgb.mean(axis=0), pointmap.mean(axis=0)
         if pointmap is not None and samples_tracks(self.info.extra):
-            pointmap = self.redrawn_motion(image, pointmap)
+            pointmap = self.redrawn_motion(image, pointmap, rgb)
         points = norm.denormalise(pointmap) if pointmap is not None else None
         change = None
         if opts.refiner or opts.refiner_pointmap or opts.refiner_first_depth:
@@ -495,18 +495,20 @@ class Kinema4DPipeline:
                                          initial_pointmap)
                       for one_rgb, one_pointmap in zip(rgb, pointmap, strict=True)]
             return np.stack([p[0] for p in pieces]), np.stack([p[1] for p in pieces])
-        tracks = norm.denormalise(self.redrawn_motion(image, pointmap))
+        tracks = norm.denormalise(self.redrawn_motion(image, pointmap, rgb))
         return _on_sample_scale(*frames_from_tracks(image, tracks,
                                                     _first_points(tracks[0], initial_pointmap),
                                                     robot.pointmap, robot.mask), norm)
 
-    def redrawn_motion(self, image: np.ndarray, pointmap: np.ndarray) -> np.ndarray:
+    def redrawn_motion(self, image: np.ndarray, pointmap: np.ndarray, rgb: np.ndarray
+                       ) -> np.ndarray:
         """A tracks model's decoded pointmap half (T, H, W, 3), normalised, as frames are
         drawn from it: redrawn by the model's motion decoder with `motion_decoder: learned`
-        (k4d_model.motion_decoder), else as decoded."""
+        (k4d_model.motion_decoder; `rgb`, the decoded RGB half, for one that reads it), else
+        as decoded."""
         if not FidelityOptions.from_extra(self.info.extra).motion_decoder:
             return pointmap
-        return decode_motion(self.motion_decoder, pointmap, image)
+        return decode_motion(self.motion_decoder, pointmap, image, rgb)
 
     def sample_reference(self, image: np.ndarray) -> np.ndarray:
         """(T, H, W, 3) float32 in [-1, 1]: what the refiner measures a sample's colour

@@ -49,18 +49,19 @@ def motion_pair(pipe: Kinema4DPipeline, clip: dict[str, np.ndarray], tracks: np.
                 seed: int, tool: ToolTrack | None = None,
                 T_cam_from_base: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """One episode's pair: `decoded` (T, H, W, 3) float16, the sampled tracks as decoded;
-    `target` the same of the truth's `tracks` (metres); `image` frame 0 (H, W, 3) uint8.
+    `target` the same of the truth's `tracks` (metres); `image` frame 0 (H, W, 3) uint8;
+    `colour` (T, H, W, 3) float16, the sample's RGB half as decoded ([-1, 1]).
     Both normalised as the generator normalises a rollout (from the robot's points)."""
     mask = np.asarray(clip["robot_mask"], bool)
     robot = RobotCondition(np.ascontiguousarray(clip["robot_rgb"]),
                            clip["robot_pointmap"].astype(np.float32), mask)
     norm = PointmapNormalization.from_points(robot.pointmap, mask)
     image = np.ascontiguousarray(clip["rgb"][0])
-    _, decoded = pipe.decoded_sample(image, robot, norm, seed=sample_seed(seed, 0), tool=tool,
-                                     T_cam_from_base=T_cam_from_base)
+    colour, decoded = pipe.decoded_sample(image, robot, norm, seed=sample_seed(seed, 0),
+                                          tool=tool, T_cam_from_base=T_cam_from_base)
     target = normalised_scene({**clip, "pointmap": tracks}, norm)
     return {"decoded": decoded.astype(np.float16), "target": target.astype(np.float16),
-            "image": image}
+            "image": image, "colour": colour.astype(np.float16)}
 
 
 def sample_pairs(pipe: Kinema4DPipeline, dataset, episode_ids: Sequence[str], clip: ClipSpec,
@@ -93,8 +94,9 @@ def sample_pairs(pipe: Kinema4DPipeline, dataset, episode_ids: Sequence[str], cl
 class _Crops:
     """Random training crops of a list of pairs."""
 
-    def __init__(self, pairs: Sequence[dict[str, np.ndarray]], crop: int, seed: int):
-        self.pairs, self.crop = pairs, crop
+    def __init__(self, pairs: Sequence[dict[str, np.ndarray]], crop: int, seed: int,
+                 colour: bool = False):
+        self.pairs, self.crop, self.colour = pairs, crop, colour
         self.rng = np.random.default_rng(seed)
         frames, height, width = pairs[0]["decoded"].shape[:3]
         if crop > min(height, width):
@@ -126,9 +128,12 @@ class _Crops:
         window = (slice(top, top + size), slice(left, left + size))
         pair = self.pairs[index]
         decoded, target = pair["decoded"], pair["target"]
-        return (decoded[t][window].astype(np.float32), decoded[0][window].astype(np.float32),
-                target[t][window].astype(np.float32), target[0][window].astype(np.float32),
-                pair["image"][window].astype(np.float32) / 127.5 - 1.0, t == 0)
+        crops = (decoded[t][window].astype(np.float32), decoded[0][window].astype(np.float32),
+                 target[t][window].astype(np.float32), target[0][window].astype(np.float32),
+                 pair["image"][window].astype(np.float32) / 127.5 - 1.0, t == 0)
+        if self.colour:
+            crops += (pair["colour"][t][window].astype(np.float32),)
+        return crops
 
     def batch(self, size: int) -> list[torch.Tensor]:
         crops = [self.one() for _ in range(size)]
@@ -139,9 +144,10 @@ def decoder_loss(network: MotionDecoder, batch: list[torch.Tensor], moving_weigh
                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """The loss of one batch of crops, and the same loss of the decoded tracks as they are
     (an untrained network's: the mark to beat)."""
-    decoded, first, target, target_first, image, is_first = batch
+    decoded, first, target, target_first, image, is_first, *colour = batch
     motion, true_motion = decoded - first, target - target_first
-    correction = network(decoder_inputs(motion, first, image, is_first)).permute(0, 2, 3, 1)
+    inputs = decoder_inputs(motion, first, image, is_first, colour[0] if colour else None)
+    correction = network(inputs).permute(0, 2, 3, 1)
     moving = ((motion.abs().amax(-1) > MOVING) | (true_motion.abs().amax(-1) > MOVING)).float()
     weight = 1.0 + moving_weight * moving
     on_first = is_first.float().view(-1, 1, 1)
@@ -166,13 +172,17 @@ def train_motion_decoder(pairs: Sequence[dict[str, np.ndarray]], steps: int,
         raise ValueError("no pairs to train the motion decoder on")
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
+    config = config or MotionDecoderConfig()
+    if config.colour and any("colour" not in pair for pair in pairs):
+        raise ValueError("a motion decoder that reads the sample's colour needs pairs stored "
+                         "with it (`colour`): sample them again")
     torch.manual_seed(seed)
     network = MotionDecoder(config).train()
     optimizer = torch.optim.AdamW(network.parameters(), lr=lr, weight_decay=0.0)
     warmup = max(1, steps // 20)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * s / steps)))
-    crops, history, started = _Crops(pairs, crop, seed), [], time.monotonic()
+    crops, history, started = _Crops(pairs, crop, seed, config.colour), [], time.monotonic()
     for step in range(1, steps + 1):
         loss, as_decoded = decoder_loss(network, crops.batch(batch_size), moving_weight)
         optimizer.zero_grad()
