@@ -222,7 +222,6 @@ def set_options(config_path: str, model: Path) -> dict:
     `export` applies them too; this re-applies them to a model exported before a recipe's
     options changed."""
     from k4d_model.options import FIDELITY_KEYS, GUIDANCE_HALVES_KEY
-    from k4d_model.registry import build_manifest
     from k4d_trainer.config import load_config_file
 
     config = load_config_file(config_path)
@@ -236,11 +235,21 @@ def set_options(config_path: str, model: Path) -> dict:
     if config.model.guidance_halves is not None:
         info["extra"][GUIDANCE_HALVES_KEY] = config.model.guidance_halves
     info_path.write_text(json.dumps(info, indent=2) + "\n")
+    _refresh_manifest(model, fidelity=config.model.fidelity)
+    return {"model": str(model), "extra": info["extra"]}
+
+
+def _refresh_manifest(model: Path, training: dict | None = None, **fields) -> None:
+    """MODEL/manifest.json after its weights changed: every file's sha256 again, `fields`
+    set and `training` merged into its training record."""
+    from k4d_model.registry import build_manifest
+
     manifest = json.loads((model / MANIFEST).read_text())
     fresh = build_manifest(model / WEIGHTS, manifest["name"], manifest["version"])
-    manifest.update(files=fresh["files"], fidelity=config.model.fidelity)
+    manifest.update(files=fresh["files"], **fields)
+    if training:
+        manifest.setdefault("training", {}).update(training)
     (model / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-    return {"model": str(model), "extra": info["extra"]}
 
 
 def add_refiner(config_path: str, run: Path, model: Path, processes: int = 2) -> dict:
@@ -254,7 +263,6 @@ def add_refiner(config_path: str, run: Path, model: Path, processes: int = 2) ->
 
     from k4d.episodes import open_dataset
     from k4d_model.refiner import save_refiner
-    from k4d_model.registry import build_manifest
     from k4d_trainer.clips import ClipSpec
     from k4d_trainer.config import load_config_file
     from k4d_trainer.data import select_episodes
@@ -286,13 +294,10 @@ def add_refiner(config_path: str, run: Path, model: Path, processes: int = 2) ->
                   log=lambda line: print(line, flush=True),
                   compute_dtype=stage_dtype(config.model.precision))
     save_refiner(components.refiner, model / WEIGHTS)
-    manifest = json.loads((model / MANIFEST).read_text())
-    fresh = build_manifest(model / WEIGHTS, manifest["name"], manifest["version"])
-    manifest.update(files=fresh["files"])
-    manifest.setdefault("training", {})["refiner_steps"] = config.refiner.steps
+    training = {"refiner_steps": config.refiner.steps}
     if config.refiner.objects is not None:
-        manifest["training"]["objects_refiner_steps"] = config.refiner.objects.steps
-    (model / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        training["objects_refiner_steps"] = config.refiner.objects.steps
+    _refresh_manifest(model, training)
     return {"model": str(model), "refiner": str(model / WEIGHTS / "refiner")}
 
 
@@ -308,7 +313,6 @@ def add_motion_decoder(model: Path, data: str, pairs: Path, episodes: int, steps
     from k4d_model.motion_decoder import MotionDecoderConfig, save_motion_decoder
     from k4d_model.options import MOTION_DECODER_KEY, MOTION_DECODER_LEARNED
     from k4d_model.pipeline import Kinema4DPipeline
-    from k4d_model.registry import build_manifest
     from k4d_trainer.clips import ClipSpec
     from k4d_trainer.config import DataSection
     from k4d_trainer.data import open_source
@@ -336,16 +340,12 @@ def add_motion_decoder(model: Path, data: str, pairs: Path, episodes: int, steps
     meta = json.loads(info_path.read_text())
     meta["extra"][MOTION_DECODER_KEY] = MOTION_DECODER_LEARNED
     info_path.write_text(json.dumps(meta, indent=2) + "\n")
-    manifest = json.loads((model / MANIFEST).read_text())
-    fresh = build_manifest(model / WEIGHTS, manifest["name"], manifest["version"])
     last = history[-min(100, len(history)):]
     record = {"data": data, "episodes": len(ids), "steps": steps, "seed": seed,
               "moving_weight": moving_weight, "colour": colour,
               "loss": sum(h["loss"] for h in last) / len(last),
               "decoded_loss": sum(h["decoded_loss"] for h in last) / len(last)}
-    manifest.update(files=fresh["files"])
-    manifest.setdefault("training", {})["motion_decoder"] = record
-    (model / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    _refresh_manifest(model, {"motion_decoder": record})
     return {"model": str(model), "motion_decoder": str(model / WEIGHTS / "motion_decoder"),
             **record}
 

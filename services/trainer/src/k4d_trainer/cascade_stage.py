@@ -123,6 +123,17 @@ def stored_samples(arrays: dict[str, np.ndarray]) -> int:
     return arrays["rgb"].shape[0] if arrays["rgb"].ndim == 5 else 1
 
 
+def rollout_inputs(clip: dict[str, np.ndarray]
+                   ) -> tuple[np.ndarray, RobotCondition, PointmapNormalization]:
+    """What a user's rollout of a clip is given: frame 0, the robot condition and the
+    normalisation from the robot's points (nothing else is known)."""
+    mask = np.asarray(clip["robot_mask"], bool)
+    robot = RobotCondition(np.ascontiguousarray(clip["robot_rgb"]),
+                           clip["robot_pointmap"].astype(np.float32), mask)
+    return (np.ascontiguousarray(clip["rgb"][0]), robot,
+            PointmapNormalization.from_points(robot.pointmap, mask))
+
+
 def rollout_arrays(pipe: Kinema4DPipeline, clip: dict[str, np.ndarray], seed: int,
                    samples: int = 1, stored: dict[str, np.ndarray] | None = None,
                    tool: ToolTrack | None = None, T_cam_from_base: np.ndarray | None = None
@@ -137,12 +148,8 @@ def rollout_arrays(pipe: Kinema4DPipeline, clip: dict[str, np.ndarray], seed: in
     k's noise depends on the seed and k alone, k4d_model.pipeline.sample_seed). `tool`:
     the episode's, for a transformer that reads it (k4d_trainer.tool_condition), with its
     camera's pose (`T_cam_from_base`) for one that reads the tool's position."""
-    mask = np.asarray(clip["robot_mask"], bool)
-    robot = RobotCondition(np.ascontiguousarray(clip["robot_rgb"]),
-                           clip["robot_pointmap"].astype(np.float32), mask)
-    # the normalisation a user's rollout gets: from the robot's points (nothing else known)
-    norm = PointmapNormalization.from_points(robot.pointmap, mask)
-    image = np.ascontiguousarray(clip["rgb"][0])
+    image, robot, norm = rollout_inputs(clip)
+    mask = robot.mask
     have = 0 if stored is None else stored_samples(stored)
     rgb, pointmap = ([], []) if stored is None else (
         list(stored["rgb"].reshape(have, *stored["rgb"].shape[-4:])),

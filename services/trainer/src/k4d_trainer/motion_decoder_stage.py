@@ -24,7 +24,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from k4d.tool import ToolTrack
-from k4d_model.conditions import PointmapNormalization
 from k4d_model.motion_decoder import (
     MOTION_GAIN,
     MotionDecoder,
@@ -32,8 +31,8 @@ from k4d_model.motion_decoder import (
     decoder_inputs,
 )
 from k4d_model.pipeline import Kinema4DPipeline, sample_seed
-from k4d_model.results import RobotCondition
 
+from k4d_trainer.cascade_stage import rollout_inputs
 from k4d_trainer.clips import ClipSpec, read_clip
 from k4d_trainer.latents import normalised_scene
 from k4d_trainer.object_flow import episode_tracks
@@ -52,11 +51,7 @@ def motion_pair(pipe: Kinema4DPipeline, clip: dict[str, np.ndarray], tracks: np.
     `target` the same of the truth's `tracks` (metres); `image` frame 0 (H, W, 3) uint8;
     `colour` (T, H, W, 3) float16, the sample's RGB half as decoded ([-1, 1]).
     Both normalised as the generator normalises a rollout (from the robot's points)."""
-    mask = np.asarray(clip["robot_mask"], bool)
-    robot = RobotCondition(np.ascontiguousarray(clip["robot_rgb"]),
-                           clip["robot_pointmap"].astype(np.float32), mask)
-    norm = PointmapNormalization.from_points(robot.pointmap, mask)
-    image = np.ascontiguousarray(clip["rgb"][0])
+    image, robot, norm = rollout_inputs(clip)
     colour, decoded = pipe.decoded_sample(image, robot, norm, seed=sample_seed(seed, 0),
                                           tool=tool, T_cam_from_base=T_cam_from_base)
     target = normalised_scene({**clip, "pointmap": tracks}, norm)
