@@ -8,6 +8,15 @@ unless `--depth` gives the truth's.
     .venv/bin/python benchmarks/demo_model/tracks_ceiling.py --data .k4d/demo-model/data/val \
         [--model models/demo-small] [--depth] [--episodes 16]
 
+With `--pairs STORE` (a tracks model's motion-decoder pairs, k4d_trainer.motion_decoder_stage,
+sampled on `--data`'s episodes) it splits a tracks model's error into its motion and its
+frame-0 geometry: frame 0 is carried along the model's sampled motion (`--motion sample`,
+the default) or the truth's (`--motion truth`), from the model's sampled frame-0 points, or
+from the truth's with `--depth`. The four rows of that 2 x 2 say which one a model must fix. With the sampled motion (or
+`--model`'s VAE round trip of the truth's), the RESULT line also gives how far it goes along
+the true motion where a surface moves more than 1 cm (median; 1 is the whole way) and the
+median cosine of their angle.
+
 Both rows take the robot's pixels from the truth (the robot is kinematics' in every model),
 so they differ only where the scene is drawn. Prints one RESULT line (JSON): per row the
 static region's PSNR and the changed / objects regions' RGB MSE against the floor's, their
@@ -19,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 from k4d.camera import fit_pinhole
@@ -34,6 +44,8 @@ from k4d_trainer.config import DataSection
 from k4d_trainer.data import open_source
 from k4d_trainer.object_flow import episode_tracks
 
+# a surface moves when its track leaves frame 0's point by more than this (metres)
+MOVING_M = 0.01
 REGIONS = ("changed", "objects", "objects_arrived", "objects_left", "objects_stayed")
 
 
@@ -54,6 +66,33 @@ def through_vae(model_dir: str, clip: dict, tracks: np.ndarray) -> np.ndarray:
 
 
 _ENCODER = None
+
+
+def sampled_tracks(store: Path, episode_id: str, clip: dict) -> np.ndarray:
+    """A motion-decoder pair's sampled tracks (T, H, W, 3) in metres: its `decoded`, which
+    is normalised as the generator normalises the rollout (from the robot's points)."""
+    from k4d_trainer.cascade_stage import rollout_inputs
+
+    path = store / f"{episode_id}.npz"
+    if not path.is_file():
+        raise SystemExit(f"tracks_ceiling: error: no pair {path} (sample the pairs on --data)")
+    with np.load(path) as pair:
+        decoded = pair["decoded"].astype(np.float32)
+    return rollout_inputs(clip)[2].denormalise(decoded).astype(np.float32)
+
+
+def motion_agreement(motion: np.ndarray, true_motion: np.ndarray, robot_at_first: np.ndarray,
+                     moving_m: float = MOVING_M) -> tuple[np.ndarray, np.ndarray]:
+    """On the pixels of frames t >= 1 whose true motion (T, H, W, 3, metres) exceeds
+    `moving_m`, off frame 0's robot: how far `motion` goes along the true motion (its
+    projection on it over its length: 1 is the whole way) and the cosine of their angle."""
+    moving = (np.linalg.norm(true_motion[1:], axis=-1) > moving_m) & ~robot_at_first[None]
+    drawn, true = motion[1:][moving].astype(np.float64), true_motion[1:][moving].astype(np.float64)
+    along = (drawn * true).sum(-1)
+    length = along / np.maximum((true * true).sum(-1), 1e-12)
+    cosine = along / np.maximum(np.linalg.norm(drawn, axis=-1) * np.linalg.norm(true, axis=-1),
+                                1e-12)
+    return length, cosine
 
 
 def rendered_clip(gt: Clip, image_points: np.ndarray, tracks: np.ndarray, robot_mask, camera
@@ -94,20 +133,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--depth", action="store_true",
                         help="with --model: frame 0's points are the truth's (RGB-D)")
     parser.add_argument("--episodes", type=int, default=16)
+    parser.add_argument("--pairs", help="a tracks model's motion-decoder pairs store: its "
+                        "sampled tracks of --data's episodes (not with --model)")
+    parser.add_argument("--motion", choices=("sample", "truth"), default="sample",
+                        help="with --pairs: carry frame 0 along the sampled motion or the truth's")
     args = parser.parse_args(argv)
+    if args.pairs and args.model:
+        parser.error("--pairs and --model are exclusive: the pairs are already decoded")
     dataset, source = open_dataset(args.data), open_source(DataSection(uri=args.data), None)
     ids = list(source.episode_ids)[: args.episodes]
     settings = Settings()
-    ours, floors = [], []
+    ours, floors, lengths, cosines = [], [], [], []
     for episode_id in ids:
         gt = load_episode(dataset, episode_id)
         clip = ClipSpec(gt.frames, *gt.size)
         episode = source.open(episode_id)
-        tracks = episode_tracks(episode, clip)
+        tracks = truth = episode_tracks(episode, clip)
         arrays = read_clip(episode, clip)
         if args.model:
             tracks = through_vae(args.model, arrays, tracks)
         first = gt.pointmap[0] if (args.depth or not args.model) else tracks[0]
+        if args.pairs:
+            sampled = sampled_tracks(Path(args.pairs), episode_id, arrays)
+            first = gt.pointmap[0] if args.depth else sampled[0]
+            motion = sampled - sampled[:1] if args.motion == "sample" else tracks - tracks[:1]
+            tracks = first[None] + motion
+        if args.model or (args.pairs and args.motion == "sample"):
+            length, cosine = motion_agreement(tracks - tracks[:1], truth - truth[:1],
+                                              arrays["robot_mask"][0])
+            lengths.append(length)
+            cosines.append(cosine)
         camera = fit_pinhole(arrays["robot_pointmap"], arrays["robot_mask"])
         if camera is None:
             print(f"error: {episode_id}: no robot pixels to fit the camera to", file=sys.stderr)
@@ -118,7 +173,11 @@ def main(argv: list[str] | None = None) -> int:
                                         condition_robot_mask=gt.robot_mask, synthetic=True))
     report = build_report(ours, report_settings(settings, None), baseline=floors)
     result = {"episodes": len(ids), "model": args.model, "depth": bool(args.depth),
+              "pairs": args.pairs, "motion": args.motion if args.pairs else "truth",
               **figures(report)}
+    if lengths:
+        result["motion_length_median"] = float(np.median(np.concatenate(lengths)))
+        result["motion_cosine_median"] = float(np.median(np.concatenate(cosines)))
     print("RESULT " + json.dumps(result))
     return 0
 
