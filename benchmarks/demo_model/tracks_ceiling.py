@@ -12,10 +12,10 @@ With `--pairs STORE` (a tracks model's motion-decoder pairs, k4d_trainer.motion_
 sampled on `--data`'s episodes) it splits a tracks model's error into its motion and its
 frame-0 geometry: frame 0 is carried along the model's sampled motion (`--motion sample`,
 the default) or the truth's (`--motion truth`), from the model's sampled frame-0 points, or
-from the truth's with `--depth`. The four rows of that 2 x 2 say which one a model must fix. With the sampled motion (or
-`--model`'s VAE round trip of the truth's), the RESULT line also gives how far it goes along
-the true motion where a surface moves more than 1 cm (median; 1 is the whole way) and the
-median cosine of their angle.
+from the truth's with `--depth`. The four rows of that 2 x 2 say which one a model must
+fix. With the sampled motion (or `--model`'s VAE round trip of the truth's), the RESULT line
+also gives how far it goes along the true motion where a surface moves more than 1 cm
+(median; 1 is the whole way) and the median cosine of their angle.
 
 Both rows take the robot's pixels from the truth (the robot is kinematics' in every model),
 so they differ only where the scene is drawn. Prints one RESULT line (JSON): per row the
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", required=True, help="a k4d dataset of synthetic episodes")
     parser.add_argument("--model", help="a model directory whose VAE the tracks go through")
     parser.add_argument("--depth", action="store_true",
-                        help="with --model: frame 0's points are the truth's (RGB-D)")
+                        help="with --model or --pairs: frame 0's points are the truth's (RGB-D)")
     parser.add_argument("--episodes", type=int, default=16)
     parser.add_argument("--pairs", help="a tracks model's motion-decoder pairs store: its "
                         "sampled tracks of --data's episodes (not with --model)")
