@@ -375,9 +375,12 @@ def k4d_train_demo(ctx: Context) -> dict:
                              recipe["vae"].get("warmup_steps", 0), vae_steps // 2))
     recipe["vae"].pop("heldout_uri", None)  # the validation episodes are not on that machine
     # nor the cascade split: the timed section is the transformer's, without the sample
-    # refiner's stage after it
+    # refiner's stage after it, nor the first-depth network's before it (its object weight
+    # needs episodes with object ids, which these synthetic ones lack)
     recipe.pop("cascade", None)
-    recipe["model"].get("fidelity", {}).pop("cascade", None)
+    recipe.pop("refiner", None)
+    for option in ("cascade", "refiner_first_depth"):
+        recipe["model"].get("fidelity", {}).pop(option, None)
     recipe["training"].update(steps=ctx.train_steps, warmup_steps=min(
         recipe["training"]["warmup_steps"], ctx.train_steps // 2), decay_steps=min(
         recipe["training"].get("decay_steps", 0), ctx.train_steps // 2))
