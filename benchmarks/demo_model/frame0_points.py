@@ -6,11 +6,14 @@ pixel against the ground truth's, on frame 0's object pixels and on the rest (of
 where the truth's depth is known).
 
     .venv/bin/python benchmarks/demo_model/frame0_points.py --run .k4d/eval/shipped-val \
-        --data .k4d/demo-model/data/val [--model models/demo-small/weights]
+        --data .k4d/demo-model/data/val [--model models/demo-small/weights] \
+        [--picture docs/benchmarks/demo-first-depth.png --picture-episodes ep000000 ep000005]
 
 The run gives the image and the robot condition (each prediction's robot.npz) the network
 reads, so the two rows see the same rollouts. Prints one line per row and region (mean and
-median L1 of the xyz error, depth AbsRel) and one RESULT line (JSON).
+median L1 of the xyz error, depth AbsRel) and one RESULT line (JSON). `--picture` (with
+`--model`) draws, per chosen episode, the image, the true depth, the run's frame-0 depth, the
+network's and the network's error.
 """
 
 from __future__ import annotations
@@ -48,7 +51,38 @@ def summarise(errors: dict[str, list[tuple[np.ndarray, np.ndarray]]]) -> dict[st
     return out
 
 
-def measure(run: Path, data: str, model: str | None) -> dict:
+def draw(rows: list[dict[str, np.ndarray]], path: Path) -> None:
+    """One row per episode: image, true depth, the run's, the network's (one colour scale per
+    row: the truth's 2-98th percentile) and |network - truth| from 0 to 10 cm."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    titles = ("frame 0 (given)", "true depth", "the run's frame-0 depth", "first-depth network",
+              "|network - truth| (0-10 cm)")
+    fig, axes = plt.subplots(len(rows), 5, figsize=(15, 2.2 * len(rows) + 0.4), squeeze=False)
+    for r, row in enumerate(rows):
+        truth = np.where(row["known"], row["truth"], np.nan)
+        low, high = np.nanpercentile(truth, [2, 98])
+        panels = ((row["image"], {}), (truth, {"vmin": low, "vmax": high}),
+                  (row["run"], {"vmin": low, "vmax": high}),
+                  (row["network"], {"vmin": low, "vmax": high}),
+                  (np.abs(row["network"] - truth), {"cmap": "magma", "vmin": 0, "vmax": 0.1}))
+        for c, (image, style) in enumerate(panels):
+            axes[r, c].imshow(image, **style)
+            axes[r, c].set_xticks([])
+            axes[r, c].set_yticks([])
+            if r == 0:
+                axes[r, c].set_title(titles[c], fontsize=9)
+    fig.suptitle("Frame 0's depth from an RGB image", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def measure(run: Path, data: str, model: str | None, picture: Path | None = None,
+            picture_episodes: list[str] | None = None) -> dict:
     dataset = open_dataset(data)
     network = None
     if model is not None:
@@ -60,6 +94,7 @@ def measure(run: Path, data: str, model: str | None) -> dict:
     if not ids:
         raise SystemExit(f"frame0_points: error: no episode under {run}/predictions")
     errors: dict[str, list] = {}
+    drawn = []
     for episode_id in ids:
         gt = load_episode(dataset, episode_id)
         if gt.object_ids is None:
@@ -76,12 +111,17 @@ def measure(run: Path, data: str, model: str | None) -> dict:
         truth = gt.pointmap[0]
         known = gt.valid[0] & np.isfinite(truth).all(-1) & (truth[..., 2] > 0) & ~gt.robot_mask[0]
         objects = gt.object_ids[0] > 0
+        if picture is not None and episode_id in (picture_episodes or ids[:2]):
+            drawn.append({"image": gt.rgb[0], "truth": truth[..., 2], "known": known,
+                          "run": rows["run"][..., 2], "network": rows["first_depth_network"][..., 2]})
         for row, points in rows.items():
             if points is None:
                 continue
             for region, where in (("objects", known & objects), ("rest", known & ~objects)):
                 errors.setdefault(f"{row}/{region}", []).append(
                     frame0_errors(points, truth, where))
+    if picture is not None:
+        draw(drawn, picture)
     return {"episodes": len(ids), **summarise(errors)}
 
 
@@ -91,10 +131,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="a `k4d eval run --out` directory of an RGB frame 0 (predictions/)")
     parser.add_argument("--data", required=True, help="the dataset the run scored")
     parser.add_argument("--model", help="a model's weights directory with a first-depth network")
+    parser.add_argument("--picture", type=Path, help="a PNG of the depths (needs --model)")
+    parser.add_argument("--picture-episodes", nargs="*",
+                        help="the episodes drawn (default: the first two)")
     args = parser.parse_args(argv)
     if not (args.run / "predictions").is_dir():
         parser.error(f"--run {args.run}: no predictions/ (a k4d eval run directory)")
-    result = measure(args.run, args.data, args.model)
+    if args.picture is not None and args.model is None:
+        parser.error("--picture needs --model (it draws the network's depth)")
+    result = measure(args.run, args.data, args.model, args.picture, args.picture_episodes)
     for key, row in result.items():
         if key != "episodes":
             print(f"{key:28s} L1 mean {row['l1_mean_m'] * 100:5.2f} cm, median "
