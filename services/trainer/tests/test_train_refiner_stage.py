@@ -557,3 +557,94 @@ def test_an_object_network_learns_from_every_frame_as_a_given_image(tmp_path, ma
         assert expected.any() and np.array_equal(example.objects[0].numpy() > 0, expected)
         assert np.array_equal(example.off_robot[0].numpy() > 0, ~mask[t])
         assert not example.changed.any() and not example.first_known.any()
+
+
+FIRST_DEPTH_ALONE = dict(colour_weight=0.0, mask_weight=0.0, first_depth_weight=1.0)
+
+
+def test_a_first_depth_network_learns_from_every_frame_as_the_given_frame_zero(
+        tmp_path, make_dataset):
+    from k4d_model.refiner import refiner_inputs
+    from k4d_model.results import RobotCondition
+
+    _, with_ids = _with_object_ids(tmp_path, make_dataset)
+    clip = read_clip(with_ids.open(sorted(with_ids.episode_ids)[0]), CLIP, ("object_ids",))
+    refiner_clip = RefinerClip(clip)
+    mask = clip["robot_mask"].astype(bool)
+    z = clip["pointmap"][..., 2]
+    example = refiner_clip.first_depth_example(2, 4)
+    robot = RobotCondition(clip["robot_rgb"][2:], clip["robot_pointmap"][2:].astype(np.float32),
+                           mask[2:])
+    # the image is frame 2's, the robot's rollout starts there: frame 4 is its frame 2 of 3
+    assert torch.equal(example.x, refiner_inputs(clip["rgb"][2], robot, [2])[0])
+    scale = depth_scale(robot)
+    assert scale != pytest.approx(depth_scale(refiner_clip.robot))  # frame 2's robot, not 0's
+    where = example.first_known[0].numpy() > 0
+    assert np.array_equal(where, z[2] > 0)
+    assert np.allclose(example.first_depth[0].numpy()[where], np.log(z[2][where] / scale),
+                       atol=1e-5)
+    assert np.array_equal(example.objects[0].numpy() > 0, (clip["object_ids"][2] > 0) & ~mask[2])
+    assert np.array_equal(example.off_robot[0].numpy() > 0, ~mask[4] & ~mask[2])
+    assert not example.delta.any() and not example.changed.any() and not example.known.any()
+    # frame 0 as the start is the default example's first-depth input and target
+    default = refiner_clip.example(3)
+    start0 = refiner_clip.first_depth_example(0, 3)
+    assert torch.equal(start0.x, default.x) and torch.equal(start0.first_depth, default.first_depth)
+
+    section = RefinerSection(steps=3, batch_size=4, channels=[8, 16], object_weight=5.0,
+                             first_depth_frames="every", **FIRST_DEPTH_ALONE)
+    refiner, losses = _train(with_ids, section)
+    assert refiner.config.first_depth and len(losses) == 3 and all(np.isfinite(losses))
+
+
+@pytest.mark.parametrize("section,name", [
+    (RefinerSection(first_depth_frames="all", **FIRST_DEPTH_ALONE), "refiner.first_depth_frames"),
+    (RefinerSection(first_depth_frames="every"), "refiner.first_depth_weight"),  # no head
+    (RefinerSection(first_depth_frames="every", first_depth_weight=1.0, mask_weight=0.0),
+     "refiner.colour_weight"),  # a colour term: its targets would be frame 0's change
+    (RefinerSection(first_depth_frames="every", depth_weight=1.0, **FIRST_DEPTH_ALONE),
+     "refiner.depth_weight"),
+    (RefinerSection(geometry=RefinerSection(first_depth_frames="every", first_depth_weight=1.0)),
+     "refiner.geometry.colour_weight")])
+def test_first_depth_frames_is_checked(section, name):
+    with pytest.raises(InvalidArgument, match=name):
+        section.validate()
+
+
+def test_zoomed_examples_are_a_window_of_each_resized_to_the_frame():
+    from k4d_trainer.refiner_stage import IMAGE_CHANNELS, zoomed
+
+    N, H, W = 3, 12, 18
+    rows = torch.arange(H, dtype=torch.float32)[:, None].expand(H, W)
+    cols = torch.arange(W, dtype=torch.float32)[None, :].expand(H, W)
+    x = torch.stack([rows] * IMAGE_CHANNELS + [cols] * 7)[None].repeat(N, 1, 1, 1)
+    mask = (cols >= 9).float()[None, None].repeat(N, 1, 1, 1)
+    plane = (rows.long() % 4)[None, None].repeat(N, 1, 1, 1)
+    batch = RefinerExample(x, mask.repeat(1, 3, 1, 1), mask, mask, mask, mask, cols[None, None]
+                           .repeat(N, 1, 1, 1), mask, plane, mask.repeat(1, 3, 1, 1), mask, mask)
+    same = zoomed(batch, 1.0, torch.Generator().manual_seed(0))
+    for a, b in zip(same, batch, strict=True):
+        assert torch.equal(a, b)  # z = 1: the whole frame, unchanged
+    out = zoomed(batch, 2.0, torch.Generator().manual_seed(0))
+    assert all(a.shape == b.shape and a.dtype == b.dtype for a, b in zip(out, batch, strict=True))
+    assert set(out.changed.unique().tolist()) <= {0.0, 1.0}  # masks stay masks
+    assert set(out.plane.unique().tolist()) <= {0, 1, 2, 3}
+    for n in range(N):
+        seen = out.first_depth[n, 0]  # the column index, nearest: a window of columns
+        columns = seen[0].unique()
+        assert torch.equal(columns, torch.arange(columns[0], columns[-1] + 1))
+        assert len(columns) < W  # narrower than the frame
+        assert torch.equal(out.x[n, IMAGE_CHANNELS], seen)  # every part the same window
+        assert out.x[n, :IMAGE_CHANNELS].max() - out.x[n, :IMAGE_CHANNELS].min() < H - 1
+
+
+def test_max_zoom_trains_and_is_checked(tmp_path, make_dataset):
+    _, with_ids = _with_object_ids(tmp_path, make_dataset)
+    section = RefinerSection(steps=2, batch_size=2, channels=[8, 16], object_weight=5.0,
+                             max_zoom=1.5, **FIRST_DEPTH_ALONE)
+    refiner, losses = _train(with_ids, section)
+    assert len(losses) == 2 and all(np.isfinite(losses))
+    for bad in (RefinerSection(max_zoom=0.5), RefinerSection(max_zoom=float("inf")),
+                RefinerSection(max_zoom=1.5, plane_weight=1.0, first_depth_weight=1.0)):
+        with pytest.raises(InvalidArgument, match="refiner.max_zoom"):
+            bad.validate()

@@ -45,6 +45,7 @@ RECIPES = ("finetune-lora", "from-scratch")
 VARIANTS = ("act", "pmcond")
 PRECISIONS = ("auto", "fp32", "bf16", "bf16-if-native")
 SECTION_PRECISIONS = ("model", "fp32", "bf16")  # a refiner network's own, or the model's
+FIRST_DEPTH_FRAMES = ("first", "every")  # the given images of a first-depth network
 LR_SCHEDULES = ("constant", "cosine", "linear")
 MAX_CASCADE_CONTEXT = 6  # half a 13-frame clip each side
 CASCADE_COLOUR_LOSSES = ("squared", "l1")
@@ -394,6 +395,16 @@ class RefinerSection:
     # image; it has no other term. Needs object_ids.
     object_logit_weight: float = 0.0
     object_pos_weight: float = 5.0  # BCE weight of an object pixel (~1 %) over the others
+    # Which frames a first-depth network alone (first_depth_weight > 0, no other term)
+    # learns as the given image: "first", each clip's frame 0; "every", each frame s < T-1
+    # as the frame 0 of a rollout of the clip's robot from s on (its depth the target):
+    # 12x the distinct images at 13 frames, objects lifted, held and set down among them.
+    first_depth_frames: str = "first"
+    # > 1: each example is seen through a narrower field of view, a window of 1/z of the
+    # frame (z uniform in [1, max_zoom]) at a random place, resized back to the frame: the
+    # objects and the robot at other apparent sizes than the data's one framing (a closer
+    # or longer-lens camera). Not with scene planes (their camera inputs are the frame's).
+    max_zoom: float = 1.0
     # A dataset of the run's episodes rendered at the clip's own frames and size (k4d datagen
     # with data.uri's seed; the same episode ids): measured, a refiner trained on clips
     # resampled from a larger render is much weaker on native renders (round 5 of issue 21).
@@ -442,6 +453,21 @@ class RefinerSection:
                 _check(getattr(self, name) == 0, f"{prefix}.{name}",
                        "an object network (object_logit_weight > 0) learns from frames as "
                        "given images and has no other term: must be 0")
+        _check(self.first_depth_frames in FIRST_DEPTH_FRAMES, f"{prefix}.first_depth_frames",
+               f"must be one of {FIRST_DEPTH_FRAMES}, got {self.first_depth_frames!r}")
+        if self.first_depth_frames != "first":
+            _check(self.first_depth_weight > 0, f"{prefix}.first_depth_weight",
+                   "first_depth_frames chooses the first-depth head's images: must be > 0")
+            for name in ("colour_weight", "mask_weight", "depth_weight", "plane_weight",
+                         "object_logit_weight"):
+                _check(getattr(self, name) == 0, f"{prefix}.{name}",
+                       f"a first-depth network on {self.first_depth_frames!r} frames has no "
+                       "other term (its change targets are not made): must be 0")
+        _check(math.isfinite(self.max_zoom) and self.max_zoom >= 1.0, f"{prefix}.max_zoom",
+               f"must be >= 1, got {self.max_zoom}")
+        _check(self.max_zoom == 1.0 or self.plane_weight == 0, f"{prefix}.max_zoom",
+               "a zoomed window does not match scene planes' camera inputs: needs "
+               "plane_weight 0")
         _check(0.0 <= self.camera_dropout < 1.0, f"{prefix}.camera_dropout",
                f"must be in [0, 1), got {self.camera_dropout}")
         _check(bool(self.channels) and all(c > 0 and c % 8 == 0 for c in self.channels),

@@ -13,7 +13,10 @@ over the pixels off the robot (in frame t and frame 0, as the evaluator's region
              the predicted change of depth from frame 0 over the changed pixels whose depth
              is known in both frames (k4d_model.refiner's DEPTH_GAIN x depth / robot scale)
     first    with `first_depth_weight` > 0 (a first-frame depth head): that weight x the MSE
-             of log(frame 0's depth / robot scale) over the pixels whose depth is known
+             of log(frame 0's depth / robot scale) over the pixels whose depth is known;
+             with `first_depth_frames: every` (a first-depth network alone), frame 0 is
+             any frame s < t of the clip, drawn uniformly below t (a quarter of the
+             examples are the clip's own frame 0), with the robot's frames from s on
     planes   with `plane_weight` > 0 (scene planes, k4d_model.refiner; episodes need their
              camera's pose): that weight x (the cross-entropy of the plane logits against
              the plane each pixel of frame 0 lies on, off the robot, + COORDINATE_GAIN x the
@@ -197,6 +200,30 @@ class RefinerClip:
                               plane(self.plane_known & with_camera), plane(self.objects))
 
 
+    def first_depth_example(self, start: int, t: int) -> RefinerExample:
+        """Frame `start` as the given frame 0 of a rollout of the clip's robot from `start` on,
+        at that rollout's frame t - start (start < t): a first-depth network's example
+        (RefinerSection.first_depth_frames), its target frame `start`'s log depth over the
+        robot's mean depth there. The change targets (colour, mask, depth) are zero: such a
+        network has no other term."""
+        robot = RobotCondition(self.robot.rgb[start:], self.robot.pointmap[start:],
+                               self.robot.mask[start:])
+        x = refiner_inputs(self.rgb[start], robot, [t - start])[0]
+        scale = depth_scale(robot)
+        known = self.depth[start] > 0
+        first_depth = np.log(np.where(known, self.depth[start], scale) / scale)
+        _, H, W = self.depth.shape
+        zero = torch.zeros(1, H, W)
+
+        def plane(a: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(np.ascontiguousarray(a, np.float32)[None])
+
+        return RefinerExample(x, torch.zeros(3, H, W), zero,
+                              plane(~robot.mask[t - start] & ~robot.mask[0]), zero, zero,
+                              plane(first_depth), plane(known),
+                              torch.zeros(1, H, W, dtype=torch.int64), torch.zeros(3, H, W),
+                              zero, plane(self.object_frames[start]))
+
     def given_example(self, t: int) -> RefinerExample:
         """Frame t as a given image with its robot (an object network's example): the inputs
         of a clip whose frame 0 it is, and its object pixels; the other targets are zero."""
@@ -209,6 +236,36 @@ class RefinerClip:
             (~self.robot.mask[t]).astype(np.float32)[None]), zero, zero, zero, zero,
             torch.zeros(1, H, W, dtype=torch.int64), torch.zeros(3, H, W), zero,
             torch.from_numpy(self.object_frames[t].astype(np.float32)[None]))
+
+
+IMAGE_CHANNELS = 6  # refiner_inputs' given image and robot render: resized bilinearly
+
+
+def zoomed(batch: RefinerExample, max_zoom: float, generator: torch.Generator
+           ) -> RefinerExample:
+    """Each example of a batch through a narrower field of view (RefinerSection.max_zoom): a
+    window of 1/z of its height and width, z uniform in [1, max_zoom], at a random place,
+    resized back to the frame. The image and the robot render are resized bilinearly; masks,
+    depths, the frame index and every target by nearest neighbour, so a depth is never a
+    blend of two surfaces' and a mask stays 0 or 1."""
+    N, _, H, W = batch.x.shape
+    pieces: list[list[torch.Tensor]] = [[] for _ in batch]
+    for n in range(N):
+        zoom = 1.0 + (max_zoom - 1.0) * float(torch.rand((), generator=generator))
+        h, w = max(1, round(H / zoom)), max(1, round(W / zoom))
+        top = int(torch.randint(0, H - h + 1, (1,), generator=generator))
+        left = int(torch.randint(0, W - w + 1, (1,), generator=generator))
+        for k, part in enumerate(batch):
+            if part is None:
+                continue
+            window = part[n:n + 1, :, top:top + h, left:left + w]
+            nearest = F.interpolate(window.float(), size=(H, W), mode="nearest").to(part.dtype)
+            if k == 0:  # x: its image channels bilinear
+                smooth = F.interpolate(window[:, :IMAGE_CHANNELS], size=(H, W),
+                                       mode="bilinear", align_corners=False)
+                nearest = torch.cat([smooth, nearest[:, IMAGE_CHANNELS:]], 1)
+            pieces[k].append(nearest)
+    return RefinerExample(*(torch.cat(p) if p else None for p in pieces))
 
 
 def planes_of(base_points: np.ndarray, known: np.ndarray) -> np.ndarray:
@@ -328,6 +385,7 @@ def train_refiner(dataset, episode_ids: list[str], clip: ClipSpec, section: Refi
         scheduler.load_state_dict(saved["scheduler"])
     log_every = section.log_every or max(1, section.steps // 5)
     given = section.object_logit_weight > 0  # an object network: frames as given images
+    every_start = section.first_depth_frames == "every"
     recent: list[dict] = []
     for step in range(start, section.steps):
         picks = torch.randint(0, len(clips), (section.batch_size,), generator=generator)
@@ -337,12 +395,20 @@ def train_refiner(dataset, episode_ids: list[str], clip: ClipSpec, section: Refi
             if given:
                 examples.append(clips[i].given_example(t))
                 continue
+            if every_start:  # frame `start` as the given image, frame t of its rollout
+                start = int(torch.randint(0, t, (1,), generator=generator))
+                examples.append(clips[i].first_depth_example(start, t))
+                continue
             camera = None
             if planes:
                 camera = bool(torch.rand((), generator=generator) >= section.camera_dropout)
             examples.append(clips[i].example(t, camera))
-        batch = RefinerExample(*(torch.stack(part).to(info.device)
+        batch = RefinerExample(*(None if part[0] is None else torch.stack(part)
                                  for part in zip(*examples, strict=True)))
+        if section.max_zoom > 1.0:
+            batch = zoomed(batch, section.max_zoom, generator)
+        batch = RefinerExample(*(None if part is None else part.to(info.device)
+                                 for part in batch))
         with autocast(compute_dtype, info.device):
             output = model(batch.x)
         loss, parts = refiner_loss(output.float(), batch, section)
