@@ -295,6 +295,8 @@ def add_refiner(config_path: str, run: Path, model: Path, processes: int = 2) ->
                   compute_dtype=stage_dtype(config.model.precision))
     save_refiner(components.refiner, model / WEIGHTS)
     training = {"refiner_steps": config.refiner.steps}
+    if config.refiner.max_episodes is not None:
+        training["refiner_episodes"] = config.refiner.max_episodes
     if config.refiner.objects is not None:
         training["objects_refiner_steps"] = config.refiner.objects.steps
     _refresh_manifest(model, training)

@@ -648,3 +648,33 @@ def test_max_zoom_trains_and_is_checked(tmp_path, make_dataset):
                 RefinerSection(max_zoom=1.5, plane_weight=1.0, first_depth_weight=1.0)):
         with pytest.raises(InvalidArgument, match="refiner.max_zoom"):
             bad.validate()
+
+
+def test_max_episodes_trains_on_more_episodes_than_the_run_has(tmp_path, make_dataset):
+    dataset = open_dataset(make_dataset(tmp_path / "ds", count=3, frames=5, height=32, width=48))
+    ids = sorted(dataset.episode_ids)
+
+    class Components:
+        refiner = None
+
+    def stage(section, run):
+        lines = []
+        refiner_stage(Components(), dataset, ids[:1], CLIP, section, DistInfo(), run, 3,
+                      log=lines.append)
+        return lines
+
+    section = RefinerSection(**{**SECTION.__dict__, "max_episodes": 3, "checkpoint_every": 0})
+    lines = stage(section, RunDir(str(tmp_path / "a")))
+    assert "refiner: the first 3 episodes of the run dataset" in lines
+    # the same weights as training on the three episodes directly
+    alone, _ = train_refiner(dataset, ids, CLIP, SECTION, DistInfo(), seed=3,
+                             log=lambda _: None)
+    staged = load_run_refiner(RunDir(str(tmp_path / "a")))
+    for name, value in alone.state_dict().items():
+        assert torch.equal(value, staged.state_dict()[name]), name
+    too_many = RefinerSection(**{**SECTION.__dict__, "max_episodes": 4})
+    with pytest.raises(InvalidArgument, match="refiner.max_episodes") as exc:
+        stage(too_many, RunDir(str(tmp_path / "b")))
+    assert "holds 3 complete episodes, fewer than 4" in str(exc.value)
+    with pytest.raises(InvalidArgument, match="refiner.max_episodes"):
+        RefinerSection(max_episodes=0).validate()

@@ -410,6 +410,11 @@ class RefinerSection:
     # resampled from a larger render is much weaker on native renders (round 5 of issue 21).
     # The stage trains on the run's episodes found there. Empty: the run's own clips.
     data_uri: str = ""
+    # None: the run's episodes (data.max_episodes). N: the first N episodes of the run's
+    # dataset (or of data_uri), more than the transformer trains on: a network that reads
+    # frame 0 alone (the first-depth network) sees one image per episode, so it needs more
+    # episodes than the transformer, not more steps on them (issue 45)
+    max_episodes: int | None = None
     channels: list[int] = field(default_factory=lambda: [24, 48, 96, 128])
     checkpoint_every: int = 0       # steps between resumable stage checkpoints; 0 = none
     log_every: int = 0              # steps between log lines; 0 = five lines per stage
@@ -474,6 +479,8 @@ class RefinerSection:
                f"{prefix}.channels", f"must be positive multiples of 8, got {self.channels}")
         _check(self.checkpoint_every >= 0, f"{prefix}.checkpoint_every", "must be >= 0")
         _check(self.log_every >= 0, f"{prefix}.log_every", "must be >= 0")
+        _check(self.max_episodes is None or self.max_episodes >= 1, f"{prefix}.max_episodes",
+               f"must be >= 1 (or unset: the run's episodes), got {self.max_episodes}")
         _check(self.precision in SECTION_PRECISIONS, f"{prefix}.precision",
                f"must be one of {SECTION_PRECISIONS}, got {self.precision!r}")
         if self.geometry is not None:

@@ -449,6 +449,22 @@ def refiner_episodes(uri: str, episode_ids: list[str]) -> tuple[object, list[str
     return dataset, ids
 
 
+def first_episodes(section: RefinerSection, dataset, network: RefinerNetwork
+                   ) -> tuple[object, list[str]]:
+    """A section's own episodes (`max_episodes`): the first N of `data_uri`'s dataset, or of
+    the run's; InvalidArgument when it holds fewer."""
+    if section.data_uri:
+        from k4d.episodes import open_dataset
+
+        dataset = open_dataset(section.data_uri)
+    ids = list(dataset.episode_ids)[:section.max_episodes]
+    if len(ids) < section.max_episodes:
+        raise InvalidArgument.for_field(
+            f"{network.field}.max_episodes", f"{section.data_uri or 'the run dataset'} holds "
+            f"{len(ids)} complete episodes, fewer than {section.max_episodes}")
+    return dataset, ids
+
+
 def refiner_stage(components, dataset, episode_ids, clip: ClipSpec, section: RefinerSection,
                   info: DistInfo, run: RunDir, seed: int, log=print,
                   compute_dtype: torch.dtype | None = None) -> list[float]:
@@ -493,7 +509,11 @@ def refiner_stage(components, dataset, episode_ids, clip: ClipSpec, section: Ref
 def _train_network(dataset, episode_ids, clip, section, info, stage_seed, run, log,
                    network: RefinerNetwork, compute_dtype):
     compute_dtype = network_dtype(section, compute_dtype)
-    if section.data_uri:
+    if section.max_episodes is not None:
+        dataset, episode_ids = first_episodes(section, dataset, network)
+        log(f"{network.name}: the first {len(episode_ids)} episodes of "
+            f"{section.data_uri or 'the run dataset'}")
+    elif section.data_uri:
         dataset, episode_ids = refiner_episodes(section.data_uri, episode_ids)
         log(f"{network.name}: {len(episode_ids)} of the run's episodes from {section.data_uri}")
     return train_refiner(dataset, episode_ids, clip, section, info,
