@@ -133,6 +133,11 @@ class RefinerExample(NamedTuple):
     objects: torch.Tensor | None = None
 
 
+def channel(a: np.ndarray) -> torch.Tensor:
+    """(1, H, W) float32: one plane of an example."""
+    return torch.from_numpy(np.ascontiguousarray(a, np.float32)[None])
+
+
 class RefinerClip:
     """What the stage keeps of one episode: the arrays the inputs and targets need.
     With `T_cam_from_base` (4, 4) the examples carry the camera inputs and plane targets
@@ -188,17 +193,12 @@ class RefinerClip:
         depth = np.where(depth_known, (self.depth[t] - self.depth[0]) * (DEPTH_GAIN / self.scale),
                          0.0)
         first_depth = np.log(np.where(first_known, self.depth[0], self.scale) / self.scale)
-
-        def plane(a: np.ndarray) -> torch.Tensor:
-            return torch.from_numpy(np.ascontiguousarray(a, np.float32)[None])
-
         return RefinerExample(x, torch.from_numpy((now - first).transpose(2, 0, 1).copy()),
-                              plane(self.changed[t]), plane(~mask[t] & ~mask[0]), plane(depth),
-                              plane(depth_known), plane(first_depth), plane(first_known),
+                              channel(self.changed[t]), channel(~mask[t] & ~mask[0]), channel(depth),
+                              channel(depth_known), channel(first_depth), channel(first_known),
                               torch.from_numpy(self.plane[None].copy()),
                               torch.from_numpy(self.base_points.transpose(2, 0, 1).copy()),
-                              plane(self.plane_known & with_camera), plane(self.objects))
-
+                              channel(self.plane_known & with_camera), channel(self.objects))
 
     def first_depth_example(self, start: int, t: int) -> RefinerExample:
         """Frame `start` as the given frame 0 of a rollout of the clip's robot from `start` on,
@@ -214,15 +214,11 @@ class RefinerClip:
         first_depth = np.log(np.where(known, self.depth[start], scale) / scale)
         _, H, W = self.depth.shape
         zero = torch.zeros(1, H, W)
-
-        def plane(a: np.ndarray) -> torch.Tensor:
-            return torch.from_numpy(np.ascontiguousarray(a, np.float32)[None])
-
         return RefinerExample(x, torch.zeros(3, H, W), zero,
-                              plane(~robot.mask[t - start] & ~robot.mask[0]), zero, zero,
-                              plane(first_depth), plane(known),
+                              channel(~robot.mask[t - start] & ~robot.mask[0]), zero, zero,
+                              channel(first_depth), channel(known),
                               torch.zeros(1, H, W, dtype=torch.int64), torch.zeros(3, H, W),
-                              zero, plane(self.object_frames[start]))
+                              zero, channel(self.object_frames[start]))
 
     def given_example(self, t: int) -> RefinerExample:
         """Frame t as a given image with its robot (an object network's example): the inputs
@@ -256,8 +252,6 @@ def zoomed(batch: RefinerExample, max_zoom: float, generator: torch.Generator
         top = int(torch.randint(0, H - h + 1, (1,), generator=generator))
         left = int(torch.randint(0, W - w + 1, (1,), generator=generator))
         for k, part in enumerate(batch):
-            if part is None:
-                continue
             window = part[n:n + 1, :, top:top + h, left:left + w]
             nearest = F.interpolate(window.float(), size=(H, W), mode="nearest").to(part.dtype)
             if k == 0:  # x: its image channels bilinear
@@ -265,7 +259,7 @@ def zoomed(batch: RefinerExample, max_zoom: float, generator: torch.Generator
                                        mode="bilinear", align_corners=False)
                 nearest = torch.cat([smooth, nearest[:, IMAGE_CHANNELS:]], 1)
             pieces[k].append(nearest)
-    return RefinerExample(*(torch.cat(p) if p else None for p in pieces))
+    return RefinerExample(*(torch.cat(p) for p in pieces))
 
 
 def planes_of(base_points: np.ndarray, known: np.ndarray) -> np.ndarray:
@@ -403,12 +397,10 @@ def train_refiner(dataset, episode_ids: list[str], clip: ClipSpec, section: Refi
             if planes:
                 camera = bool(torch.rand((), generator=generator) >= section.camera_dropout)
             examples.append(clips[i].example(t, camera))
-        batch = RefinerExample(*(None if part[0] is None else torch.stack(part)
+        batch = RefinerExample(*(torch.stack(part).to(info.device)
                                  for part in zip(*examples, strict=True)))
         if section.max_zoom > 1.0:
             batch = zoomed(batch, section.max_zoom, generator)
-        batch = RefinerExample(*(None if part is None else part.to(info.device)
-                                 for part in batch))
         with autocast(compute_dtype, info.device):
             output = model(batch.x)
         loss, parts = refiner_loss(output.float(), batch, section)
