@@ -17,11 +17,13 @@ from k4d_trainer.refiner_stage import (
     COORDINATE_GAIN,
     NETWORKS,
     STAGE_FOLDER,
+    FirstFrameClip,
     RefinerClip,
     RefinerExample,
     load_run_refiner,
     network_dtype,
     planes_of,
+    refiner_config,
     refiner_episodes,
     refiner_loss,
     refiner_stage,
@@ -595,6 +597,35 @@ def test_a_first_depth_network_learns_from_every_frame_as_the_given_frame_zero(
                              first_depth_frames="every", **FIRST_DEPTH_ALONE)
     refiner, losses = _train(with_ids, section)
     assert refiner.config.first_depth and len(losses) == 3 and all(np.isfinite(losses))
+
+
+def test_a_first_depth_network_on_frame_zero_keeps_a_third_of_each_episode(
+        tmp_path, make_dataset):
+    _, with_ids = _with_object_ids(tmp_path, make_dataset)
+    clip = read_clip(with_ids.open(sorted(with_ids.episode_ids)[0]), CLIP, ("object_ids",))
+    full, lean = RefinerClip(clip), FirstFrameClip(clip)
+    section = RefinerSection(object_weight=5.0, **FIRST_DEPTH_ALONE)
+    assert section.first_frame_only and lean.frames == full.frames
+    assert not RefinerSection(first_depth_frames="every", **FIRST_DEPTH_ALONE).first_frame_only
+    assert not RefinerSection(first_depth_weight=1.0).first_frame_only  # a colour term too
+    held = sum(a.nbytes for a in vars(lean).values())
+    assert held < sum(a.nbytes for a in (full.rgb, full.robot.rgb, full.robot.pointmap,
+                                         full.robot.mask, full.changed, full.depth,
+                                         full.object_frames)) / 2.5
+    output = torch.randn(1, refiner_config(section).outputs, CLIP.height, CLIP.width)
+    for t in range(1, full.frames):
+        kept, whole = lean.first_depth_example(0, t), full.example(t)
+        for name in ("x", "off_robot", "first_depth", "first_known", "objects"):
+            assert torch.equal(getattr(kept, name), getattr(whole, name)), name
+        stack = [RefinerExample(*(part[None] for part in e)) for e in (kept, whole)]
+        # the same loss: the terms it drops weigh 0 in such a section
+        assert (refiner_loss(output, stack[0], section)[0]
+                == refiner_loss(output, stack[1], section)[0])
+    with pytest.raises(ValueError, match="frame 0 alone"):
+        lean.first_depth_example(1, 2)
+    refiner, losses = _train(with_ids, RefinerSection(steps=2, batch_size=2, channels=[8, 16],
+                                                      object_weight=5.0, **FIRST_DEPTH_ALONE))
+    assert refiner.config.first_depth and all(np.isfinite(losses))
 
 
 @pytest.mark.parametrize("section,name", [

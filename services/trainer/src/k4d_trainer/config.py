@@ -432,6 +432,16 @@ class RefinerSection:
     # objects (k4d_model.refiner.RefinedChange.object_probability)
     objects: RefinerSection | None = None
 
+    @property
+    def first_frame_only(self) -> bool:
+        """A first-depth network alone on each clip's frame 0: it reads frame 0's image and
+        depth and the robot, nothing of frames t >= 1 but the robot's (the stage keeps that
+        much of an episode, refiner_stage.FirstFrameClip)."""
+        others = ("colour_weight", "mask_weight", "depth_weight", "plane_weight",
+                  "object_logit_weight")
+        return (self.first_depth_weight > 0 and self.first_depth_frames == "first"
+                and all(getattr(self, name) == 0 for name in others))
+
     def validate(self, prefix: str = "refiner") -> None:
         _check(self.steps >= 0, f"{prefix}.steps", "must be >= 0")
         _check(self.batch_size >= 1, f"{prefix}.batch_size", "must be >= 1")

@@ -208,17 +208,8 @@ class RefinerClip:
         network has no other term."""
         robot = RobotCondition(self.robot.rgb[start:], self.robot.pointmap[start:],
                                self.robot.mask[start:])
-        x = refiner_inputs(self.rgb[start], robot, [t - start])[0]
-        scale = depth_scale(robot)
-        known = self.depth[start] > 0
-        first_depth = np.log(np.where(known, self.depth[start], scale) / scale)
-        _, H, W = self.depth.shape
-        zero = torch.zeros(1, H, W)
-        return RefinerExample(x, torch.zeros(3, H, W), zero,
-                              channel(~robot.mask[t - start] & ~robot.mask[0]), zero, zero,
-                              channel(first_depth), channel(known),
-                              torch.zeros(1, H, W, dtype=torch.int64), torch.zeros(3, H, W),
-                              zero, channel(self.object_frames[start]))
+        return first_depth_example(self.rgb[start], self.depth[start],
+                                   self.object_frames[start], robot, t - start)
 
     def given_example(self, t: int) -> RefinerExample:
         """Frame t as a given image with its robot (an object network's example): the inputs
@@ -232,6 +223,56 @@ class RefinerClip:
             (~self.robot.mask[t]).astype(np.float32)[None]), zero, zero, zero, zero,
             torch.zeros(1, H, W, dtype=torch.int64), torch.zeros(3, H, W), zero,
             torch.from_numpy(self.object_frames[t].astype(np.float32)[None]))
+
+
+class FirstFrameClip:
+    """What a first-depth network alone on each clip's frame 0 (RefinerSection.first_frame_only)
+    keeps of one episode: frame 0's image, depth and objects, and the robot's render, mask
+    and depth, about a third of a RefinerClip, so that thousands of episodes fit in memory.
+    Its examples are RefinerClip.first_depth_example(0, t)'s (the same tensors)."""
+
+    def __init__(self, clip: dict[str, np.ndarray]):
+        mask = np.asarray(clip["robot_mask"], bool)
+        self.image = np.ascontiguousarray(clip["rgb"][0])
+        self.depth = scene_depth(clip)[0]
+        self.objects = np.zeros(mask.shape[1:], bool)
+        if OBJECT_IDS in clip:
+            self.objects = (np.asarray(clip[OBJECT_IDS][0]) > 0) & ~mask[0]
+        self.robot_rgb = np.ascontiguousarray(clip["robot_rgb"])
+        # the inputs read the robot's depth alone (refiner_inputs, depth_scale)
+        self.robot_depth = np.ascontiguousarray(clip["robot_pointmap"][..., 2], np.float32)
+        self.robot_mask = mask
+
+    @property
+    def frames(self) -> int:
+        return int(self.robot_mask.shape[0])
+
+    def first_depth_example(self, start: int, t: int) -> RefinerExample:
+        if start != 0:
+            raise ValueError(f"a FirstFrameClip keeps frame 0 alone, not frame {start}")
+        pointmap = np.zeros(self.robot_depth.shape + (3,), np.float32)
+        pointmap[..., 2] = self.robot_depth
+        robot = RobotCondition(self.robot_rgb, pointmap, self.robot_mask)
+        return first_depth_example(self.image, self.depth, self.objects, robot, t)
+
+
+def first_depth_example(image: np.ndarray, depth: np.ndarray, objects: np.ndarray,
+                        robot: RobotCondition, t: int) -> RefinerExample:
+    """A first-depth network's example: `image` (H, W, 3) uint8 as the given frame 0 of the
+    robot's rollout `robot`, at its frame t; the target log(depth / the robot's mean depth
+    in frame 0) where depth (H, W) is known (> 0), frame 0's `objects` (H, W) bool weighing
+    it. The change targets (colour, mask, depth) are zero."""
+    x = refiner_inputs(image, robot, [t])[0]
+    scale = depth_scale(robot)
+    known = depth > 0
+    first_depth = np.log(np.where(known, depth, scale) / scale)
+    H, W = depth.shape
+    zero = torch.zeros(1, H, W)
+    return RefinerExample(x, torch.zeros(3, H, W), zero,
+                          channel(~robot.mask[t] & ~robot.mask[0]), zero, zero,
+                          channel(first_depth), channel(known),
+                          torch.zeros(1, H, W, dtype=torch.int64), torch.zeros(3, H, W),
+                          zero, channel(objects))
 
 
 IMAGE_CHANNELS = 6  # refiner_inputs' given image and robot render: resized bilinearly
@@ -351,7 +392,8 @@ def train_refiner(dataset, episode_ids: list[str], clip: ClipSpec, section: Refi
                  "object_planes": section.object_planes,
                  "object_logit_weight": section.object_logit_weight > 0}
     extra = (OBJECT_IDS,) if any(needs_ids.values()) else ()
-    clips = []
+    first_frame_only = section.first_frame_only
+    clips: list[RefinerClip] | list[FirstFrameClip] = []
     for eid in episode_ids[info.rank::info.world_size]:
         episode = dataset.open(eid)
         if extra and OBJECT_IDS not in episode:
@@ -359,9 +401,12 @@ def train_refiner(dataset, episode_ids: list[str], clip: ClipSpec, section: Refi
             raise InvalidArgument.for_field(
                 f"{network.field}.{key}", f"episode {eid!r} has no {OBJECT_IDS} array to find its "
                                    "objects by")
+        arrays = read_clip(episode, clip, extra)
+        if first_frame_only:
+            clips.append(FirstFrameClip(arrays))
+            continue
         pose = episode.meta.camera_at(0).T_cam_from_base if planes else None
-        clips.append(RefinerClip(read_clip(episode, clip, extra), pose,
-                                 section.object_planes))
+        clips.append(RefinerClip(arrays, pose, section.object_planes))
     torch.manual_seed(seed)  # identical initial replicas on every rank
     model = ChangeRefiner(refiner_config(section)).to(info.device).train()
     generator = torch.Generator().manual_seed(seed * 37 + info.rank)
@@ -392,6 +437,9 @@ def train_refiner(dataset, episode_ids: list[str], clip: ClipSpec, section: Refi
             if every_start:  # frame `start` as the given image, frame t of its rollout
                 start = int(torch.randint(0, t, (1,), generator=generator))
                 examples.append(clips[i].first_depth_example(start, t))
+                continue
+            if first_frame_only:  # the weighted parts of example(t)'s, less memory held
+                examples.append(clips[i].first_depth_example(0, t))
                 continue
             camera = None
             if planes:
