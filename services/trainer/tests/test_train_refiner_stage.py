@@ -608,6 +608,8 @@ def test_a_first_depth_network_on_frame_zero_keeps_a_third_of_each_episode(
     assert section.first_frame_only and lean.frames == full.frames
     assert not RefinerSection(first_depth_frames="every", **FIRST_DEPTH_ALONE).first_frame_only
     assert not RefinerSection(first_depth_weight=1.0).first_frame_only  # a colour term too
+    # its own arrays, not views that would hold the whole clip's alive
+    assert all(a.base is None for a in vars(lean).values())
     held = sum(a.nbytes for a in vars(lean).values())
     assert held < sum(a.nbytes for a in (full.rgb, full.robot.rgb, full.robot.pointmap,
                                          full.robot.mask, full.changed, full.depth,

@@ -233,8 +233,9 @@ class FirstFrameClip:
 
     def __init__(self, clip: dict[str, np.ndarray]):
         mask = np.asarray(clip["robot_mask"], bool)
-        self.image = np.ascontiguousarray(clip["rgb"][0])
-        self.depth = scene_depth(clip)[0]
+        # copies: a view would hold the whole clip's array alive
+        self.image = np.array(clip["rgb"][0])
+        self.depth = scene_depth(clip)[0].copy()
         self.objects = np.zeros(mask.shape[1:], bool)
         if OBJECT_IDS in clip:
             self.objects = (np.asarray(clip[OBJECT_IDS][0]) > 0) & ~mask[0]
