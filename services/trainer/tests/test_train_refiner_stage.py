@@ -620,9 +620,9 @@ def test_a_first_depth_network_on_frame_zero_keeps_a_third_of_each_episode(
         for name in ("x", "off_robot", "first_depth", "first_known", "objects"):
             assert torch.equal(getattr(kept, name), getattr(whole, name)), name
         stack = [RefinerExample(*(part[None] for part in e)) for e in (kept, whole)]
-        # the same loss: the terms it drops weigh 0 in such a section
-        assert (refiner_loss(output, stack[0], section)[0]
-                == refiner_loss(output, stack[1], section)[0])
+        # the same loss: the terms it drops weigh 0 in such a section, and are not reported
+        (loss, parts), (same, _) = (refiner_loss(output, b, section) for b in stack)
+        assert loss == same and set(parts) == {"first_depth"}
     with pytest.raises(ValueError, match="frame 0 alone"):
         lean.first_depth_example(1, 2)
     refiner, losses = _train(with_ids, RefinerSection(steps=2, batch_size=2, channels=[8, 16],

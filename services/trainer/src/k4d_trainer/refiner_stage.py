@@ -333,7 +333,11 @@ def refiner_loss(output: torch.Tensor, batch: RefinerExample, section: RefinerSe
         pos_weight=torch.tensor(section.mask_pos_weight, device=output.device))
     mask = (off_robot * bce).sum() / off_robot.sum().clamp_min(1.0)
     loss = section.colour_weight * colour + section.mask_weight * mask
-    parts = {"colour": float(colour.detach()), "mask": float(mask.detach())}
+    # the parts a log line reports: the terms that weigh (a first-depth network's change
+    # targets are zeros, its colour and mask errors against them mean nothing)
+    parts = {name: float(term.detach()) for name, term, weight in
+             (("colour", colour, section.colour_weight), ("mask", mask, section.mask_weight))
+             if weight > 0}
     if section.depth_weight > 0:
         where = off_robot * changed * batch.known
         error = (where * (output[:, 4:5] - batch.depth) ** 2).sum() / where.sum().clamp_min(1.0)
