@@ -2,7 +2,7 @@
 # The demo model's recipe from a fresh clone (`make demo-model`, ADR 019, model card
 # models/demo-small/README.md):
 #   1. workspace-framed episodes with k4d datagen (.k4d/demo-model/data): train (seed 1013,
-#      1536: the transformer trains on the first 384), cascade (5077: the sample refiner's
+#      6144: the transformer trains on the first 384), cascade (5077: the sample refiner's
 #      rollouts), validation (9013), held-out (6271), shifted held-out (6389, objects 1.25x
 #      larger, camera at 0.75x the distance) and shifted validation (7019, the same shift)
 #   2. k4d train --config examples/train/demo-model.yaml: the per-frame VAE (its held-out
@@ -38,7 +38,7 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 # Each step says when it starts (UTC): the recipe's budget is <= 150 min on a 2-core machine
 step() { echo "demo-model: $1 at $(date -u +%H:%M:%S)"; }
 step "data generation"
-for split in "train 1536 1013 0.1 objects=1,camera=1" "cascade 192 5077 0.1 objects=1,camera=1" \
+for split in "train 6144 1013 0.1 objects=1,camera=1" "cascade 192 5077 0.1 objects=1,camera=1" \
              "val 16 9013 0.25 objects=1,camera=1" \
              "heldout 16 6271 0.25 objects=1,camera=1" "shifted 16 6389 0.25 objects=1.25,camera=0.75" \
              "shifted-val 16 7019 0.25 objects=1.25,camera=0.75"; do
