@@ -6,7 +6,7 @@ on the shared machine falls on both. Prints one JSON line per run and one with t
 the medians.
 
     .venv/bin/python benchmarks/trainer/bench_refiner_clip_memory.py \
-        --data .k4d/demo-model/data/train [--episodes 300] [--rounds 2]
+        --data .k4d/demo-model/data/train [--episodes 300] [--repeats 2]
 """
 
 from __future__ import annotations
@@ -53,14 +53,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", required=True, help="a k4d episode dataset (k4d datagen's)")
     parser.add_argument("--episodes", type=int, default=300)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--one", choices=KINDS, help=argparse.SUPPRESS)  # a child's own load
     args = parser.parse_args()
     if args.one:
         print(json.dumps(measure(args.data, args.episodes, args.one)))
         return
     runs: dict[str, list[float]] = {kind: [] for kind in KINDS}
-    for _ in range(args.rounds):
+    for _ in range(args.repeats):
         for kind in KINDS:  # a fresh process each: peak memory is per process
             out = subprocess.run([sys.executable, __file__, "--data", args.data, "--episodes",
                                   str(args.episodes), "--one", kind],
