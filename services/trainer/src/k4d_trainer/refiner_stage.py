@@ -235,7 +235,7 @@ class FirstFrameClip:
         mask = np.asarray(clip["robot_mask"], bool)
         # copies: a view would hold the whole clip's array alive
         self.image = np.array(clip["rgb"][0])
-        self.depth = scene_depth(clip)[0].copy()
+        self.depth = scene_depth({"pointmap": clip["pointmap"][:1]})[0].copy()  # frame 0 alone
         self.objects = np.zeros(mask.shape[1:], bool)
         if OBJECT_IDS in clip:
             self.objects = (np.asarray(clip[OBJECT_IDS][0]) > 0) & ~mask[0]
