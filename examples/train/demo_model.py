@@ -303,6 +303,46 @@ def add_refiner(config_path: str, run: Path, model: Path, processes: int = 2) ->
     return {"model": str(model), "refiner": str(model / WEIGHTS / "refiner")}
 
 
+def add_cascade(config_path: str, run: Path, model: Path, processes: int = 2) -> dict:
+    """Train the recipe's sample refiner (its `cascade` section: the trainer's own stage,
+    resumable in RUN) on rollouts of an exported model's own transformer, and put it in the
+    model (MODEL/weights/cascade/ replaced, the recipe's output options applied, manifest
+    refreshed): a new sample refiner for a model without training its transformer again. One process with the batch of `processes`
+    data-parallel ones."""
+    import dataclasses
+
+    from k4d_model import checkpoints
+    from k4d_model.cascade import save_cascade
+    from k4d_trainer.cascade_stage import cascade_stage
+    from k4d_trainer.clips import ClipSpec
+    from k4d_trainer.config import load_config_file
+    from k4d_trainer.parallel import DistInfo, stage_dtype
+    from k4d_trainer.runs import RunDir
+
+    config = load_config_file(config_path)
+    if not config.cascade.steps:
+        sys.exit(f"demo_model: error: {config_path} has no cascade section (cascade.steps 0)")
+    manifest = json.loads((model / MANIFEST).read_text())
+    step = int(manifest["training"]["step"])
+    components = checkpoints.load_model(model / WEIGHTS)
+    info = components.info
+    section = dataclasses.replace(config.cascade,
+                                  batch_size=config.cascade.batch_size * processes)
+    cascade_stage(components, components.transformer, step,
+                  ClipSpec(info.num_frames, info.height, info.width), section, DistInfo(),
+                  RunDir(str(run.resolve())), config.seed,
+                  stage_dtype(config.model.precision),
+                  log=lambda line: print(line, flush=True))
+    shutil.rmtree(model / WEIGHTS / "cascade", ignore_errors=True)
+    save_cascade(components.cascade, model / WEIGHTS)
+    set_options(config_path, model)  # the output option that reads it, as the recipe sets it
+    _refresh_manifest(model, {"cascade_steps": config.cascade.steps,
+                              "cascade_data": config.cascade.data_uri,
+                              "cascade_recipe_file": config_path})
+    return {"model": str(model), "cascade": str(model / WEIGHTS / "cascade"),
+            "transformer_step": step}
+
+
 def add_motion_decoder(model: Path, data: str, pairs: Path, episodes: int, steps: int,
                        seed: int, moving_weight: float = 10.0, colour: bool = False) -> dict:
     """Train a motion decoder (k4d_model.motion_decoder) on an exported tracks model's own
@@ -565,6 +605,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", required=True)
     p.add_argument("--run", required=True, type=Path)
     p.add_argument("--model", required=True, type=Path)
+    p = sub.add_parser("cascade", help="train the recipe's sample refiner on an exported "
+                                        "model's own rollouts (in RUN) and put it in the model")
+    p.add_argument("--config", required=True)
+    p.add_argument("--run", required=True, type=Path)
+    p.add_argument("--model", required=True, type=Path)
     p = sub.add_parser("motion-decoder", help="train a motion decoder on an exported tracks "
                                               "model's own samples and add it to the model")
     p.add_argument("--model", required=True, type=Path)
@@ -618,6 +663,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(add_motion_decoder(args.model, args.data, args.pairs, args.episodes,
                                             args.steps, args.seed, args.moving_weight,
                                             args.colour)))
+    elif args.command == "cascade":
+        print(json.dumps(add_cascade(args.config, args.run, args.model)))
     elif args.command == "refiner":
         print(json.dumps(add_refiner(args.config, args.run, args.model)))
     elif args.command == "options":

@@ -12,6 +12,7 @@ from k4d_model import cascade as cascade_module
 from k4d_model.cascade import (
     CHANGE_CHANNELS,
     FLOW_SCALE,
+    GATE_CHANNELS,
     MATCH_CHANNELS,
     OUTPUT_CHANNELS,
     POINT_GAIN,
@@ -269,6 +270,33 @@ def test_cascade_round_trips_through_its_folder(tmp_path):
         assert torch.equal(x, y), name
     assert load_cascade(tmp_path / "none") is None
     assert OUTPUT_CHANNELS == 6
+
+
+@pytest.mark.parametrize("warp", [False, True])
+def test_a_gated_network_draws_its_change_where_its_gate_opens(tmp_path, warp):
+    config = CascadeConfig(channels=SMALL.channels, gate=True, warp=warp)
+    network = SampleRefiner(config).eval()
+    assert config.outputs == OUTPUT_CHANNELS + (3 if warp else 0) + GATE_CHANNELS
+    x = sample_inputs(*_sample())
+    with torch.no_grad():
+        assert float(network(x)[:, :6].abs().max()) < 1e-6  # untrained: no change
+        network.head.bias[:6] = torch.tensor([0.2] * 3 + [-0.4] * 3)
+        network.head.bias[-1] = 0.0  # the gate at 1/2
+        out = network(x)
+        # with warp the colour is half frame 0 warped at zero flow (no change), half 0.2
+        colour = 0.05 if warp else 0.1
+        assert torch.allclose(out[:, :3], torch.tensor(colour), atol=1e-6)
+        assert out.shape[1] == config.outputs
+        assert torch.allclose(out[:, 3:6], torch.tensor(-0.2))
+        network.head.bias[-1] = -30.0  # sure that nothing changed: no change drawn
+        assert float(network(x)[:, :6].abs().max()) < 1e-6
+        network.head.bias[-1] = 30.0  # sure that it changed: the whole change
+        assert torch.allclose(network(x)[:, 3:6], torch.tensor(-0.4))
+    save_cascade(network, tmp_path)
+    loaded = load_cascade(tmp_path)
+    assert loaded.config == config
+    colour, points = refine_sample(loaded, *_sample(), scale=2.0)
+    assert np.allclose(points, -0.4 * 2.0 / POINT_GAIN, atol=1e-6)
 
 
 def _pipe(make_tiny, cascade, extra):

@@ -6,6 +6,10 @@ publishes it inside the model and loads it again when resumed."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,7 +24,8 @@ from k4d_model.cascade import (
     SAMPLE_CHANNELS,
     CascadeConfig,
 )
-from k4d_model.checkpoints import load_model
+from k4d_model.checkpoints import build_components, load_model, save_k4d
+from k4d_model.model.configs import get_model_config
 from k4d_trainer import cascade_stage
 from k4d_trainer.cascade_stage import (
     FOLDER,
@@ -42,6 +47,7 @@ from k4d_trainer.parallel import DistInfo
 from k4d_trainer.runs import RunDir
 from k4d_trainer.trainer import Trainer
 
+REPO = Path(__file__).resolve().parents[3]
 SECTION = CascadeSection(steps=6, batch_size=2, lr=2e-3, warmup_steps=2, channels=[8, 16],
                          checkpoint_every=2, log_every=1)
 T, H, W = 4, 8, 12
@@ -138,6 +144,37 @@ def test_changed_weight_weighs_the_colour_where_the_ground_truth_changed():
     assert parts["colour"] == pytest.approx(0.25 * 6 / off, rel=1e-5)
     _, parts = cascade_loss(wrong, batch, dataclasses.replace(SECTION, changed_weight=4.0))
     assert parts["colour"] == pytest.approx(0.25 * 4 * 6 / (off + 3 * 6), rel=1e-5)
+
+
+def test_the_gate_learns_where_the_ground_truth_changed():
+    arrays = _rollout()
+    target = np.repeat(arrays["image"][None], T, axis=0)
+    target[2, 4:6, 6:9] = (arrays["image"][4:6, 6:9].astype(int) + 128) % 256
+    points = np.repeat(arrays["target_points"][:1], T, axis=0)
+    example = rollout_example({**arrays, "target_rgb": target, "target_points": points})
+    batch = example.take(slice(1, 2))
+    section = dataclasses.replace(SECTION, gate=True, gate_weight=0.5)
+    output = torch.cat([batch.colour, batch.points, torch.zeros(1, 1, H, W)], dim=1)
+    sure = output.clone()
+    sure[:, -1] = torch.where(batch.changed[:, 0] > 0, 20.0, -20.0)
+    loss, parts = cascade_loss(sure, batch, section)
+    assert parts["gate"] == pytest.approx(0.0, abs=1e-6) and parts["gate_acc"] == 1.0
+    assert float(loss) == pytest.approx(0.0, abs=1e-6)
+    sure[:, -1, :2, :2] = 20.0  # the robot's pixels do not count
+    assert cascade_loss(sure, batch, section)[1]["gate_acc"] == 1.0
+    loss, parts = cascade_loss(output, batch, section)  # unsure everywhere: log 2
+    assert parts["gate"] == pytest.approx(np.log(2.0), rel=1e-5)
+    assert float(loss) == pytest.approx(0.5 * np.log(2.0), rel=1e-5)
+    assert "gate" not in cascade_loss(output[:, :6], batch, SECTION)[1]  # without a gate
+    trained = CascadeSection(steps=60, batch_size=3, lr=1e-2, warmup_steps=0,
+                             channels=[8, 16], gate=True, gate_weight=1.0)
+    network, losses = train_cascade([example], trained, DistInfo(), seed=0,
+                                    log=lambda _: None)
+    assert network.config.gate and losses[-1] < 0.5 * losses[0]
+    with torch.no_grad():
+        logit = network(example.x)[:, -1]
+    changed, off = example.changed[:, 0] > 0, example.off_robot[:, 0] > 0
+    assert float(logit[changed].mean()) > float(logit[off & ~changed].mean())
 
 
 def _with_flow_targets(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -266,6 +303,8 @@ BASE = {"recipe": "from-scratch", "model": {"size": "tiny"}, "data": {"uri": "/d
     ({"cascade": {"samples": 0}}, "cascade.samples"),
     ({"cascade": {"samples": 9}}, "cascade.samples"),
     ({"cascade": {"max_episodes": -1}}, "cascade.max_episodes"),
+    ({"cascade": {"gate": True, "gate_weight": -1.0}}, "cascade.gate_weight"),
+    ({"cascade": {"gate_weight": float("nan")}}, "cascade.gate_weight"),
     ({"cascade": {"stpes": 3}}, "cascade.stpes"),
 ])
 def test_cascade_section_is_checked(overrides, field):
@@ -410,3 +449,58 @@ def test_a_run_samples_rollouts_trains_commits_and_publishes_the_cascade(
         assert np.array_equal(stored["rgb"][:2], two["rgb"])
         assert np.array_equal(stored["target_rgb"], two["target_rgb"])
     assert load_run_cascade(run).config.samples == 3
+
+
+def _demo_model(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "examples/train/demo_model.py"), *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_demo_model_cascade_gives_an_exported_model_a_refiner_of_its_own_rollouts(
+        tmp_path, recipe, make_dataset):
+    data = make_dataset(tmp_path / "data", count=2, frames=5, height=32, width=48)
+    other = make_dataset(tmp_path / "other", count=2, frames=5, height=32, width=48)
+    saved, _ = build_components(get_model_config("tiny"), seed=11)
+    save_k4d(saved, tmp_path / "stage1")
+    model = {"size": "tiny", "init": str(tmp_path / "stage1"), "activation_checkpointing": False}
+    common = {"recipe": "from-scratch",
+              "training": {"steps": 2, "global_batch_size": 2, "lr": 1e-3, "warmup_steps": 0},
+              "checkpoint": {"every": 1, "keep": 0}}
+    (tmp_path / "plain").mkdir()
+    plain = recipe(tmp_path / "plain", data, None, model=model, **common)
+    trainer = Trainer.build(load_config_file(plain), str(tmp_path / "run"))
+    try:
+        assert trainer.train().state == "succeeded"
+    finally:
+        trainer.close()
+    exported = _demo_model("export", "--config", str(plain), "--run", str(tmp_path / "run"),
+                           "--out", str(tmp_path / "model"))
+    assert exported.returncode == 0, exported.stderr
+    assert load_model(tmp_path / "model" / "weights").cascade is None
+    before = load_model(tmp_path / "model" / "weights").transformer.state_dict()
+
+    refused = _demo_model("cascade", "--config", str(plain), "--run", str(tmp_path / "gated"),
+                          "--model", str(tmp_path / "model"))
+    assert refused.returncode != 0 and "has no cascade section" in refused.stderr
+
+    (tmp_path / "gate").mkdir()
+    gated = recipe(tmp_path / "gate", data, None, **common, model={
+        **model, "fidelity": {"first_frame": "given", "decode": "relative", "cascade": "sample"}},
+        cascade={"steps": 3, "data_uri": other, "batch_size": 1, "channels": [8, 16],
+                 "warmup_steps": 0, "gate": True})
+    added = _demo_model("cascade", "--config", str(gated), "--run", str(tmp_path / "gated"),
+                        "--model", str(tmp_path / "model"))
+    assert added.returncode == 0, added.stderr
+    assert json.loads(added.stdout.splitlines()[-1])["transformer_step"] == 2
+    assert sorted(p.name for p in (tmp_path / "gated" / ROLLOUTS_FOLDER).iterdir()) == [
+        "ep000.npz", "ep001.npz"]
+    loaded = load_model(tmp_path / "model" / "weights")  # the manifest's hashes hold
+    assert loaded.cascade is not None and loaded.cascade.config.gate
+    assert loaded.info.extra["cascade"] == "sample"
+    committed = load_run_cascade(RunDir(str(tmp_path / "gated")))
+    assert torch.equal(loaded.cascade.head.weight, committed.head.weight)
+    for name, value in loaded.transformer.state_dict().items():  # the transformer is kept
+        assert torch.equal(value, before[name]), name
+    manifest = json.loads((tmp_path / "model" / "manifest.json").read_text())
+    assert manifest["training"]["cascade_steps"] == 3
+    assert manifest["fidelity"]["cascade"] == "sample"

@@ -28,6 +28,9 @@ image and what the transformer sampled, and writes frame t's change from frame 0
       matched flow   (2)  FlowMatcher's flow / FLOW_SCALE (below)
       confidence     (1)  the match's largest probability
     and its flow output is a correction added to the matched flow
+    then, with `CascadeConfig.gate` (one more output, always the last)
+      change gate    (1)  a logit: whether frame t's pixel changed from frame 0 at all; the
+                          colour and point change above are multiplied by its sigmoid
 
 Its head starts at zero, so an untrained network draws no change (frame 0 in every frame)
 and learns what of the sample to show. `CascadeConfig.residual` adds the sample's own
@@ -67,6 +70,16 @@ matching network warps frame 0 along it at weight 1/2. Nor is a trained one's on
 featureless cells, even where frame t's look is frame 0's (on the table, about 24 px on
 the demo's rollouts): the U-Net's weight keeps the warp off where the match says nothing.
 
+With `gate`, the network also says where the scene changed. Trained on the squared error
+alone, it answers an unsure pixel with a small change, and the transformer's 8-step sample
+is unsure nearly everywhere: where nothing moved the output keeps a few levels of grain
+(the static region 39.6 dB on validation, where copying frame 0 there is exact). The gate
+is a classifier of change, trained with a cross-entropy against the ground truth's changed
+pixels (k4d_trainer.cascade_stage): where it is sure nothing changed, the change it lets
+through is near 0. What changed is the network's call from the image and the sample, as the
+colour is: no threshold or rule decides it at generation. An untrained gate is 1/2 on a zero
+change, so an untrained network still draws no change.
+
 It does not read the robot condition: where and how the scene moves has to come from the
 sample (the ablation that replaces the sample by frame 0 must still change the output).
 The robot's own pixels and points are composited from kinematics after it, as before.
@@ -96,6 +109,7 @@ CHANGE_CHANNELS = 6  # a frame's sampled rgb and point change: what each neighbo
 OUTPUT_CHANNELS = 6
 WARP_CHANNELS = 3  # flow (2) and the warp's weight (1), after the 6 outputs
 MATCH_CHANNELS = 3  # the matched flow (2) and its confidence (1), read by the U-Net
+GATE_CHANNELS = 1  # the change gate's logit, the last output
 # Objects move tens of pixels in a clip: the flow is output in units of FLOW_SCALE pixels so
 # that its targets are near 1, as the colour's are.
 FLOW_SCALE = 16.0
@@ -116,6 +130,7 @@ class CascadeConfig:
     samples: int = 1  # independent samples of the rollout read (their mean and spread)
     warp: bool = False  # the colour blends frame 0 warped along a predicted flow (above)
     matching: int = 0  # > 0: the flow starts from a global match on features this wide
+    gate: bool = False  # a last output gates the colour and point change (above)
 
     def __post_init__(self):
         if not 1 <= self.samples <= MAX_CASCADE_SAMPLES:
@@ -137,7 +152,8 @@ class CascadeConfig:
 
     @property
     def outputs(self) -> int:
-        return OUTPUT_CHANNELS + (WARP_CHANNELS if self.warp else 0)
+        return (OUTPUT_CHANNELS + (WARP_CHANNELS if self.warp else 0)
+                + (GATE_CHANNELS if self.gate else 0))
 
     @classmethod
     def from_dict(cls, config: dict) -> CascadeConfig:
@@ -147,7 +163,8 @@ class CascadeConfig:
                    context=int(config.get("context", cls.context)),
                    samples=int(config.get("samples", cls.samples)),
                    warp=bool(config.get("warp", cls.warp)),
-                   matching=int(config.get("matching", cls.matching)))
+                   matching=int(config.get("matching", cls.matching)),
+                   gate=bool(config.get("gate", cls.gate)))
 
 
 class FlowMatcher(nn.Module):
@@ -197,9 +214,10 @@ def matcher_looks(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 class SampleRefiner(UNet):
     """(N, config.sample_inputs, H, W) (sample_inputs') -> (N, config.outputs, H, W); any
-    H, W. With `warp`, the first 3 outputs are the blended colour change, and the last 3 the
-    flow and the logit of the warp's weight the blend used; with `matching` the flow is the
-    matched one plus the U-Net's correction."""
+    H, W. With `warp`, the first 3 outputs are the blended colour change, and the next 3
+    after the point change the flow and the logit of the warp's weight the blend used; with
+    `matching` the flow is the matched one plus the U-Net's correction; with `gate` the
+    colour and point change are gated and the last output is the gate's logit."""
 
     def __init__(self, config: CascadeConfig | None = None):
         config = config or CascadeConfig()
@@ -221,14 +239,17 @@ class SampleRefiner(UNet):
             out = torch.cat([out[:, :6], out[:, 6:8] + matched, out[:, 8:]], dim=1)
         if self.config.residual:
             out = torch.cat([out[:, :6] + x[:, 3:9], out[:, 6:]], dim=1)  # the sample's change
-        if not self.config.warp:
-            return out
-        flow, weight = out[:, 6:8], torch.sigmoid(out[:, 8:9])
-        image = x[:, :3]
-        # the flow learns from its own targets alone (the colour's error trains the blend)
-        warped = backward_warp(image, flow.detach() * FLOW_SCALE) - image
-        colour = weight * warped + (1.0 - weight) * out[:, :3]
-        return torch.cat([colour, out[:, 3:]], dim=1)
+        if self.config.warp:
+            flow, weight = out[:, 6:8], torch.sigmoid(out[:, 8:9])
+            image = x[:, :3]
+            # the flow learns from its own targets alone (the colour's error trains the blend)
+            warped = backward_warp(image, flow.detach() * FLOW_SCALE) - image
+            colour = weight * warped + (1.0 - weight) * out[:, :3]
+            out = torch.cat([colour, out[:, 3:]], dim=1)
+        if self.config.gate:
+            gate = torch.sigmoid(out[:, -1:])
+            out = torch.cat([gate * out[:, :6], out[:, 6:]], dim=1)
+        return out
 
 
 def backward_warp(image: torch.Tensor, flow: torch.Tensor) -> torch.Tensor:

@@ -25,6 +25,10 @@ the transformer just trained, after the transformer stage (`cascade` section).
                 object ids and poses), off the robot where it is valid and, with
                 `flow_pixels: objects`, an object is seen in frame t; logged beside
                 `flow_still`, the same error of no flow at all
+       gate     with `gate`: `gate_weight` x the binary cross-entropy of the change gate's
+                logit against `changed` (the ground truth changed from frame 0), off the
+                robot; logged beside `gate_acc`, the share of those pixels it classifies
+                right
 
    The stage saves its state every `checkpoint_every` steps and continues from it.
 
@@ -44,6 +48,7 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from k4d.errors import InvalidArgument, NotFound
 from k4d.tool import ToolTrack
 from k4d_model.cascade import (
@@ -232,6 +237,14 @@ def cascade_loss(output: torch.Tensor, batch: CascadeExample, section: CascadeSe
         parts["flow_still"] = float((flow_known * batch.flow.abs()).sum()
                                     / (2.0 * flow_known.sum().clamp_min(1.0)))
         loss = loss + section.flow_weight * flow
+    if section.gate:
+        logit, off_robot = output[:, -1:], batch.off_robot
+        cross_entropy = F.binary_cross_entropy_with_logits(logit, batch.changed, reduction="none")
+        gate = (off_robot * cross_entropy).sum() / off_robot.sum().clamp_min(1.0)
+        parts["gate"] = float(gate.detach())
+        parts["gate_acc"] = float((off_robot * ((logit > 0).float() == batch.changed).float())
+                                  .sum() / off_robot.sum().clamp_min(1.0))
+        loss = loss + section.gate_weight * gate
     return loss, parts
 
 
@@ -297,7 +310,8 @@ def train_cascade(examples: list[CascadeExample], section: CascadeSection, info:
                                         context=section.context,
                                         samples=section.samples,
                                         warp=section.warp,
-                                        matching=section.matching)).to(info.device)
+                                        matching=section.matching,
+                                        gate=section.gate)).to(info.device)
     model.train()
     generator = torch.Generator().manual_seed(seed * 37 + info.rank)
     optimizer = torch.optim.AdamW(model.parameters(), lr=section.lr, weight_decay=1e-4)

@@ -558,6 +558,11 @@ class CascadeSection:
     # Independent samples of each rollout the network reads (their mean and spread: where
     # they agree the change is sure); a generation then samples the transformer this often
     samples: int = 1
+    # true: a last output gates the colour and point change, a classifier of where the
+    # scene changed from frame 0 (k4d_model.cascade), trained with `gate_weight` x its
+    # binary cross-entropy against the ground truth's changed pixels, off the robot
+    gate: bool = False
+    gate_weight: float = 0.1
     checkpoint_every: int = 0       # steps between resumable stage checkpoints; 0 = none
     log_every: int = 0              # steps between log lines; 0 = five lines per stage
 
@@ -596,6 +601,8 @@ class CascadeSection:
                f"must be in 0..{MAX_CASCADE_CONTEXT}, got {self.context}")
         _check(1 <= self.samples <= MAX_CASCADE_SAMPLES, f"{prefix}.samples",
                f"must be in 1..{MAX_CASCADE_SAMPLES}, got {self.samples}")
+        _check(math.isfinite(self.gate_weight) and self.gate_weight >= 0,
+               f"{prefix}.gate_weight", f"must be a finite number >= 0, got {self.gate_weight}")
         _check(self.checkpoint_every >= 0, f"{prefix}.checkpoint_every", "must be >= 0")
         _check(self.log_every >= 0, f"{prefix}.log_every", "must be >= 0")
 
