@@ -215,12 +215,12 @@ def _training_record(config, config_path: str, step: int, weights: str,
             "last_loss": metrics[-1]["loss"] if metrics else None}
 
 
-def set_options(config_path: str, model: Path) -> dict:
+def set_options(config_path: str, model: Path, training: dict | None = None) -> dict:
     """Apply the recipe's `model.fidelity` output options (k4d_model.json `extra`) and its
     `model.guidance_scale` and `model.guidance_halves`, when set, to an exported model and
     refresh the manifest's file hashes: the weights stay, the way they are sampled changes.
     `export` applies them too; this re-applies them to a model exported before a recipe's
-    options changed."""
+    options changed. `training`: fields merged into the manifest's training record."""
     from k4d_model.options import FIDELITY_KEYS, GUIDANCE_HALVES_KEY
     from k4d_trainer.config import load_config_file
 
@@ -235,7 +235,7 @@ def set_options(config_path: str, model: Path) -> dict:
     if config.model.guidance_halves is not None:
         info["extra"][GUIDANCE_HALVES_KEY] = config.model.guidance_halves
     info_path.write_text(json.dumps(info, indent=2) + "\n")
-    _refresh_manifest(model, fidelity=config.model.fidelity)
+    _refresh_manifest(model, training, fidelity=config.model.fidelity)
     return {"model": str(model), "extra": info["extra"]}
 
 
@@ -307,8 +307,8 @@ def add_cascade(config_path: str, run: Path, model: Path, processes: int = 2) ->
     """Train the recipe's sample refiner (its `cascade` section: the trainer's own stage,
     resumable in RUN) on rollouts of an exported model's own transformer, and put it in the
     model (MODEL/weights/cascade/ replaced, the recipe's output options applied, manifest
-    refreshed): a new sample refiner for a model without training its transformer again. One process with the batch of `processes`
-    data-parallel ones."""
+    refreshed): a new sample refiner for a model without training its transformer again.
+    One process with the batch of `processes` data-parallel ones."""
     import dataclasses
 
     from k4d_model import checkpoints
@@ -335,10 +335,10 @@ def add_cascade(config_path: str, run: Path, model: Path, processes: int = 2) ->
                   log=lambda line: print(line, flush=True))
     shutil.rmtree(model / WEIGHTS / "cascade", ignore_errors=True)
     save_cascade(components.cascade, model / WEIGHTS)
-    set_options(config_path, model)  # the output option that reads it, as the recipe sets it
-    _refresh_manifest(model, {"cascade_steps": config.cascade.steps,
-                              "cascade_data": config.cascade.data_uri,
-                              "cascade_recipe_file": config_path})
+    # the output option that reads it, as the recipe sets it; the manifest hashed once
+    set_options(config_path, model, {"cascade_steps": config.cascade.steps,
+                                     "cascade_data": config.cascade.data_uri,
+                                     "cascade_recipe_file": config_path})
     return {"model": str(model), "cascade": str(model / WEIGHTS / "cascade"),
             "transformer_step": step}
 
